@@ -1,0 +1,189 @@
+"""Frozen dataclasses and typed errors that cross the seam between ``webapp`` and ``inference``.
+
+``webapp`` imports only this module and ``inference.api``. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from inference.engines.base import EngineCapabilities, VoiceRef
+
+__all__ = [
+    "AudioOut",
+    "Closed",
+    "CloseReason",
+    "Decision",
+    "EngineCapabilities",
+    "ErrorEvent",
+    "Metrics",
+    "ParleyError",
+    "Paused",
+    "Prefill",
+    "Queued",
+    "Ready",
+    "Replaced",
+    "Resumed",
+    "SessionEvent",
+    "SessionRequest",
+    "TextOut",
+    "VoiceRef",
+    "WorkerSnapshot",
+]
+
+CloseReason = Literal[
+    "client_close",
+    "pause_timeout",
+    "grace_expired",
+    "max_duration",
+    "idle_timeout",
+    "admin_ended",
+    "engine_failed",
+    "replaced",
+    "shutdown",
+]
+
+
+@dataclass(frozen=True)
+class SessionRequest:
+    """A user's request for their one persistent session."""
+
+    user_key: str  # stable per user: a second request with the same key takes the session over
+    model: str | None = None  # engine name; None = the service's default
+    persona: str | None = None
+    voice: VoiceRef | None = None
+    record: bool = False
+
+
+# ---- events the web tier receives from a session handle ------------------------------------
+
+
+@dataclass(frozen=True)
+class Queued:
+    position: int  # 1-based
+    queue_length: int
+    estimated_wait_s: float
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Admitted (or resumed / taken over): the session is live on this handle."""
+
+    session_id: str
+    resumed: bool
+    capabilities: EngineCapabilities
+    persona: str | None
+    voice: str | None
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """The slot is being prepared (voice and persona prefill); progress in [0, 1]."""
+
+    progress: float
+    done: bool
+
+
+@dataclass(frozen=True)
+class AudioOut:
+    pcm16: bytes  # little-endian int16 mono at capabilities.output_rate
+    epoch: int
+
+
+@dataclass(frozen=True)
+class TextOut:
+    text: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Unit engines: the model's choice for one unit."""
+
+    kind: Literal["listen", "speak"]
+    unit: int
+    end_of_turn: bool
+
+
+@dataclass(frozen=True)
+class Metrics:
+    values: dict[str, Any]  # tick_ms_p50, tick_ms_p99, frames_in, frames_out, dropped_frames, lag_ms, ...
+
+
+@dataclass(frozen=True)
+class Paused:
+    pass
+
+
+@dataclass(frozen=True)
+class Resumed:
+    pass
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """Another connection of the same user took this session over; this handle is finished."""
+
+
+@dataclass(frozen=True)
+class Closed:
+    reason: CloseReason
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    """A non-fatal error raised asynchronously (e.g. input_backpressure)."""
+
+    code: str
+    message: str
+    error_type: str = "invalid_request_error"
+
+
+SessionEvent = (
+    Queued | Ready | Prefill | AudioOut | TextOut | Decision | Metrics | Paused | Resumed | Replaced | Closed | ErrorEvent
+)
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+
+class ParleyError(Exception):
+    """An error with a protocol code (see the spec's Errors section). Raised by the facade."""
+
+    code: str = "internal_error"
+    error_type: str = "invalid_request_error"
+
+    def __init__(self, message: str, *, code: str | None = None, error_type: str | None = None, param: str | None = None):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if error_type is not None:
+            self.error_type = error_type
+        self.param = param
+
+
+# ---- operations view ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlotSnapshot:
+    slot: int
+    state: Literal["free", "prefilling", "live", "paused", "detached", "closing"]
+    session_id: str | None = None
+    user_key: str | None = None
+    age_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class WorkerSnapshot:
+    engine: str
+    device: str
+    num_slots: int
+    slots: tuple[SlotSnapshot, ...]
+    queue_length: int
+    tick_ms_p50: float
+    tick_ms_p99: float
+    recent_tick_ms: tuple[float, ...] = field(default_factory=tuple)  # for the occupancy chart
+    memory: dict[str, float] = field(default_factory=dict)

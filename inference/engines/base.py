@@ -1,0 +1,127 @@
+"""The engine contract that every model family implements.
+
+An engine owns one model instance on one device and serves ``num_slots`` sessions as slots.
+It is only ever touched from its worker thread (``inference.worker``), so engines need no locks.
+
+Lifecycle of a slot, as the worker drives it::
+
+    open_slot(i, config)      # allocate per-slot state; may queue a prefill (persona, voice)
+    step({i: SlotInput, ...}) # every tick; a slot absent from the mapping is frozen (not fed silence)
+    ...                       # while a slot is prefilling, step() advances its prefill and returns
+                              # SlotOutput(prefilling=True, progress=...) for it
+    close_slot(i)             # free everything the slot took; returns only once cleanup is done
+
+Lockstep engines (Moshi, PersonaPlex) take one 80 ms frame per tick per slot and return one.
+Unit engines (MiniCPM-o) take one 1 s unit per tick and decide to listen or speak. The worker
+does not care which: it ticks every ``capabilities.chunk_period_ms`` and hands each live slot
+exactly ``capabilities.input_chunk_samples`` samples at ``capabilities.input_rate``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+Family = Literal["echo", "lockstep", "unit"]
+Decision = Literal["listen", "speak"]
+ProgressFn = Callable[[float, str], None]
+"""Called with (fraction done in [0, 1], human-readable stage) during long work."""
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What an engine can do; sent to clients inside ``session.created.session.duplex``."""
+
+    engine: str  # e.g. "echo", "moshi", "personaplex", "minicpmo"
+    family: Family
+    chunk_period_ms: int  # the engine clock: 80 for lockstep, 1000 for unit engines
+    input_rate: int  # the engine's native input sample rate (Hz)
+    input_chunk_samples: int  # samples per tick per slot at input_rate
+    output_rate: int  # sample rate of SlotOutput.audio (Hz)
+    video: bool = False
+    barge_in: bool = True
+    pause: bool = True
+    resume: bool = True
+    demo_weights: bool = False  # random weights: the UI shows a banner
+    extra: Mapping[str, Any] = field(default_factory=dict)  # engine-specific facts, e.g. vocoder, memory_s
+
+
+@dataclass(frozen=True)
+class VoiceRef:
+    """A voice the webapp resolved for a session: a file the engine knows how to read."""
+
+    voice_id: str
+    path: Path | None = None  # .pt / .safetensors (PersonaPlex prompt) or .wav / .npy reference audio
+
+
+@dataclass(frozen=True)
+class SlotConfig:
+    """Everything fixed for a slot's lifetime. Persona and voice are immutable once audio starts."""
+
+    persona: str | None = None  # persona / system-prompt text, without tags
+    voice: VoiceRef | None = None
+    seed: int | None = None
+
+
+@dataclass
+class SlotInput:
+    """One tick's input for one slot."""
+
+    audio: np.ndarray  # float32 [capabilities.input_chunk_samples], mono, in [-1, 1]
+    image: bytes | None = None  # one camera frame (JPEG/PNG bytes) for omni engines, else None
+    force_listen: bool = False  # unit engines: this unit must listen
+
+
+@dataclass
+class SlotOutput:
+    """One tick's output for one slot."""
+
+    audio: np.ndarray  # float32 mono at capabilities.output_rate; may be empty while prefilling
+    text: str = ""  # transcript delta (the model's own text)
+    decision: Decision | None = None  # unit engines: listen or speak this unit
+    end_of_turn: bool = False
+    prefilling: bool = False  # True while the slot's prefill is still running
+    progress: float = 1.0  # prefill progress in [0, 1]
+
+
+class EngineError(Exception):
+    """The engine could not do what was asked; the session using the slot must end (engine_failed)."""
+
+
+class Engine(abc.ABC):
+    """A model instance serving several sessions as slots of one batch."""
+
+    capabilities: EngineCapabilities
+    num_slots: int
+
+    @abc.abstractmethod
+    def warmup(self, progress: ProgressFn | None = None) -> None:
+        """Load weights and run the hot path once so the first real tick is fast."""
+
+    @abc.abstractmethod
+    def open_slot(self, slot: int, config: SlotConfig) -> None:
+        """Prepare ``slot`` for a new session. Heavy prefill work should be spread over step() calls."""
+
+    @abc.abstractmethod
+    def close_slot(self, slot: int) -> None:
+        """Release everything ``slot`` holds. Returning means cleanup is confirmed."""
+
+    @abc.abstractmethod
+    def step(self, inputs: Mapping[int, SlotInput]) -> dict[int, SlotOutput]:
+        """Advance the given slots by one tick; slots not in ``inputs`` stay frozen.
+
+        Slots still prefilling may be absent from ``inputs``: the engine advances their prefill
+        anyway and reports them with ``prefilling=True``. Must not block on host I/O.
+        """
+
+    def cancel(self, slot: int) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Barge-in: stop the current utterance of ``slot`` (unit engines end their speak turn)."""
+
+    def memory_snapshot(self) -> dict[str, float]:
+        """Optional device-memory figures for the occupancy view (bytes)."""
+        return {}
