@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Python environments. .venv holds the app (and the test tools with `test`); .venv-moshi-ref holds the
+# reference implementation moshi 0.2.13 that the parity tests compare against. moshi pins an older torch,
+# so it gets its own venv, installed without its dependency pins (see docs/architecture.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+stamp() { sha256sum pyproject.toml scripts/install-python.sh | sha256sum | cut -c1-16; }
+if [[ ! -x .venv/bin/python ]]; then $PY -m venv .venv; fi
+extras=""; [[ "${1:-}" == "test" ]] && extras="[test]"
+if [[ "$(cat .venv/.parley-installed 2>/dev/null)" != "$(stamp)$extras" ]]; then
+  echo "installing Python packages into .venv ..."
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e ".$extras"
+  echo "$(stamp)$extras" > .venv/.parley-installed
+fi
+if [[ "${1:-}" == "test" && ! -f .venv-moshi-ref/.parley-installed ]]; then
+  echo "installing the reference moshi 0.2.13 into .venv-moshi-ref ..."
+  $PY -m venv .venv-moshi-ref
+  .venv-moshi-ref/bin/pip install -q --upgrade pip
+  .venv-moshi-ref/bin/pip install -q torch==2.13.0
+  .venv-moshi-ref/bin/pip install -q --no-deps moshi==0.2.13
+  .venv-moshi-ref/bin/pip install -q "numpy<2.3" "safetensors<0.8" "huggingface-hub<1.0" "einops<0.9" \
+    "sentencepiece<0.3" "sphn>=0.2,<0.3" "aiohttp<3.12" tqdm
+  touch .venv-moshi-ref/.parley-installed
+fi

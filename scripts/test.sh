@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it. Browser tests run in their own pytest invocation: once
+# pytest-playwright's sync Playwright has started, pytest-asyncio tests in the same process fail.
+# pytest's exit code 5 ("no tests collected") counts as a failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+PYTEST=(.venv/bin/python -m pytest -p no:cacheprovider)
+status=0
+run_suite() {  # name, timeout seconds, pytest args...
+  local name=$1 limit=$2; shift 2
+  echo "=== $name ==="
+  timeout --kill-after=30 "$limit" "${PYTEST[@]}" "$@"
+  local rc=$?
+  case $rc in
+    0) ;;
+    5) echo "FAILED: $name collected no tests"; status=1 ;;
+    124|137) echo "FAILED: $name timed out after ${limit}s"; status=1 ;;
+    *) echo "FAILED: $name (pytest exit $rc)"; status=1 ;;
+  esac
+}
+run_suite "unit and integration tests" 900 -m "not browser and not gpu" "$@"
+run_suite "browser tests (Playwright + Debian chromium)" 600 -m browser tests/browser "$@"
+exit $status
