@@ -1,0 +1,67 @@
+// AudioWorklet: microphone -> 24 kHz mono frames of 1920 samples (80 ms), plus a level per frame.
+//
+// Why a worklet: ScriptProcessorNode is deprecated and runs on the main thread, where a busy
+// page would drop samples. Why resample here: the context runs at whatever rate the device
+// picked (headless chromium: 44.1 kHz, laptops: 48 kHz), and the server's engine clock is
+// 24 kHz * 80 ms. We read the real rate from the worklet global `sampleRate` and never assume it.
+//
+// Resampling is linear interpolation with a fractional read position carried across blocks.
+// Speech energy sits far below 12 kHz, so the aliasing this allows is inaudible for our use and
+// keeps the frame level equal to the source level (the tests compare levels).
+
+const OUTPUT_RATE = 24000;
+const FRAME_SAMPLES = 1920;
+
+class ParleyMicProcessor extends AudioWorkletProcessor {
+  constructor() {
+    super();
+    this.step = sampleRate / OUTPUT_RATE; // input samples advanced per output sample
+    this.readPos = 0; // read position relative to the current block; -1 means `lastSample`
+    this.lastSample = 0; // final sample of the previous block, to interpolate across the seam
+    this.frame = new Float32Array(FRAME_SAMPLES);
+    this.filled = 0;
+    this.sumSquares = 0;
+  }
+
+  process(inputs) {
+    const input = inputs[0];
+    if (!input || input.length === 0 || input[0].length === 0) return true; // no source yet
+    const block = downmix(input);
+    const last = block.length - 1;
+    // Produce every output sample whose two neighbours are available in this block.
+    while (this.readPos < last) {
+      const base = Math.floor(this.readPos);
+      const frac = this.readPos - base;
+      const left = base < 0 ? this.lastSample : block[base];
+      const right = block[base + 1];
+      this.push(left + (right - left) * frac);
+      this.readPos += this.step;
+    }
+    this.readPos -= block.length;
+    this.lastSample = block[last];
+    return true;
+  }
+
+  push(sample) {
+    this.frame[this.filled++] = sample;
+    this.sumSquares += sample * sample;
+    if (this.filled === FRAME_SAMPLES) {
+      const rms = Math.sqrt(this.sumSquares / FRAME_SAMPLES);
+      // Transfer the buffer (no copy) and start a fresh one.
+      this.port.postMessage({ frame: this.frame, rms }, [this.frame.buffer]);
+      this.frame = new Float32Array(FRAME_SAMPLES);
+      this.filled = 0;
+      this.sumSquares = 0;
+    }
+  }
+}
+
+// Average all channels into one: a stereo device must not double the level.
+function downmix(channels) {
+  if (channels.length === 1) return channels[0];
+  const out = new Float32Array(channels[0].length);
+  for (const ch of channels) for (let i = 0; i < out.length; i++) out[i] += ch[i] / channels.length;
+  return out;
+}
+
+registerProcessor("parley-mic", ParleyMicProcessor);

@@ -1,0 +1,1 @@
+"""The browser call page: one page that runs a full-duplex call over ``/v1/realtime``."""

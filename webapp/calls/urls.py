@@ -1,0 +1,9 @@
+from django.urls import path
+
+from webapp.calls import views
+
+app_name = "calls"
+
+urlpatterns = [
+    path("", views.call_page, name="call"),
+]

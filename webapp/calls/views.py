@@ -1,0 +1,26 @@
+"""The call page. Thin: it renders choices and the default engine's capabilities; the call itself
+runs in the browser (static/call/) against the realtime endpoint."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from inference.api import capabilities_preview
+from webapp.personas.selectors import persona_list_for, voice_list_for
+
+DEFAULT_PERSONA = "You are a friendly, curious conversation partner. Keep your answers short."
+
+
+@login_required
+def call_page(request: HttpRequest) -> HttpResponse:
+    personas = list(persona_list_for(user=request.user))
+    context = {
+        "personas": personas,
+        "voices": list(voice_list_for(user=request.user)),
+        "default_persona": personas[0].instructions if personas else DEFAULT_PERSONA,
+        # Lets the page show the demo / echo banner before the first call starts.
+        "capabilities": capabilities_preview(),
+    }
+    return render(request, "calls/call.html", context)

@@ -1,0 +1,1 @@
+"""Staff-only operations view: worker occupancy, tick timings and the queue, live."""

@@ -1,0 +1,83 @@
+"""Staff-only occupancy views. Thin: read ``inference.api.occupancy()``, present, render.
+
+Async views, because the facade is async; ``request.auser()`` keeps the ORM off the event loop.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.views.decorators.http import require_GET, require_POST
+
+from inference import api
+from webapp.operations.presenters import occupancy_payload, worker_rows
+
+# Session ids are server-made tokens; anything else in the URL is not worth a facade call.
+SESSION_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+async def _refusal(request: HttpRequest, *, as_json: bool = False) -> HttpResponse | None:
+    """None for an active staff user; otherwise the response that refuses the request."""
+    user = await request.auser()
+    if user.is_authenticated and user.is_active and user.is_staff:
+        return None
+    if as_json:
+        status = 403 if user.is_authenticated else 401
+        return JsonResponse({"error": {"code": "forbidden", "message": "staff only"}}, status=status)
+    if not user.is_authenticated:
+        return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
+    return HttpResponse("Staff only.", status=403, content_type="text/plain")
+
+
+async def _context() -> dict[str, Any]:
+    snapshots = await api.occupancy()
+    preview = api.capabilities_preview()
+    # The engine's chunk period is its real-time budget: ticks above it fall behind the clock.
+    budgets = {preview["engine"]: float(preview["chunk_period_ms"])} if "chunk_period_ms" in preview else {}
+    return {
+        "workers": worker_rows(snapshots, budgets_ms=budgets),
+        "queue_length": sum(s.queue_length for s in snapshots),
+    }
+
+
+@require_GET
+async def occupancy_page(request: HttpRequest) -> HttpResponse:
+    if refusal := await _refusal(request):
+        return refusal
+    return TemplateResponse(request, "operations/occupancy.html", await _context())
+
+
+@require_GET
+async def occupancy_fragment(request: HttpRequest) -> HttpResponse:
+    """Just the workers block, which the page polls and swaps in (one rendering path for both)."""
+    if refusal := await _refusal(request):
+        return refusal
+    return TemplateResponse(request, "operations/_workers.html", await _context())
+
+
+@require_GET
+async def occupancy_json(request: HttpRequest) -> HttpResponse:
+    if refusal := await _refusal(request, as_json=True):
+        return refusal
+    return JsonResponse(occupancy_payload(await api.occupancy()))
+
+
+@require_POST
+async def session_end(request: HttpRequest, session_id: str) -> HttpResponse:
+    if refusal := await _refusal(request):
+        return refusal
+    if not SESSION_ID.match(session_id):
+        messages.error(request, "That is not a session id.")
+        return redirect("operations:occupancy")
+    if await api.end_session(session_id, reason="admin_ended"):
+        messages.info(request, f"Session {session_id} ended.")
+    else:
+        messages.warning(request, f"Session {session_id} was not running any more.")
+    return redirect("operations:occupancy")
