@@ -1,0 +1,23 @@
+"""ASGI entry point: HTTP -> Django; WebSocket -> origin policy -> cookie auth -> API-key auth -> routes."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings.local")
+django_asgi_app = get_asgi_application()  # before importing anything that touches models
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+
+from webapp.conversations.auth import BearerKeyAuthMiddleware, OriginPolicyMiddleware  # noqa: E402
+from webapp.conversations.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": OriginPolicyMiddleware(
+            AuthMiddlewareStack(BearerKeyAuthMiddleware(URLRouter(websocket_urlpatterns)))
+        ),
+    }
+)

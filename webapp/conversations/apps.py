@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ConversationsConfig(AppConfig):
+    name = "webapp.conversations"
+    label = "conversations"

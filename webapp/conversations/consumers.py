@@ -1,0 +1,349 @@
+"""``/v1/realtime``: moves events between one WebSocket and the user's inference session.
+
+Transport only. Parsing lives in ``protocol``, server-event bookkeeping in ``server_events``,
+ORM work in ``services`` (touched at session edges and on ``session.update``, never per frame),
+and the session itself behind ``inference.api``. Every rejected input becomes one ``error`` event
+through ``_reject``, the single place where ``ProtocolError`` and the facade's ``ParleyError`` are
+translated; the session goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from inference import api
+from inference.contracts import (
+    AudioOut,
+    Closed,
+    Decision,
+    ErrorEvent,
+    Metrics,
+    ParleyError,
+    Paused,
+    Prefill,
+    Queued,
+    Ready,
+    Replaced,
+    Resumed,
+    SessionEvent,
+    SessionRequest,
+    TextOut,
+)
+from webapp.conversations import protocol as p
+from webapp.conversations import services
+from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
+
+logger = logging.getLogger(__name__)
+
+
+class CloseCode:
+    """WebSocket close codes the endpoint uses (see docs/protocol.md)."""
+
+    NORMAL = 1000
+    GOING_AWAY = 1001  # the server is shutting down
+    POLICY = 1008  # the session could not be opened for another reason than capacity
+    SERVER_ERROR = 1011  # engine_failed / internal_error ended the session
+    TRY_AGAIN_LATER = 1013  # resource_exhausted: no slot and the queue is full
+    UNAUTHENTICATED = 4401
+    REPLACED = 4409  # another connection of the same user took the session over
+
+
+_CLOSE_CODE_BY_REASON = {"engine_failed": CloseCode.SERVER_ERROR, "shutdown": CloseCode.GOING_AWAY}
+
+
+class RealtimeConsumer(AsyncWebsocketConsumer):
+    handle: api.SessionHandle | None = None
+
+    async def connect(self) -> None:
+        self.handle = None
+        self.finished = False  # the session ended or moved to another socket: never detach it
+        self.socket_closed = False
+        self.ready = False
+        self.pump: asyncio.Task | None = None
+        self.send_lock = asyncio.Lock()
+        self.view = SessionView(model=self._requested_model(), input_rates=tuple(settings.PARLEY_INPUT_RATES))
+        self.events = RealtimeEvents(self.view)
+        self.user = self.scope.get("user")
+        await self.accept()
+        if self.user is None or not self.user.is_authenticated:
+            # Accept-then-close so browsers can see why (a refused handshake has no readable reason).
+            await self._reject(p.ProtocolError("forbidden", "Authentication required: log in or send an API key."))
+            await self._close(CloseCode.UNAUTHENTICATED)
+            return
+        request = SessionRequest(user_key=str(self.user.pk), model=self.view.model)
+        try:
+            self.handle = await api.open_session(request)
+        except ParleyError as exc:
+            await self._reject(exc)
+            await self._close(CloseCode.TRY_AGAIN_LATER if exc.code == "resource_exhausted" else CloseCode.POLICY)
+            return
+        self.pump = asyncio.create_task(self._pump_session_events())
+
+    async def disconnect(self, code: int) -> None:
+        self.socket_closed = True
+        if self.pump is not None and self.pump is not asyncio.current_task():
+            self.pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.pump
+        if self.handle is not None and not self.finished:
+            self.finished = True
+            await self.handle.detach()  # keep the session paused for the grace period
+            if self.view.session_id:
+                await database_sync_to_async(services.conversation_detach)(session_id=self.view.session_id)
+
+    # ---- client -> session ------------------------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.handle is None or self.finished:
+            return
+        event_id = None
+        try:
+            p.check_size(text_data if text_data is not None else bytes_data or b"", settings.PARLEY_MAX_EVENT_BYTES)
+            if text_data is None:
+                await self._require_ready()
+                await self._append_audio(p.split_binary_frame(bytes_data or b""))
+                return
+            event = p.parse_client_event(text_data)
+            event_id = event.event_id
+            if not isinstance(event, p.SessionClose):
+                await self._require_ready()
+            await self._dispatch(event)
+        except (p.ProtocolError, ParleyError) as exc:
+            await self._reject(exc, event_id)
+        except Exception:  # the one edge: an unexpected fault must not kill the user's session
+            logger.exception("realtime.receive_failed", extra={"session_id": self.view.session_id})
+            await self._reject(
+                p.ProtocolError("internal_error", "Internal error.", error_type="server_error"), event_id
+            )
+
+    async def _require_ready(self) -> None:
+        if not self.ready:
+            raise p.ProtocolError("session_not_ready", "Wait for session.created before sending this event.")
+
+    async def _dispatch(self, event: Any) -> None:
+        handle = self.handle
+        assert handle is not None
+        match event:
+            case p.SessionUpdate():
+                await self._session_update(event)
+            case p.InputAudioBufferAppend():
+                await self._append_audio(
+                    p.decode_base64(event.audio, code="invalid_audio", param="audio", event_id=event.event_id)
+                )
+            case p.InputAudioBufferCommit():  # a duplex model listens continuously: nothing to commit
+                await self._emit(
+                    [self.events.event("input_audio_buffer.committed", previous_item_id=None, item_id=new_id("item"))]
+                )
+            case p.InputAudioBufferClear():
+                await self._emit([self.events.event("input_audio_buffer.cleared")])
+            case p.InputImageAppend():
+                await self._append_image(event)
+            case p.ResponseCreate():
+                pass  # the long-lived response already runs; accepted for stock clients
+            case p.ResponseCancel():
+                await handle.cancel()
+                await self._emit(self.events.cancel())
+            case p.ResponseForceListen():
+                await handle.force_listen()
+            case p.SessionPause():
+                await handle.pause()
+            case p.SessionResume():
+                await handle.resume()
+            case p.PlaybackAck():
+                await handle.playback_ack(event.played_ms)
+            case p.SessionClose():
+                await handle.close("client_close")
+
+    async def _append_audio(self, data: bytes) -> None:
+        if not data:
+            return
+        assert self.handle is not None
+        await self.handle.append_audio(data, encoding=p.INPUT_FORMATS[self.view.input_type], rate=self.view.input_rate)
+
+    async def _append_image(self, event: p.InputImageAppend) -> None:
+        assert self.handle is not None
+        caps = self.view.capabilities
+        if caps is not None and not caps.video:
+            raise p.ProtocolError("unsupported_input", f"The {caps.engine} engine takes no images.", param="image")
+        image = p.decode_base64(event.image, code="invalid_event", param="image", event_id=event.event_id)
+        if not (image.startswith(b"\xff\xd8\xff") or image.startswith(b"\x89PNG\r\n\x1a\n")):
+            raise p.ProtocolError("unsupported_input", "Images must be JPEG or PNG.", param="image")
+        await self.handle.append_image(image)
+
+    async def _session_update(self, event: p.SessionUpdate) -> None:
+        """Validate everything first, then apply: a rejected update changes nothing."""
+        assert self.handle is not None
+        config, view = event.session, self.view
+        audio = config.audio
+        input_type, input_rate = view.input_type, view.input_rate
+        if audio and audio.input and audio.input.format:
+            fmt = audio.input.format
+            if fmt.type not in p.INPUT_FORMATS:
+                raise p.ProtocolError(
+                    "unsupported_audio_format",
+                    f"Input format {fmt.type!r} is not supported; use one of {sorted(p.INPUT_FORMATS)}.",
+                    param="session.audio.input.format.type",
+                )
+            input_type, input_rate = fmt.type, fmt.rate or 24_000
+            if input_rate not in view.input_rates:
+                raise p.ProtocolError(
+                    "unsupported_audio_format",
+                    f"Input rate {input_rate} is not supported; use one of {list(view.input_rates)}.",
+                    param="session.audio.input.format.rate",
+                )
+        if audio and audio.output and audio.output.format:
+            fmt = audio.output.format
+            if fmt.type != p.OUTPUT_FORMAT or fmt.rate not in (None, view.output_rate):
+                raise p.ProtocolError(
+                    "unsupported_audio_format",
+                    f"Output is {p.OUTPUT_FORMAT} at {view.output_rate} Hz.",
+                    param="session.audio.output.format",
+                )
+        persona_id, instructions = view.persona_id, view.instructions
+        if config.duplex and config.duplex.persona_id is not None:
+            choice = await database_sync_to_async(services.persona_resolve)(
+                user=self.user, persona_id=config.duplex.persona_id
+            )
+            if choice is None:
+                raise p.ProtocolError("persona_not_found", "No such persona.", param="session.duplex.persona_id")
+            persona_id, instructions = choice.persona_id, choice.instructions
+        elif config.instructions is not None:
+            persona_id, instructions = None, config.instructions
+        voice = None
+        if audio and audio.output and audio.output.voice is not None:
+            voice = await database_sync_to_async(services.voice_resolve)(user=self.user, voice=audio.output.voice)
+            if voice is None:
+                raise p.ProtocolError("voice_not_found", "No such voice.", param="session.audio.output.voice")
+        # Only changes reach the session: stock clients resend unchanged fields with every update.
+        new_persona = instructions if instructions != view.instructions else None
+        new_voice = voice.ref if voice is not None and voice.name != view.voice else None
+        if new_persona is not None or new_voice is not None:
+            await self.handle.update(persona=new_persona, voice=new_voice)
+        view.input_type, view.input_rate = input_type, input_rate
+        view.persona_id, view.instructions = persona_id, instructions
+        if voice is not None:
+            view.voice = voice.name
+        if config.duplex and config.duplex.binary_audio is not None:
+            view.binary_audio = config.duplex.binary_audio
+        if config.duplex and config.duplex.record is not None:
+            view.record = config.duplex.record
+        await self._emit([self.events.event("session.updated", session=self.events.session_object())])
+
+    # ---- session -> client ------------------------------------------------------------------
+
+    async def _pump_session_events(self) -> None:
+        assert self.handle is not None
+        try:
+            async for event in self.handle.events():
+                await self._on_session_event(event)
+                if self.finished:
+                    return
+        except ParleyError as exc:
+            await self._reject(exc)
+        except Exception:  # an unexpected fault ends this socket, not the server
+            logger.exception("realtime.pump_failed", extra={"session_id": self.view.session_id})
+            await self._reject(p.ProtocolError("internal_error", "Internal error.", error_type="server_error"))
+            await self._close(CloseCode.SERVER_ERROR)
+
+    async def _on_session_event(self, event: SessionEvent) -> None:
+        events = self.events
+        match event:
+            case AudioOut():
+                await self._emit(events.audio(event))
+            case TextOut():
+                await self._emit(events.text(event))
+            case Metrics():
+                await self._emit([events.event("session.metrics", metrics=dict(event.values))])
+            case Decision():
+                await self._emit(
+                    [events.event(f"response.{event.kind}", unit=event.unit, end_of_turn=event.end_of_turn)]
+                )
+            case Queued():
+                fields = {"position": event.position, "queue_length": event.queue_length}
+                await self._emit([events.event("session.queued", **fields, estimated_wait_s=event.estimated_wait_s)])
+            case Ready():
+                await self._on_ready(event)
+            case Prefill():
+                await self._emit([events.event("session.prefill", progress=event.progress, done=event.done)])
+            case Paused():
+                await self._emit([events.event("session.paused")])
+            case Resumed():
+                await self._emit([events.event("session.resumed")])
+            case ErrorEvent():
+                await self._reject(ParleyError(event.message, code=event.code, error_type=event.error_type))
+            case Replaced():
+                self.finished = True
+                await self._emit([*events.end_response("cancelled"), events.event("session.replaced")])
+                await self._close(CloseCode.REPLACED)
+            case Closed():
+                await self._on_closed(event)
+
+    async def _on_ready(self, event: Ready) -> None:
+        view = self.view
+        view.session_id, view.capabilities, view.resumed = event.session_id, event.capabilities, event.resumed
+        view.instructions = event.persona if event.persona is not None else view.instructions
+        view.voice = event.voice if event.voice is not None else view.voice
+        self.ready = True
+        await self._emit([self.events.session_created()])
+        await database_sync_to_async(services.conversation_open)(
+            user=self.user, session_id=event.session_id, engine=event.capabilities.engine
+        )
+
+    async def _on_closed(self, event: Closed) -> None:
+        self.finished = True
+        failed = event.reason == "engine_failed"
+        outgoing: list[Outgoing] = self.events.end_response("failed" if failed else "completed")
+        if failed:
+            outgoing.append(
+                self.events.error("engine_failed", "The engine failed; the session ended.", error_type="server_error")
+            )
+        outgoing.append(self.events.event("session.closed", reason=event.reason))
+        await self._emit(outgoing)
+        if self.view.session_id:
+            await database_sync_to_async(services.conversation_close)(
+                session_id=self.view.session_id, reason=event.reason
+            )
+        await self._close(_CLOSE_CODE_BY_REASON.get(event.reason, CloseCode.NORMAL))
+
+    # ---- sending ------------------------------------------------------------------------------
+
+    async def _reject(self, exc: p.ProtocolError | ParleyError, event_id: str | None = None) -> None:
+        """The one translation of rejected input and facade errors into an ``error`` event."""
+        client_event_id = getattr(exc, "event_id", None) or event_id
+        await self._emit(
+            [
+                self.events.error(
+                    exc.code, exc.message, error_type=exc.error_type, param=exc.param, client_event_id=client_event_id
+                )
+            ]
+        )
+
+    async def _emit(self, outgoing: list[Outgoing]) -> None:
+        # Build-then-emit has no await in between, and the lock is FIFO: sequence numbers go out in order.
+        async with self.send_lock:
+            for item in outgoing:
+                if self.socket_closed:
+                    return
+                if isinstance(item, bytes):
+                    await self.send(bytes_data=item)
+                else:
+                    await self.send(text_data=json.dumps(item, separators=(",", ":")))
+
+    async def _close(self, code: int) -> None:
+        if not self.socket_closed:
+            self.socket_closed = True
+            await self.close(code=code)
+
+    def _requested_model(self) -> str | None:
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        model = (query.get("model") or [""])[0].strip()
+        return model[:100] or settings.PARLEY_DEFAULT_MODEL

@@ -1,0 +1,66 @@
+"""Conversation lifecycle writes and session.update resolution (keyword-only, typed).
+
+Called by the consumer through ``database_sync_to_async`` at session edges only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
+
+from inference.contracts import VoiceRef
+from webapp.conversations.models import Conversation
+from webapp.personas.selectors import persona_get_for, voice_get_for
+
+
+def conversation_open(*, user: AbstractBaseUser, session_id: str, engine: str) -> Conversation:
+    """The row of a session that became live on a socket (new, resumed or taken over)."""
+    conversation, created = Conversation.objects.get_or_create(
+        session_id=session_id, defaults={"user": user, "engine": engine}
+    )
+    if not created and conversation.status != Conversation.Status.OPEN:
+        conversation.status = Conversation.Status.OPEN
+        conversation.save(update_fields=["status"])
+    return conversation
+
+
+def conversation_detach(*, session_id: str) -> None:
+    Conversation.objects.filter(session_id=session_id, status=Conversation.Status.OPEN).update(
+        status=Conversation.Status.DETACHED
+    )
+
+
+def conversation_close(*, session_id: str, reason: str) -> None:
+    status = Conversation.Status.FAILED if reason == "engine_failed" else Conversation.Status.CLOSED
+    Conversation.objects.filter(session_id=session_id, ended_at__isnull=True).update(
+        status=status, close_reason=reason[:30], ended_at=timezone.now()
+    )
+
+
+@dataclass(frozen=True)
+class PersonaChoice:
+    persona_id: int
+    instructions: str
+
+
+@dataclass(frozen=True)
+class VoiceChoice:
+    name: str
+    ref: VoiceRef
+
+
+def persona_resolve(*, user: AbstractBaseUser, persona_id: object) -> PersonaChoice | None:
+    persona = persona_get_for(user=user, persona_id=persona_id)
+    return None if persona is None else PersonaChoice(persona_id=persona.pk, instructions=persona.instructions)
+
+
+def voice_resolve(*, user: AbstractBaseUser, voice: object) -> VoiceChoice | None:
+    row = voice_get_for(user=user, voice=voice)
+    if row is None:
+        return None
+    return VoiceChoice(
+        name=row.name, ref=VoiceRef(voice_id=str(row.pk), path=Path(row.file_path) if row.file_path else None)
+    )

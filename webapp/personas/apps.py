@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PersonasConfig(AppConfig):
+    name = "webapp.personas"
+    label = "personas"

@@ -1,0 +1,1 @@
+"""Settings modules: ``base`` (shared), ``local`` (make run), ``test`` (pytest), ``production``."""

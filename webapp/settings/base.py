@@ -1,0 +1,118 @@
+"""Settings shared by every environment. Values come from ``webapp.env`` only."""
+
+from __future__ import annotations
+
+import dj_database_url
+
+from webapp.env import BASE_DIR, ENV
+
+SECRET_KEY = ENV.secret_key
+DEBUG = ENV.debug
+ALLOWED_HOSTS = ENV.allowed_hosts
+CSRF_TRUSTED_ORIGINS = ENV.csrf_trusted_origins
+VAR_DIR = ENV.var_dir
+
+INSTALLED_APPS = [
+    "daphne",  # first: makes runserver serve ASGI (WebSockets)
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "webapp.accounts",
+    "webapp.personas",
+    "webapp.conversations",
+    "webapp.calls",
+    "webapp.operations",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+WSGI_APPLICATION = "webapp.wsgi.application"
+ASGI_APPLICATION = "webapp.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if ENV.database_url:
+    DATABASES = {"default": dj_database_url.parse(ENV.database_url, conn_max_age=60)}
+else:
+    DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "db.sqlite3"}}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+MEDIA_ROOT = VAR_DIR / "media"
+
+# ---- channels ------------------------------------------------------------------------------
+if ENV.redis_url:
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [ENV.redis_url]}}
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# ---- celery (namespace CELERY_, read by webapp/celery.py) ---------------------------------------
+if ENV.celery_broker_url:
+    CELERY_BROKER_URL = ENV.celery_broker_url
+    CELERY_TASK_ALWAYS_EAGER = False
+else:
+    CELERY_BROKER_URL = "memory://"
+    CELERY_TASK_ALWAYS_EAGER = True  # no broker running: tasks run inline
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# ---- parley ------------------------------------------------------------------------------------
+PARLEY_INFERENCE_URL = ENV.inference_url  # informational: inference.api reads its own config
+PARLEY_MAX_EVENT_BYTES = ENV.max_event_bytes  # larger client events get event_too_large
+PARLEY_DEFAULT_MODEL = ENV.default_model or None
+# Input sample rates the endpoint accepts; the facade resamples any of them to the engine rate.
+PARLEY_INPUT_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
+PARLEY_ADMIN_PASSWORD_FILE = VAR_DIR / "admin-password.txt"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {"webapp": {"level": "INFO"}},
+}

@@ -1,0 +1,19 @@
+"""pytest settings: embedded defaults, fast hashing, and a FILE test database.
+
+The daphne live-server fixture runs the app in a child process, which cannot see an in-memory
+SQLite database; a file makes rows written by tests visible there.
+"""
+
+from webapp.env import BASE_DIR, ENV
+from webapp.settings.base import *  # noqa: F403
+from webapp.settings.base import DATABASES
+
+DEBUG = False
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+CELERY_TASK_ALWAYS_EAGER = True
+CELERY_TASK_EAGER_PROPAGATES = True
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test_db.sqlite3")}
+
+ALLOWED_HOSTS = [*ENV.allowed_hosts, "testserver"]

@@ -1,0 +1,9 @@
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("accounts/", include("webapp.accounts.urls")),
+    path("ops/", include("webapp.operations.urls")),
+    path("", include("webapp.calls.urls")),
+]
