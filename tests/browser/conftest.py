@@ -1,0 +1,80 @@
+"""Browser tests: Debian chromium through pytest-playwright, a fake microphone, a daphne live server.
+
+Run them in their own pytest invocation (``pytest -m browser tests/browser``): once
+pytest-playwright's sync Playwright runs, pytest-asyncio tests in the same process fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+# Words long enough that the looping fake microphone is mostly speech, with natural short gaps.
+FAKE_MIC_TEXT = "hello, how are you today? I would like to talk about the weather and the news."
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything in this directory drives a browser."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _allow_orm_under_playwright() -> Iterator[None]:
+    # Playwright's sync API keeps an event loop running in the main thread, so Django's async
+    # safety check would reject the ORM calls these tests make (creating users, flushing tables).
+    # Set here rather than at import, so unit runs that merely collect this folder are unaffected.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    yield
+    if previous is None:
+        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    else:
+        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture(scope="session")
+def fake_mic_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Speech for chromium's fake microphone, made with espeak-ng and sox (never committed)."""
+    for tool in ("espeak-ng", "sox"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (apt-get install espeak-ng sox)")
+    folder = tmp_path_factory.mktemp("fake-mic")
+    speech = folder / "speech.wav"
+    mic = folder / "fake_mic.wav"
+    subprocess.run(["espeak-ng", "-s", "150", "-w", str(speech), FAKE_MIC_TEXT], check=True, timeout=60)
+    # 48 kHz mono 16-bit is what a real microphone delivers; the page must resample it itself.
+    subprocess.run(["sox", str(speech), "-r", "48000", "-c", "1", "-b", "16", str(mic)], check=True, timeout=60)
+    return mic
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict, fake_mic_wav: Path) -> dict:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"chromium not found at {CHROMIUM} (apt-get install chromium, or set CHROMIUM)")
+    return {
+        **browser_type_launch_args,
+        "executable_path": CHROMIUM,
+        "headless": True,
+        "args": [
+            *browser_type_launch_args.get("args", []),
+            "--use-fake-ui-for-media-stream",
+            "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-audio-capture={fake_mic_wav}",
+            "--autoplay-policy=no-user-gesture-required",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ],
+    }

@@ -1,0 +1,164 @@
+"""The call page's audio modules in a real chromium, without Django: the mic worklet's
+resampling and framing, and the jitter buffer's accounting.
+
+The modules are served from ``static/`` by a plain HTTP server on 127.0.0.1 (a secure context,
+which AudioWorklet and getUserMedia require). The worklet test launches its own chromium whose
+fake microphone plays a known sine, so frequency and level after resampling can be checked.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+STATIC = Path(__file__).resolve().parents[2] / "static"
+HARNESS = "<!doctype html><meta charset=utf-8><title>audio harness</title>"
+
+
+class _Handler(SimpleHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+        if self.path == "/harness.html":
+            body = HARNESS.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        super().do_GET()
+
+    def log_message(self, *args: object) -> None:  # keep test output clean
+        pass
+
+
+@pytest.fixture(scope="module")
+def static_server() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Handler, directory=str(STATIC)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def sine_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """10 s of a 1 kHz sine at amplitude 0.5, 48 kHz mono: RMS 0.354."""
+    path = tmp_path_factory.mktemp("sine") / "sine_1k.wav"
+    subprocess.run(
+        ["sox", "-n", "-r", "48000", "-c", "1", "-b", "16", str(path), "synth", "10", "sine", "1000", "vol", "0.5"],
+        check=True,
+        timeout=60,
+    )
+    return path
+
+
+CAPTURE_FRAMES_JS = """
+async (count) => {
+  const ctx = new AudioContext();
+  await ctx.resume();
+  await ctx.audioWorklet.addModule("/call/mic-worklet.js");
+  const stream = await navigator.mediaDevices.getUserMedia({audio: {
+    echoCancellation: false, noiseSuppression: false, autoGainControl: false, channelCount: 1}});
+  const node = new AudioWorkletNode(ctx, "parley-mic", {numberOfInputs: 1, numberOfOutputs: 0});
+  const frames = [];
+  await new Promise((resolve) => {
+    node.port.onmessage = ({data}) => {
+      frames.push({samples: Array.from(data.frame), rms: data.rms});
+      if (frames.length === count) resolve();
+    };
+    ctx.createMediaStreamSource(stream).connect(node);
+  });
+  stream.getTracks().forEach((t) => t.stop());
+  await ctx.close();
+  return {contextRate: ctx.sampleRate, frames};
+}
+"""
+
+
+def test_mic_worklet_resamples_to_24k_frames_of_1920(browser_type, browser_type_launch_args, static_server, sine_wav):
+    args = [a for a in browser_type_launch_args["args"] if not a.startswith("--use-file-for-fake-audio-capture")]
+    browser = browser_type.launch(
+        **{**browser_type_launch_args, "args": [*args, f"--use-file-for-fake-audio-capture={sine_wav}"]}
+    )
+    try:
+        page = browser.new_page()
+        page.goto(f"{static_server}/harness.html")
+        result = page.evaluate(CAPTURE_FRAMES_JS, 20)
+    finally:
+        browser.close()
+
+    assert result["contextRate"] != 24000, "the test must exercise resampling"
+    frames = result["frames"]
+    assert all(len(f["samples"]) == 1920 for f in frames)
+    # Skip the first frames: the fake device and the interpolator start from silence.
+    steady = [s for f in frames[5:] for s in f["samples"]]
+    rms = math.sqrt(sum(s * s for s in steady) / len(steady))
+    assert rms == pytest.approx(0.5 / math.sqrt(2), rel=0.05)
+    assert all(f["rms"] == pytest.approx(0.354, rel=0.05) for f in frames[5:])
+    # A wrong resampling ratio would shift the tone: count upward zero crossings at 24 kHz.
+    crossings = sum(1 for a, b in zip(steady, steady[1:], strict=False) if a < 0 <= b)
+    frequency = crossings / (len(steady) / 24000)
+    assert frequency == pytest.approx(1000, rel=0.02)
+
+
+PLAYER_JS = """
+async () => {
+  const {JitterPlayer, base64ToInt16, float32ToBase64Pcm16} = await import("/call/player.js");
+  const ctx = new AudioContext();
+  await ctx.resume();
+  const acks = [];
+  const player = new JitterPlayer(ctx, {rate: 24000, targetMs: 100, maxMs: 1200, onAck: (ms) => acks.push(ms)});
+  const sine = (n) => Float32Array.from({length: n}, (_, i) => 0.5 * Math.sin(2 * Math.PI * 440 * i / 24000));
+  const chunk = () => base64ToInt16(float32ToBase64Pcm16(sine(1920)));
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const until = async (check) => { for (let i = 0; i < 200 && !check(); i++) await sleep(20); };
+
+  // 10 chunks of 80 ms pushed at once: they play back to back, no underrun.
+  for (let i = 0; i < 10; i++) player.push(chunk());
+  const depthAfterPush = player.depthMs;
+  await until(() => player.stats.playedMs >= 800);
+  const afterSteady = {...player.stats, playedRms: player.playedRms, acks: [...acks]};
+
+  // The buffer has run dry; the next chunk is an underrun.
+  await sleep(200);
+  player.push(chunk());
+  const underrunsAfterGap = player.stats.underruns;
+
+  // 2 s at once is more than maxMs (1200 ms): the backlog is dropped, latency returns to the target.
+  player.flush();
+  for (let i = 0; i < 25; i++) player.push(chunk());
+  const overrun = {overruns: player.stats.overruns, depthMs: player.depthMs};
+  player.flush();
+  await ctx.close();
+
+  const roundTrip = Array.from(base64ToInt16(float32ToBase64Pcm16(Float32Array.from([0, 0.5, -0.5, 1, -1, 2]))));
+  return {depthAfterPush, afterSteady, underrunsAfterGap, overrun, roundTrip};
+}
+"""
+
+
+def test_jitter_player_counts_playback_underruns_and_overruns(page, static_server):
+    page.goto(f"{static_server}/harness.html")
+    r = page.evaluate(PLAYER_JS)
+
+    # Ten 80 ms chunks plus the 100 ms target wait were buffered at once.
+    assert r["depthAfterPush"] == pytest.approx(900, abs=30)
+    steady = r["afterSteady"]
+    assert steady["chunksScheduled"] == 10
+    assert steady["playedMs"] == pytest.approx(800, abs=1)
+    assert steady["underruns"] == 0 and steady["overruns"] == 0
+    assert steady["playedRms"] == pytest.approx(0.5 / math.sqrt(2), rel=0.01)
+    assert steady["acks"] and steady["acks"][0] >= 500  # acknowledged about twice a second
+    assert r["underrunsAfterGap"] == 1
+    assert r["overrun"]["overruns"] >= 1
+    assert r["overrun"]["depthMs"] <= 1200 + 100
+    # pcm16 encoding: clamped to [-1, 1], little-endian int16 after a base64 round trip.
+    assert r["roundTrip"] == [0, 16383, -16384, 32767, -32768, 32767]
