@@ -200,7 +200,6 @@ class Call {
     const query = MODEL ? `?model=${encodeURIComponent(MODEL)}` : "";
     const ws = new WebSocket(`${scheme}://${location.host}/v1/realtime${query}`); // the session cookie authenticates
     this.ws = ws;
-    ws.onopen = () => this.sendSessionUpdate();
     ws.onmessage = (message) => this.onMessage(message.data);
     ws.onclose = (event) => {
       if (this.ws !== ws) return; // an old socket after a reconnect
@@ -209,12 +208,16 @@ class Call {
     };
   }
 
-  sendSessionUpdate() {
+  /**
+   * Configure the session once it exists (the server refuses events before session.created).
+   * A resumed or taken-over session keeps its persona and voice: they are fixed once audio began.
+   */
+  sendSessionUpdate(resumed) {
     const session = { type: "realtime", audio: { input: { format: { type: "audio/pcm", rate: RATE } } } };
     const persona = this.ui.persona();
     const voice = this.ui.voice();
-    if (persona) session.instructions = persona;
-    if (voice) session.audio.output = { voice };
+    if (!resumed && persona) session.instructions = persona;
+    if (!resumed && voice) session.audio.output = { voice };
     this.send({ type: "session.update", session });
   }
 
@@ -350,6 +353,9 @@ const HANDLERS = {
     hooks.capabilities = duplex.capabilities ?? null;
     call.ui.setSession(hooks.sessionId, hooks.resumed);
     call.ui.setCapabilities(hooks.capabilities);
+    if (hooks.resumed && duplex.persona) call.ui.showPersona(duplex.persona);
+    // Sent before the state turns live, so the server applies it before the first audio frame.
+    call.sendSessionUpdate(hooks.resumed);
     call.setState("live");
   },
   "session.prefill"(call, e) {

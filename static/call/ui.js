@@ -65,6 +65,11 @@ export class CallUi {
     return $("voice").value;
   }
 
+  /** A resumed session keeps the persona it started with: show that one, not the text box's draft. */
+  showPersona(text) {
+    $("persona").value = text;
+  }
+
   setState(state, detail = "") {
     const badge = $("call-state");
     badge.dataset.state = state;

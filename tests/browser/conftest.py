@@ -78,3 +78,27 @@ def browser_type_launch_args(browser_type_launch_args: dict, fake_mic_wav: Path)
             "--disable-sync",
         ],
     }
+
+
+PASSWORD = "browser-test-password"
+
+
+@pytest.fixture
+def make_user(transactional_db, django_user_model):
+    """Create a user the live server can see (transactional: committed rows, not a test transaction)."""
+
+    def make(username: str, *, staff: bool = False):
+        return django_user_model.objects.create_user(username=username, password=PASSWORD, is_staff=staff)
+
+    return make
+
+
+@pytest.fixture
+def screenshot_dir() -> Path | None:
+    """Where tests drop screenshots for a human to look at: ``PARLEY_SCREENSHOTS=/some/dir`` (off by default)."""
+    raw = os.environ.get("PARLEY_SCREENSHOTS")
+    if not raw:
+        return None
+    path = Path(raw)
+    path.mkdir(parents=True, exist_ok=True)
+    return path

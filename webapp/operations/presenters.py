@@ -60,8 +60,13 @@ def tick_chart(recent_ms: tuple[float, ...], *, budget_ms: float | None = None) 
     )
 
 
-def worker_rows(snapshots: list[WorkerSnapshot], *, budgets_ms: dict[str, float] | None = None) -> list[dict[str, Any]]:
-    """One template row per worker: the snapshot, counts per slot state, and its tick chart."""
+def worker_rows(
+    snapshots: list[WorkerSnapshot],
+    *,
+    budgets_ms: dict[str, float] | None = None,
+    usernames: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """One template row per worker: the snapshot, its slots with user names, counts per state, its tick chart."""
     rows = []
     for snap in snapshots:
         counts = Counter(slot.state for slot in snap.slots)
@@ -69,6 +74,10 @@ def worker_rows(snapshots: list[WorkerSnapshot], *, budgets_ms: dict[str, float]
         rows.append(
             {
                 "snapshot": snap,
+                "slots": [
+                    {"slot": slot, "username": (usernames or {}).get(slot.user_key or "", slot.user_key)}
+                    for slot in snap.slots
+                ],
                 "busy": snap.num_slots - counts.get("free", 0),
                 "counts": sorted(counts.items()),
                 "chart": tick_chart(snap.recent_tick_ms, budget_ms=budget),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
@@ -18,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from inference import api
 from webapp.operations.presenters import occupancy_payload, worker_rows
+from webapp.operations.selectors import usernames_for_slots
 
 # Session ids are server-made tokens; anything else in the URL is not worth a facade call.
 SESSION_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -41,8 +43,9 @@ async def _context() -> dict[str, Any]:
     preview = api.capabilities_preview()
     # The engine's chunk period is its real-time budget: ticks above it fall behind the clock.
     budgets = {preview["engine"]: float(preview["chunk_period_ms"])} if "chunk_period_ms" in preview else {}
+    usernames = await sync_to_async(usernames_for_slots)(snapshots=snapshots)
     return {
-        "workers": worker_rows(snapshots, budgets_ms=budgets),
+        "workers": worker_rows(snapshots, budgets_ms=budgets, usernames=usernames),
         "queue_length": sum(s.queue_length for s in snapshots),
     }
 

@@ -1,0 +1,65 @@
+"""Small page helpers shared by the browser tests: log in, run a call, read the page's hooks."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from playwright.sync_api import APIRequestContext, Page
+
+from tests.browser.conftest import PASSWORD
+
+# A call's first audio needs the service to start its worker and the echo delay to pass.
+CALL_TIMEOUT_MS = 20_000
+
+
+def login(page: Page, base_url: str, username: str) -> None:
+    page.goto(f"{base_url}/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("form [type=submit]")
+    page.wait_for_url(lambda url: "/accounts/login/" not in url)
+
+
+def open_call_page(page: Page, base_url: str) -> None:
+    # raw=1: no echo cancellation / noise suppression, so the fake microphone's level is kept.
+    page.goto(f"{base_url}/?raw=1")
+    page.wait_for_function("() => window.parley && window.parley.state === 'idle'")
+
+
+def start_call(page: Page) -> str:
+    """Click Start and wait until the session is live; returns its id."""
+    page.click("#start")
+    wait_for_state(page, "live")
+    return hooks(page)["sessionId"]
+
+
+def wait_for_state(page: Page, state: str, timeout_ms: int = CALL_TIMEOUT_MS) -> None:
+    page.wait_for_function("(s) => window.parley.state === s", arg=state, timeout=timeout_ms)
+
+
+def wait_for(page: Page, condition: str, timeout_ms: int = CALL_TIMEOUT_MS) -> None:
+    """Wait until ``condition`` (a JS expression over ``p = window.parley``) is true."""
+    page.wait_for_function(f"() => {{ const p = window.parley; return {condition}; }}", timeout=timeout_ms)
+
+
+def hooks(page: Page) -> dict[str, Any]:
+    """A copy of the page's test hooks (window.parley)."""
+    return page.evaluate("() => JSON.parse(JSON.stringify(window.parley))")
+
+
+def occupancy(request: APIRequestContext, base_url: str) -> dict[str, Any]:
+    response = request.get(f"{base_url}/ops/occupancy.json")
+    assert response.ok, f"occupancy.json answered {response.status}"
+    return response.json()
+
+
+def wait_until_slot_freed(request: APIRequestContext, base_url: str, session_id: str, timeout_s: float = 10) -> None:
+    """The slot is free once the engine confirmed cleanup, which may lag the close event a little."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ids = occupancy(request, base_url)["session_ids"]
+        if session_id not in ids:
+            return
+        assert time.monotonic() < deadline, f"session {session_id} still holds a slot: {ids}"
+        time.sleep(0.2)

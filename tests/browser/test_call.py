@@ -1,0 +1,125 @@
+"""Acceptance: a call from the browser against the echo engine, end to end.
+
+Debian chromium's fake microphone plays espeak-ng speech; the echo engine returns it 240 ms
+later, so non-silent agent audio proves the whole path: worklet -> socket -> engine -> jitter
+buffer -> speakers.
+"""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.pages import (
+    hooks,
+    login,
+    occupancy,
+    open_call_page,
+    start_call,
+    wait_for,
+    wait_for_state,
+    wait_until_slot_freed,
+)
+
+# The fake microphone's speech has an RMS around 0.1 with pauses; silence would be 0.
+AUDIBLE_RMS = 0.01
+
+
+def test_call_plays_agent_audio_pauses_resumes_and_stops(channels_live_server, browser, make_user, screenshot_dir):
+    url = channels_live_server.url
+    make_user("caller")
+    make_user("operator", staff=True)
+    caller = browser.new_context()
+    staff = browser.new_context()
+    page = caller.new_page()
+    login(page, url, "caller")
+    login(staff.new_page(), url, "operator")
+    open_call_page(page, url)
+    # The echo engine is the default: the page says so before the call, and how to use a model.
+    expect(page.locator("#banner-echo")).to_be_visible()
+    expect(page.locator("#demo-banner")).to_contain_text("PARLEY_CHECKPOINT")
+
+    session_id = start_call(page)
+    expect(page.locator("#call-state")).to_have_text("Live")
+    assert session_id
+    wait_for(page, "p.playedMs > 2000 && p.metrics !== null")
+    h = hooks(page)
+    assert h["framesSent"] > 20
+    assert h["receivedRms"] > AUDIBLE_RMS
+    assert h["playedRms"] > AUDIBLE_RMS
+    assert h["capabilities"]["engine"] == "echo"
+    assert "[frame" in h["transcript"]
+    expect(page.locator("#transcript")).to_contain_text("[frame")
+    expect(page.locator("[data-figure=tick_p50]")).to_have_text(r"\d+ ms")
+    assert session_id in occupancy(staff.request, url)["session_ids"]
+    if screenshot_dir:
+        page.wait_for_timeout(1500)  # let the latency chart gather a few points
+        page.screenshot(path=str(screenshot_dir / "call-live.png"), full_page=True)
+
+    page.click("#pause")
+    wait_for_state(page, "paused")
+    expect(page.locator("#call-state")).to_have_text("Paused")
+    paused = hooks(page)
+    page.wait_for_timeout(1200)
+    still = hooks(page)
+    assert still["audioChunksReceived"] == paused["audioChunksReceived"], "audio arrived while paused"
+    assert still["framesSent"] == paused["framesSent"], "the microphone was sent while paused"
+
+    page.click("#resume")
+    wait_for_state(page, "live")
+    wait_for(page, f"p.audioChunksReceived > {paused['audioChunksReceived'] + 10}")
+    wait_for(page, f"p.playedMs > {paused['playedMs'] + 500}")
+
+    page.click("#stop")
+    wait_for_state(page, "closed")
+    expect(page.locator("#call-state")).to_have_text("Call ended")
+    assert hooks(page)["closeReason"] == "client_close"
+    wait_until_slot_freed(staff.request, url, session_id)
+    expect(page.locator("#start")).to_be_enabled()
+    caller.close()
+    staff.close()
+
+
+def test_second_window_takes_the_call_over(channels_live_server, browser, make_user):
+    url = channels_live_server.url
+    make_user("switcher")
+    first, second = browser.new_context(), browser.new_context()
+    page1, page2 = first.new_page(), second.new_page()
+    for page in (page1, page2):
+        login(page, url, "switcher")
+        open_call_page(page, url)
+
+    session_id = start_call(page1)
+    wait_for(page1, "p.audioChunksReceived > 5")
+    assert start_call(page2) == session_id, "the second window must continue the same session"
+
+    wait_for_state(page1, "replaced")
+    expect(page1.locator("#call-state")).to_have_text("Taken over by another window")
+    expect(page1.locator("#start")).to_be_disabled()  # the old window cannot grab it back by accident
+    wait_for(page2, "p.playedMs > 1500")
+    assert hooks(page2)["playedRms"] > AUDIBLE_RMS
+    before = hooks(page1)["audioChunksReceived"]
+    page1.wait_for_timeout(500)
+    assert hooks(page1)["audioChunksReceived"] == before, "the replaced window still receives audio"
+
+    page2.click("#stop")
+    wait_for_state(page2, "closed")
+    first.close()
+    second.close()
+
+
+def test_call_page_requires_login(channels_live_server, page):
+    page.goto(f"{channels_live_server.url}/")
+    assert "/accounts/login/" in page.url
+
+
+@pytest.mark.parametrize("path", ["/ops/", "/ops/occupancy.json"])
+def test_operations_refuse_non_staff(channels_live_server, browser, make_user, path):
+    url = channels_live_server.url
+    make_user("plainuser")
+    context = browser.new_context()
+    anonymous = context.request.get(f"{url}{path}", max_redirects=0)
+    assert anonymous.status in (302, 401)
+    login(context.new_page(), url, "plainuser")
+    assert context.request.get(f"{url}{path}").status == 403
+    context.close()
