@@ -9,10 +9,17 @@ The signatures below are the contract between the web tier and the inference ser
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import logging
 from collections.abc import AsyncIterator
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from inference.contracts import SessionEvent, SessionRequest, VoiceRef, WorkerSnapshot
+from inference.config import InferenceConfig
+from inference.contracts import ParleyError, SessionEvent, SessionRequest, VoiceRef, WorkerSnapshot
+from inference.engines.base import Engine
+
+logger = logging.getLogger(__name__)
 
 
 class SessionHandle(Protocol):
@@ -56,29 +63,157 @@ class SessionHandle(Protocol):
         """The socket dropped: keep the session paused for disconnect_grace_s, then close it."""
 
 
+# ---- the service behind the facade ----------------------------------------------------------------
+# In-process mode keeps one InferenceService per process. It is bound to the event loop it started
+# on; a call from another loop (pytest-asyncio gives each test its own) restarts it there, reusing
+# the already warmed-up engine.
+
+_config: InferenceConfig | None = None
+_service = None  # inference.service.InferenceService, imported lazily
+_starting: tuple[asyncio.AbstractEventLoop, asyncio.Task] | None = None
+
+
+def _current_config() -> InferenceConfig:
+    global _config
+    if _config is None:
+        _config = InferenceConfig.from_env()
+    return _config
+
+
+def _remote_socket() -> str | None:
+    config = _current_config()
+    return config.socket_path if config.inference_url else None
+
+
+async def start(*, engine_instance: Engine | None = None, **overrides: Any) -> None:
+    """(Re)start the in-process service on the running loop, with config overrides.
+
+    Args:
+        engine_instance: serve this engine object instead of building one from the config (tests).
+        **overrides: ``InferenceConfig`` fields, e.g. ``engine="echo", slots=1, queue_max=1``.
+    """
+    global _config, _service
+    from inference.service import InferenceService
+
+    await shutdown()
+    config = InferenceConfig.from_env().with_overrides(**overrides)
+    _config = config
+    if config.inference_url:
+        return  # remote mode: the service process owns its own configuration
+    service = InferenceService(config, engine_instance)
+    await service.start()
+    _service = service
+
+
+async def _local_service():
+    """The in-process service, started (or restarted) on the running loop."""
+    global _starting
+    if _service is not None and _service.usable_here:
+        return _service
+    loop = asyncio.get_running_loop()
+    if _starting is None or _starting[0] is not loop:  # one start per loop, however many callers wait
+        _starting = (loop, loop.create_task(_restart_here()))
+    task = _starting[1]
+    try:
+        return await asyncio.shield(task)
+    finally:
+        if task.done() and _starting is not None and _starting[1] is task:
+            _starting = None
+
+
+async def _restart_here():
+    global _service
+    from inference.service import InferenceService
+
+    old = _service
+    engine, warmed = None, False
+    if old is not None:
+        old.stop_worker()  # its loop is gone or different; its sessions went with it
+        if _same_engine_config(old.config, _current_config()):
+            engine, warmed = old.engine, old.warmed
+    service = InferenceService(_current_config(), engine, warmed=warmed)
+    await service.start()
+    _service = service
+    return service
+
+
+def _same_engine_config(a: InferenceConfig, b: InferenceConfig) -> bool:
+    keys = ("engine", "checkpoint", "slots", "device", "dtype", "echo_delay_frames", "echo_prefill_ticks")
+    return all(getattr(a, k) == getattr(b, k) for k in keys)
+
+
 async def open_session(request: SessionRequest) -> SessionHandle:
     """Attach to the user's session: takes over a live one, resumes a detached one, or queues for a slot.
 
     Raises ``ParleyError(code="resource_exhausted", error_type="rate_limit_error")`` when the queue is full.
     """
-    raise NotImplementedError
+    socket_path = _remote_socket()
+    if socket_path is not None:
+        from inference.client import RemoteSessionHandle
+
+        return await RemoteSessionHandle.open(socket_path, request)
+    service = await _local_service()
+    return await service.open_session(request)
 
 
 async def occupancy() -> list[WorkerSnapshot]:
     """Per-worker slot states and tick timings for the operations view."""
-    raise NotImplementedError
+    socket_path = _remote_socket()
+    if socket_path is not None:
+        from inference.client import remote_occupancy
+
+        return await remote_occupancy(socket_path)
+    return (await _local_service()).occupancy()
 
 
 async def end_session(session_id: str, reason: str = "admin_ended") -> bool:
     """Admin: end a session by id. Returns False if it does not exist."""
-    raise NotImplementedError
+    socket_path = _remote_socket()
+    if socket_path is not None:
+        from inference.client import remote_end_session
+
+        return await remote_end_session(socket_path, session_id, reason)
+    return (await _local_service()).end_session(session_id, reason)
 
 
 def capabilities_preview() -> dict:
     """The default engine's capabilities as a plain dict (for pages rendered before a call)."""
-    raise NotImplementedError
+    global _service
+    socket_path = _remote_socket()
+    if socket_path is not None:
+        from inference.client import remote_capabilities
+
+        caps = remote_capabilities(socket_path)
+    else:
+        if _service is None:
+            from inference.service import InferenceService
+
+            _service = InferenceService(_current_config())  # built, not started: start() reuses it
+        caps = _service.capabilities
+    preview = dataclasses.asdict(caps)
+    preview["extra"] = dict(caps.extra)
+    return preview
 
 
 async def shutdown() -> None:
-    """Stop the in-process service, if one runs (tests, process exit)."""
-    raise NotImplementedError
+    """Stop the in-process service, if one runs (tests, process exit); the next call re-reads the env."""
+    global _service, _config
+    service, _service, _config = _service, None, None
+    if service is None:
+        return
+    if service.usable_here:
+        await service.stop()
+    else:
+        service.stop_worker()
+
+
+__all__ = [
+    "ParleyError",
+    "SessionHandle",
+    "capabilities_preview",
+    "end_session",
+    "occupancy",
+    "open_session",
+    "shutdown",
+    "start",
+]

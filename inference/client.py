@@ -1,0 +1,239 @@
+"""The web tier's side of the service socket: a ``SessionHandle`` over one unix-socket connection.
+
+Used by ``inference.api`` when ``PARLEY_INFERENCE_URL`` names a running ``python -m inference serve``.
+Calls wait for the service's reply so bad input raises ``ParleyError`` here, as in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+from inference import wire
+from inference.contracts import (
+    EngineCapabilities,
+    ParleyError,
+    Ready,
+    SessionEvent,
+    SessionRequest,
+    VoiceRef,
+    WorkerSnapshot,
+)
+from inference.errors import WireError
+
+GONE = "the inference service connection is closed"
+
+
+class RemoteSessionHandle:
+    """``SessionHandle`` backed by a connection to the inference service."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self._reader, self._writer = reader, writer
+        self._ids = itertools.count(1)
+        self._replies: dict[int, asyncio.Future[Any]] = {}
+        self._events: asyncio.Queue[SessionEvent | None] = asyncio.Queue()
+        self._session_id: str | None = None
+        self._closed = False
+        self._reader_task = asyncio.create_task(self._read_loop())
+
+    @classmethod
+    async def open(cls, socket_path: str, request: SessionRequest) -> RemoteSessionHandle:
+        reader, writer = await _connect(socket_path)
+        writer.write(wire.json_frame({"op": "open", "request": wire.request_to_dict(request)}))
+        await writer.drain()
+        reply = await wire.read_frame(reader)
+        if reply is None:
+            writer.close()
+            raise ParleyError(
+                "the inference service closed the connection", code="internal_error", error_type="server_error"
+            )
+        body = wire.parse_json(reply[1])
+        if "error" in body:
+            writer.close()
+            raise wire.error_from_dict(body["error"])
+        return cls(reader, writer)
+
+    @property
+    def session_id(self) -> str | None:
+        return self._session_id
+
+    async def events(self) -> AsyncIterator[SessionEvent]:
+        while (event := await self._events.get()) is not None:
+            if isinstance(event, Ready):
+                self._session_id = event.session_id
+            yield event
+
+    async def update(self, *, persona: str | None = None, voice: VoiceRef | None = None) -> None:
+        voice_dict = (
+            None if voice is None else {"voice_id": voice.voice_id, "path": str(voice.path) if voice.path else None}
+        )
+        await self._call("update", persona=persona, voice=voice_dict)
+
+    async def append_audio(self, data: bytes, *, encoding: str, rate: int) -> None:
+        call_id = next(self._ids)
+        await self._send_and_wait(call_id, wire.audio_in_frame(call_id, encoding, rate, data))
+
+    async def append_image(self, data: bytes) -> None:
+        call_id = next(self._ids)
+        await self._send_and_wait(call_id, wire.id_frame(wire.IMAGE_IN, call_id, data))
+
+    async def pause(self) -> None:
+        await self._call("pause")
+
+    async def resume(self) -> None:
+        await self._call("resume")
+
+    async def cancel(self) -> None:
+        await self._call("cancel")
+
+    async def force_listen(self) -> None:
+        await self._call("force_listen")
+
+    async def playback_ack(self, played_ms: float) -> None:
+        await self._call("playback_ack", played_ms=played_ms)
+
+    async def close(self, reason: str = "client_close") -> None:
+        if not self._closed:
+            with contextlib.suppress(ParleyError):  # already gone (replaced, closed): nothing to end
+                await self._call("close", reason=reason)
+        await self._disconnect()
+
+    async def detach(self) -> None:
+        """Drop the connection; the service keeps the session for the grace period."""
+        await self._disconnect()
+
+    # ---- internals ----------------------------------------------------------------------------
+
+    async def _call(self, op: str, **args: Any) -> None:
+        call_id = next(self._ids)
+        await self._send_and_wait(call_id, wire.json_frame({"id": call_id, "op": op, "args": args}))
+
+    async def _send_and_wait(self, call_id: int, data: bytes) -> None:
+        if self._closed:
+            raise ParleyError(GONE, code="session_not_ready")
+        future = asyncio.get_running_loop().create_future()
+        self._replies[call_id] = future
+        try:
+            self._writer.write(data)
+            await self._writer.drain()
+            await future
+        except ConnectionError as exc:
+            raise ParleyError(GONE, code="session_not_ready") from exc
+        finally:
+            self._replies.pop(call_id, None)
+
+    async def _read_loop(self) -> None:
+        try:
+            while (item := await wire.read_frame(self._reader)) is not None:
+                kind, payload = item
+                if kind == wire.JSON:
+                    obj = wire.parse_json(payload)
+                    if "reply" in obj:
+                        self._resolve(obj)
+                        continue
+                    if obj.get("event") == "end":
+                        self._events.put_nowait(None)
+                        continue
+                    self._events.put_nowait(wire.event_from_dict(obj))
+                else:
+                    self._events.put_nowait(wire.decode_event(kind, payload))
+        except (WireError, ConnectionError):
+            pass
+        finally:
+            self._closed = True
+            self._events.put_nowait(None)
+            for future in self._replies.values():
+                if not future.done():
+                    future.set_exception(ParleyError(GONE, code="session_not_ready"))
+
+    def _resolve(self, obj: dict[str, Any]) -> None:
+        future = self._replies.get(obj["reply"])
+        if future is None or future.done():
+            return
+        if "error" in obj:
+            future.set_exception(wire.error_from_dict(obj["error"]))
+        else:
+            future.set_result(obj.get("ok"))
+
+    async def _disconnect(self) -> None:
+        self._closed = True
+        self._writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self._writer.wait_closed()
+        self._reader_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader_task
+
+
+async def _connect(socket_path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    try:
+        return await asyncio.open_unix_connection(socket_path, limit=wire.MAX_FRAME_BYTES)
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        raise ParleyError(
+            f"the inference service is not running at unix://{socket_path}",
+            code="internal_error",
+            error_type="server_error",
+        ) from exc
+
+
+async def one_shot(socket_path: str, call: dict[str, Any]) -> Any:
+    """Send one call on a fresh connection and return its ``ok`` value."""
+    reader, writer = await _connect(socket_path)
+    try:
+        writer.write(wire.json_frame(call))
+        await writer.drain()
+        reply = await wire.read_frame(reader)
+    finally:
+        writer.close()
+    if reply is None:
+        raise ParleyError(
+            "the inference service closed the connection", code="internal_error", error_type="server_error"
+        )
+    body = wire.parse_json(reply[1])
+    if "error" in body:
+        raise wire.error_from_dict(body["error"])
+    return body.get("ok")
+
+
+async def remote_occupancy(socket_path: str) -> list[WorkerSnapshot]:
+    return [wire.snapshot_from_dict(s) for s in await one_shot(socket_path, {"op": "occupancy"})]
+
+
+async def remote_end_session(socket_path: str, session_id: str, reason: str) -> bool:
+    return bool(await one_shot(socket_path, {"op": "end_session", "session_id": session_id, "reason": reason}))
+
+
+def remote_capabilities(socket_path: str, timeout_s: float = 5.0) -> EngineCapabilities:
+    """Blocking: the service's capabilities (for pages rendered outside an event loop)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(socket_path)
+        except OSError as exc:
+            raise ParleyError(
+                f"the inference service is not running at unix://{socket_path}",
+                code="internal_error",
+                error_type="server_error",
+            ) from exc
+        sock.sendall(wire.json_frame({"op": "capabilities"}))
+        header = _recv_exactly(sock, 5)
+        length = int.from_bytes(header[:4], "big")
+        body = json.loads(_recv_exactly(sock, length - 1))
+    return wire.capabilities_from_dict(body["ok"])
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < n:
+        chunk = sock.recv(n - len(chunks))
+        if not chunk:
+            raise ParleyError(
+                "the inference service closed the connection", code="internal_error", error_type="server_error"
+            )
+        chunks += chunk
+    return bytes(chunks)

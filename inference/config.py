@@ -1,0 +1,113 @@
+"""Inference-side configuration: the only place in ``inference/`` that reads ``os.environ``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SOCKET_PATH = "/tmp/parley-inference.sock"
+
+
+class ConfigError(ValueError):
+    """An environment variable or override has a value the service cannot use."""
+
+
+@dataclass(frozen=True)
+class InferenceConfig:
+    """Everything the inference service needs to start; frozen once built.
+
+    Attributes:
+        engine: engine name for the registry (``echo``, ``moshi``, ``personaplex``, ``minicpmo`` ...).
+        checkpoint: checkpoint directory for model engines (None for echo).
+        slots: sessions served at once per engine (batch size of a lockstep engine).
+        queue_max: how many users may wait for a slot; 0 disables queueing.
+        disconnect_grace_s: a dropped socket keeps its session paused this long.
+        pause_timeout_s: a session paused by its user closes after this long.
+        idle_timeout_s: a session with no client activity closes after this long.
+        max_session_s: hard limit on a session's duration.
+        device: torch device string for model engines.
+        dtype: torch dtype name for model engines.
+        inference_url: None = in-process service; ``unix:///path.sock`` = remote service.
+        echo_delay_frames: echo engine: frames between an input frame and its echo.
+        echo_prefill_ticks: echo engine: ticks of simulated prefill after a slot opens.
+        input_queue_frames: bounded per-session inbox (engine chunks); overflow drops the oldest.
+        output_queue_frames: bounded per-attachment outbound audio queue; overflow drops the oldest.
+    """
+
+    engine: str = "echo"
+    checkpoint: Path | None = None
+    slots: int = 4
+    queue_max: int = 8
+    disconnect_grace_s: float = 30.0
+    pause_timeout_s: float = 60.0
+    idle_timeout_s: float = 300.0
+    max_session_s: float = 3600.0
+    device: str = "cpu"
+    dtype: str = "float32"
+    inference_url: str | None = None
+    echo_delay_frames: int = 3
+    echo_prefill_ticks: int = 0
+    input_queue_frames: int = 16
+    output_queue_frames: int = 64
+
+    def __post_init__(self) -> None:
+        if self.slots < 1:
+            raise ConfigError(f"slots must be >= 1, got {self.slots}")
+        if self.queue_max < 0:
+            raise ConfigError(f"queue_max must be >= 0, got {self.queue_max}")
+        for name in ("disconnect_grace_s", "pause_timeout_s", "idle_timeout_s", "max_session_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.echo_delay_frames < 0 or self.echo_prefill_ticks < 0:
+            raise ConfigError("echo_delay_frames and echo_prefill_ticks must be >= 0")
+        if self.input_queue_frames < 1 or self.output_queue_frames < 1:
+            raise ConfigError("input_queue_frames and output_queue_frames must be >= 1")
+        if self.inference_url is not None and not self.inference_url.startswith("unix://"):
+            raise ConfigError(f"PARLEY_INFERENCE_URL must be unix:///path/to.sock, got {self.inference_url!r}")
+
+    @property
+    def socket_path(self) -> str:
+        """The unix socket path of the remote service (the default path when none is configured)."""
+        if self.inference_url:
+            return self.inference_url.removeprefix("unix://")
+        return DEFAULT_SOCKET_PATH
+
+    def with_overrides(self, **overrides: Any) -> InferenceConfig:
+        """A copy with some fields replaced; unknown names raise ConfigError."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(f"unknown inference config field(s): {', '.join(unknown)}")
+        return dataclasses.replace(self, **overrides)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> InferenceConfig:
+        """Build from ``PARLEY_*`` variables; unset ones keep their defaults."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            raw = env.get("PARLEY_" + field.name.upper())
+            if raw is None or raw == "":
+                continue
+            values[field.name] = _parse(field.name, field.default, raw)
+        return cls(**values)
+
+
+def _parse(name: str, default: Any, raw: str) -> Any:
+    """Convert one variable to the type of the field's default."""
+    try:
+        if isinstance(default, bool):
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"PARLEY_{name.upper()}={raw!r} is not a valid number") from exc
+    if name == "checkpoint":
+        return Path(raw)
+    return raw

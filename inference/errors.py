@@ -1,0 +1,15 @@
+"""Internal errors of the inference service. Protocol errors are ``contracts.ParleyError``."""
+
+from __future__ import annotations
+
+
+class EngineNotAvailable(RuntimeError):
+    """The configured engine name is unknown, or its module is not installed yet."""
+
+
+class WireError(Exception):
+    """A malformed frame on the service socket; the connection is dropped, nothing else."""
+
+
+class ServiceStopped(RuntimeError):
+    """The inference service was shut down while a call was in flight."""

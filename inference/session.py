@@ -1,0 +1,487 @@
+"""DialogueSession: one user's persistent session, on the service's event loop.
+
+A session outlives the connections that attach to it. Each connection gets a ``LocalHandle`` (the
+in-process ``SessionHandle``) with its own bounded outbox of events; a new connection replaces the
+old handle, a dropped one detaches and starts the grace timer.
+
+States: ``queued`` -> ``admitted`` (slot reserved) -> ``prefilling`` (slot opened at the first audio)
+-> ``live`` -> ``closed``. Paused (by the user) and detached (no connection) are flags on top of
+admitted/prefilling/live; either one freezes the slot in the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Literal, get_args
+
+import numpy as np
+
+from inference.audio import pcm
+from inference.audio.framing import FrameAccumulator
+from inference.audio.resample import StreamingResampler
+from inference.contracts import (
+    AudioOut,
+    Closed,
+    CloseReason,
+    Decision,
+    ErrorEvent,
+    Metrics,
+    ParleyError,
+    Paused,
+    Prefill,
+    Queued,
+    Ready,
+    Replaced,
+    Resumed,
+    SessionEvent,
+    TextOut,
+    VoiceRef,
+)
+from inference.engines.base import SlotConfig, SlotOutput
+
+if TYPE_CHECKING:
+    from inference.service import InferenceService
+
+logger = logging.getLogger(__name__)
+
+State = Literal["queued", "admitted", "prefilling", "live", "closed"]
+METRICS_PERIOD_S = 1.0
+BACKPRESSURE_REPORT_PERIOD_S = 1.0
+IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
+
+
+class Outbox:
+    """Events for one connection: control events are never dropped, audio beyond the bound drops the oldest."""
+
+    def __init__(self, max_audio: int):
+        self.max_audio = max_audio
+        self._items: deque[SessionEvent] = deque()
+        self._audio = 0
+        self._ready = asyncio.Event()
+        self.finished = False
+        self.dropped_audio = 0
+
+    def put(self, event: SessionEvent) -> None:
+        if self.finished:
+            return
+        if isinstance(event, AudioOut):
+            if self._audio >= self.max_audio:
+                self._drop_oldest_audio()
+            self._audio += 1
+        self._items.append(event)
+        self._ready.set()
+
+    def drop_epoch_before(self, epoch: int) -> None:
+        """Barge-in: forget audio and text of older epochs that were not sent yet."""
+        kept = [e for e in self._items if not (isinstance(e, AudioOut | TextOut) and e.epoch < epoch)]
+        self._items = deque(kept)
+        self._audio = sum(isinstance(e, AudioOut) for e in kept)
+
+    def finish(self) -> None:
+        self.finished = True
+        self._ready.set()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    async def stream(self) -> AsyncIterator[SessionEvent]:
+        while True:
+            while self._items:
+                event = self._items.popleft()
+                if isinstance(event, AudioOut):
+                    self._audio -= 1
+                yield event
+            if self.finished:
+                return
+            self._ready.clear()
+            await self._ready.wait()
+
+    def _drop_oldest_audio(self) -> None:
+        for i, event in enumerate(self._items):
+            if isinstance(event, AudioOut):
+                del self._items[i]
+                self._audio -= 1
+                self.dropped_audio += 1
+                return
+
+
+class DialogueSession:
+    """One user's session: state, timers, audio framing, and the current connection.
+
+    Args:
+        service: the owning service (worker, pool, config, capabilities).
+        user_key: the user this session belongs to.
+        persona: persona text, fixed once audio starts.
+        voice: voice reference, fixed once audio starts.
+    """
+
+    def __init__(self, service: InferenceService, user_key: str, persona: str | None, voice: VoiceRef | None):
+        self.service = service
+        self.caps = service.capabilities
+        self.loop = service.loop
+        self.user_key = user_key
+        self.session_id = "sess_" + uuid.uuid4().hex[:20]
+        self.persona, self.voice = persona, voice
+        self.state: State = "queued"
+        self.slot: int | None = None
+        self.user_paused = False
+        self.attachment: LocalHandle | None = None
+        self.audio_started = False
+        self.epoch = 0
+        self.created_at = time.monotonic()
+        self.admitted_at: float | None = None
+        self.last_activity = self.created_at
+        self.unit = 0
+        self.dropped_in = 0  # inbox overflow and audio sent while paused
+        self.dropped_out = 0  # outbound audio dropped by full outboxes
+        self.played_ms = 0.0
+        self.sent_audio_ms = 0.0
+        self._framer = FrameAccumulator(self.caps.input_chunk_samples)
+        self._resampler: StreamingResampler | None = None
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._last_backpressure = 0.0
+
+    # ---- connections --------------------------------------------------------------------------
+
+    def attach(self, handle: LocalHandle, *, takeover: bool) -> None:
+        """Make ``handle`` the session's connection; an older one gets Replaced and ends."""
+        old, self.attachment = self.attachment, handle
+        if old is not None:
+            old.outbox.put(Replaced())
+            self._retire(old)
+        self._cancel_timer("grace")
+        if self.state == "queued":
+            self.service.pool.tell_position(self)
+            return
+        if self.state == "closed":
+            raise AssertionError("attach to a closed session")
+        handle.outbox.put(self._ready_event(resumed=takeover))
+        if self.user_paused:
+            handle.outbox.put(Paused())
+        self._apply_freeze()
+        self._schedule_metrics()
+
+    def detach(self, handle: LocalHandle) -> None:
+        """The connection dropped: keep the session paused for the grace period (queued: leave the queue)."""
+        if handle is not self.attachment:
+            return
+        if self.state == "queued":
+            self.close("client_close")
+            return
+        self._retire(handle)
+        self.attachment = None
+        self._apply_freeze()
+        self._start_timer("grace", self.service.config.disconnect_grace_s, "grace_expired")
+
+    def _retire(self, handle: LocalHandle) -> None:
+        self.dropped_out += handle.outbox.dropped_audio
+        handle.outbox.finish()
+
+    # ---- pool callbacks -----------------------------------------------------------------------
+
+    def admitted(self, slot: int) -> None:
+        self.slot, self.state = slot, "admitted"
+        self.admitted_at = time.monotonic()
+        self._start_timer("max_duration", self.service.config.max_session_s, "max_duration")
+        if self.attachment is not None:
+            self.attachment.outbox.put(self._ready_event(resumed=False))
+            self._schedule_metrics()
+
+    def queue_position(self, position: int, queue_length: int, estimated_wait_s: float) -> None:
+        if self.attachment is not None:
+            self.attachment.outbox.put(Queued(position, queue_length, estimated_wait_s))
+
+    # ---- client requests (through the handle) -------------------------------------------------
+
+    def update(self, *, persona: str | None, voice: VoiceRef | None) -> None:
+        if self.audio_started:
+            if persona is not None and persona != self.persona:
+                raise ParleyError(
+                    "the persona is fixed once audio has started", code="persona_update_unsupported", param="persona"
+                )
+            if voice is not None and (self.voice is None or voice.voice_id != self.voice.voice_id):
+                raise ParleyError(
+                    "the voice is fixed once audio has started", code="voice_update_unsupported", param="voice"
+                )
+            return
+        if persona is not None:
+            self.persona = persona
+        if voice is not None:
+            self.voice = voice
+
+    def append_audio(self, data: bytes, encoding: str, rate: int) -> None:
+        self._require_admitted()
+        pcm.check_format(encoding, rate)
+        samples = pcm.decode(data, encoding)
+        self.last_activity = time.monotonic()
+        if self.user_paused:
+            self.dropped_in += 1  # the model clock is stopped; this audio has nowhere to go
+            return
+        if rate != self.caps.input_rate:
+            if self._resampler is None or self._resampler.src_rate != rate:
+                self._resampler = StreamingResampler(rate, self.caps.input_rate)
+            samples = self._resampler.process(samples)
+        frames = self._framer.push(samples)
+        if not self.audio_started:
+            self.audio_started = True
+            self._open_slot()
+        assert self.slot is not None
+        for frame in frames:
+            if not self.service.worker.push(self.slot, frame):
+                self.dropped_in += 1
+                self._report_backpressure()
+
+    def append_image(self, data: bytes) -> None:
+        if not self.caps.video:
+            raise ParleyError(f"engine {self.caps.engine!r} takes no images", code="unsupported_input")
+        if not data.startswith(IMAGE_MAGIC):
+            raise ParleyError("images must be JPEG or PNG", code="invalid_image", param="image")
+        self._require_admitted()
+        self.last_activity = time.monotonic()
+        if self.audio_started and self.slot is not None:
+            self.service.worker.set_image(self.slot, data)
+
+    def pause(self) -> None:
+        self._require_admitted()
+        self.last_activity = time.monotonic()
+        if not self.user_paused:
+            self.user_paused = True
+            self._apply_freeze()
+            self._start_timer("pause", self.service.config.pause_timeout_s, "pause_timeout")
+        self._emit(Paused())
+
+    def resume(self) -> None:
+        self._require_admitted()
+        self.last_activity = time.monotonic()
+        if self.user_paused:
+            self.user_paused = False
+            self._cancel_timer("pause")
+            self._apply_freeze()
+        self._emit(Resumed())
+
+    def cancel(self) -> None:
+        self._require_admitted()
+        self.epoch += 1
+        if self.attachment is not None:
+            self.attachment.outbox.drop_epoch_before(self.epoch)
+        if self.audio_started and self.slot is not None:
+            self.service.worker.cancel(self.slot)
+
+    def force_listen(self) -> None:
+        if self.caps.family != "unit":
+            raise ParleyError(f"engine {self.caps.engine!r} has no listen/speak units", code="unsupported_input")
+        self._require_admitted()
+        if self.audio_started and self.slot is not None:
+            self.service.worker.force_listen(self.slot)
+
+    def playback_ack(self, played_ms: float) -> None:
+        if not isinstance(played_ms, int | float) or not np.isfinite(played_ms) or played_ms < 0:
+            raise ParleyError("played_ms must be a finite number >= 0", code="invalid_value", param="played_ms")
+        self.played_ms = float(played_ms)
+
+    def close(self, reason: CloseReason) -> None:
+        """End the session: tell the connection, leave the queue or free the slot (once cleanup is confirmed)."""
+        if self.state == "closed":
+            return
+        held_s = time.monotonic() - self.admitted_at if self.admitted_at is not None else 0.0
+        self.state = "closed"
+        for name in list(self._timers):
+            self._cancel_timer(name)
+        if self.attachment is not None:
+            self.attachment.outbox.put(Closed(reason))
+            self._retire(self.attachment)
+        self.service.forget(self)
+        self.service.pool.release(self, self.slot, held_s)
+        logger.info("session.closed", extra={"session_id": self.session_id, "reason": reason})
+
+    # ---- worker callbacks (on this loop) ------------------------------------------------------
+
+    def slot_output(self, output: SlotOutput, pcm16: bytes) -> None:
+        if self.state == "closed":
+            return
+        if output.prefilling:
+            self.state = "prefilling"
+            self._emit(Prefill(progress=output.progress, done=False))
+        elif self.state == "prefilling":
+            self.state = "live"
+            self._emit(Prefill(progress=1.0, done=True))
+        if pcm16:
+            self.sent_audio_ms += 1000.0 * len(pcm16) / 2 / self.caps.output_rate
+            self._emit(AudioOut(pcm16, self.epoch))
+        if output.text:
+            self._emit(TextOut(output.text, self.epoch))
+        if output.decision is not None:
+            self._emit(Decision(output.decision, self.unit, output.end_of_turn))
+            self.unit += 1
+
+    def slot_failed(self, message: str) -> None:
+        if self.state == "closed":
+            return
+        logger.error("session.engine_failed", extra={"session_id": self.session_id, "detail": message})
+        self._emit(ErrorEvent("engine_failed", message, error_type="server_error"))
+        self.close("engine_failed")
+
+    # ---- views --------------------------------------------------------------------------------
+
+    @property
+    def snapshot_state(self) -> str:
+        if self.state == "closed":
+            return "closing"
+        if self.attachment is None:
+            return "detached"
+        if self.user_paused:
+            return "paused"
+        return "live" if self.state == "live" else "prefilling"
+
+    def metrics(self) -> dict[str, float]:
+        stats = self.service.worker.stats()
+        values: dict[str, float] = {
+            "tick_ms_p50": round(stats.tick_ms_p50, 3),
+            "tick_ms_p99": round(stats.tick_ms_p99, 3),
+            "late_ticks": stats.late_ticks,
+            "dropped_frames": self.dropped_in + self.dropped_out,
+        }
+        if self.slot is not None:
+            ws = self.service.worker.slots[self.slot]
+            period = self.caps.chunk_period_ms
+            queued_out = len(self.attachment.outbox) if self.attachment is not None else 0
+            values |= {
+                "frames_in": ws.frames_in,
+                "frames_out": ws.frames_out,
+                "underruns": ws.underruns,
+                "dropped_frames": self.dropped_in + self.dropped_out + ws.dropped_in,
+                "input_queue_frames": len(ws.inbox),
+                "lag_ms": (len(ws.inbox) + queued_out) * period,
+                "unplayed_ms": round(max(0.0, self.sent_audio_ms - self.played_ms), 1) if self.played_ms else 0.0,
+            }
+        return values
+
+    # ---- internals ----------------------------------------------------------------------------
+
+    def _ready_event(self, *, resumed: bool) -> Ready:
+        return Ready(
+            session_id=self.session_id,
+            resumed=resumed,
+            capabilities=self.caps,
+            persona=self.persona,
+            voice=self.voice.voice_id if self.voice is not None else None,
+        )
+
+    def _require_admitted(self) -> None:
+        if self.state == "queued":
+            raise ParleyError("the session is still queued for a slot", code="session_not_ready")
+        if self.state == "closed":
+            raise ParleyError("the session is closed", code="session_not_ready")
+
+    def _open_slot(self) -> None:
+        assert self.slot is not None
+        self.state = "prefilling"
+        config = SlotConfig(persona=self.persona, voice=self.voice)
+        self.service.worker.open(self.slot, config, self, self.loop)
+        self._apply_freeze()
+
+    def _apply_freeze(self) -> None:
+        if self.slot is not None and self.audio_started and self.state != "closed":
+            self.service.worker.freeze(self.slot, self.user_paused or self.attachment is None)
+
+    def _emit(self, event: SessionEvent) -> None:
+        if self.attachment is not None:
+            self.attachment.outbox.put(event)
+
+    def _report_backpressure(self) -> None:
+        now = time.monotonic()
+        if now - self._last_backpressure >= BACKPRESSURE_REPORT_PERIOD_S:
+            self._last_backpressure = now
+            self._emit(
+                ErrorEvent(
+                    "input_backpressure",
+                    f"input arrives faster than the engine consumes it; oldest audio dropped ({self.dropped_in} frames so far)",
+                )
+            )
+
+    def _start_timer(self, name: str, delay_s: float, reason: CloseReason) -> None:
+        self._cancel_timer(name)
+        self._timers[name] = self.loop.call_later(delay_s, self.close, reason)
+
+    def _cancel_timer(self, name: str) -> None:
+        timer = self._timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _schedule_metrics(self) -> None:
+        if "metrics" not in self._timers and self.state != "closed":
+            self._timers["metrics"] = self.loop.call_later(METRICS_PERIOD_S, self._housekeeping)
+
+    def _housekeeping(self) -> None:
+        """About once a second: Metrics to the connection, and the idle watchdog."""
+        self._timers.pop("metrics", None)
+        if self.state == "closed" or self.attachment is None:
+            return
+        if not self.user_paused and time.monotonic() - self.last_activity > self.service.config.idle_timeout_s:
+            self.close("idle_timeout")
+            return
+        if self.audio_started and not self.user_paused:
+            self._emit(Metrics(self.metrics()))
+        self._schedule_metrics()
+
+
+CLOSE_REASONS: frozenset[str] = frozenset(get_args(CloseReason))
+
+
+class LocalHandle:
+    """The in-process ``SessionHandle``: one connection's view of a ``DialogueSession``."""
+
+    def __init__(self, session: DialogueSession, max_audio: int):
+        self._session = session
+        self.outbox = Outbox(max_audio)
+
+    @property
+    def session_id(self) -> str | None:
+        return None if self._session.state == "queued" else self._session.session_id
+
+    def events(self) -> AsyncIterator[SessionEvent]:
+        return self.outbox.stream()
+
+    def _current(self) -> DialogueSession:
+        if self._session.attachment is not self:
+            raise ParleyError("this connection no longer owns the session", code="session_not_ready")
+        return self._session
+
+    async def update(self, *, persona: str | None = None, voice: VoiceRef | None = None) -> None:
+        self._current().update(persona=persona, voice=voice)
+
+    async def append_audio(self, data: bytes, *, encoding: str, rate: int) -> None:
+        self._current().append_audio(data, encoding, rate)
+
+    async def append_image(self, data: bytes) -> None:
+        self._current().append_image(data)
+
+    async def pause(self) -> None:
+        self._current().pause()
+
+    async def resume(self) -> None:
+        self._current().resume()
+
+    async def cancel(self) -> None:
+        self._current().cancel()
+
+    async def force_listen(self) -> None:
+        self._current().force_listen()
+
+    async def playback_ack(self, played_ms: float) -> None:
+        self._current().playback_ack(played_ms)
+
+    async def close(self, reason: str = "client_close") -> None:
+        """End the session; a handle that was replaced or already closed does nothing."""
+        if reason not in CLOSE_REASONS:
+            raise ParleyError(f"unknown close reason {reason!r}", code="invalid_value", param="reason")
+        if self._session.attachment is self:
+            self._session.close(reason)  # type: ignore[arg-type]
+
+    async def detach(self) -> None:
+        self._session.detach(self)

@@ -1,0 +1,240 @@
+"""Framing and event codec for the service socket (web tier <-> ``python -m inference serve``).
+
+A frame is a 4-byte big-endian length of what follows, one kind byte, and a payload:
+
+- ``JSON``: a UTF-8 JSON object (calls, replies, events).
+- ``AUDIO_IN``: call id (u32), encoding (u8: 0 pcm16, 1 f32), rate (u32), raw samples.
+- ``AUDIO_OUT``: epoch (u32), pcm16 samples; the event ``AudioOut`` without a JSON round trip.
+- ``IMAGE_IN``: call id (u32), JPEG/PNG bytes.
+
+One connection carries one session handle: the first frame is an ``open`` call; one-shot
+connections carry a single ``occupancy`` / ``end_session`` / ``capabilities`` call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+from inference.contracts import (
+    AudioOut,
+    Closed,
+    Decision,
+    EngineCapabilities,
+    ErrorEvent,
+    Metrics,
+    ParleyError,
+    Paused,
+    Prefill,
+    Queued,
+    Ready,
+    Replaced,
+    Resumed,
+    SessionEvent,
+    SessionRequest,
+    SlotSnapshot,
+    TextOut,
+    VoiceRef,
+    WorkerSnapshot,
+)
+from inference.errors import WireError
+
+JSON, AUDIO_IN, AUDIO_OUT, IMAGE_IN = 1, 2, 3, 4
+MAX_FRAME_BYTES = 4 * 1024 * 1024
+ENCODINGS = ("pcm16", "f32")
+_HEADER = struct.Struct(">IB")
+_AUDIO_IN = struct.Struct(">IBI")
+_U32 = struct.Struct(">I")
+
+EVENT_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (
+        Queued,
+        Ready,
+        Prefill,
+        AudioOut,
+        TextOut,
+        Decision,
+        Metrics,
+        Paused,
+        Resumed,
+        Replaced,
+        Closed,
+        ErrorEvent,
+    )
+}
+
+
+# ---- frames -------------------------------------------------------------------------------------
+
+
+def frame(kind: int, payload: bytes) -> bytes:
+    if len(payload) + 1 > MAX_FRAME_BYTES:
+        raise WireError(f"frame of {len(payload)} bytes exceeds {MAX_FRAME_BYTES}")
+    return _HEADER.pack(len(payload) + 1, kind) + payload
+
+
+def json_frame(obj: dict[str, Any]) -> bytes:
+    return frame(JSON, json.dumps(obj, separators=(",", ":")).encode())
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes] | None:
+    """The next (kind, payload), or None at a clean end of stream. Raises WireError on garbage."""
+    try:
+        header = await reader.readexactly(_HEADER.size)
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial:
+            raise WireError("connection closed inside a frame header") from exc
+        return None
+    length, kind = _HEADER.unpack(header)
+    if not 1 <= length <= MAX_FRAME_BYTES:
+        raise WireError(f"bad frame length {length}")
+    try:
+        payload = await reader.readexactly(length - 1)
+    except asyncio.IncompleteReadError as exc:
+        raise WireError("connection closed inside a frame") from exc
+    return kind, payload
+
+
+def parse_json(payload: bytes) -> dict[str, Any]:
+    try:
+        obj = json.loads(payload)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WireError(f"bad JSON frame: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise WireError("a JSON frame must hold an object")
+    return obj
+
+
+def audio_in_frame(call_id: int, encoding: str, rate: int, data: bytes) -> bytes:
+    if encoding not in ENCODINGS:
+        raise ParleyError(f"unsupported audio encoding {encoding!r}", code="unsupported_audio_format", param="encoding")
+    if not isinstance(rate, int) or not 0 < rate < 2**32:
+        raise ParleyError(f"unsupported sample rate {rate!r}", code="unsupported_audio_format", param="rate")
+    return frame(AUDIO_IN, _AUDIO_IN.pack(call_id, ENCODINGS.index(encoding), rate) + data)
+
+
+def parse_audio_in(payload: bytes) -> tuple[int, str, int, bytes]:
+    if len(payload) < _AUDIO_IN.size:
+        raise WireError("short audio frame")
+    call_id, enc, rate = _AUDIO_IN.unpack_from(payload)
+    if enc >= len(ENCODINGS):
+        raise WireError(f"unknown audio encoding byte {enc}")
+    return call_id, ENCODINGS[enc], rate, payload[_AUDIO_IN.size :]
+
+
+def id_frame(kind: int, call_id: int, data: bytes) -> bytes:
+    return frame(kind, _U32.pack(call_id) + data)
+
+
+def parse_id_frame(payload: bytes) -> tuple[int, bytes]:
+    if len(payload) < _U32.size:
+        raise WireError("short frame")
+    return _U32.unpack_from(payload)[0], payload[_U32.size :]
+
+
+# ---- events -------------------------------------------------------------------------------------
+
+
+def event_frame(event: SessionEvent) -> bytes:
+    if isinstance(event, AudioOut):
+        return frame(AUDIO_OUT, _U32.pack(event.epoch) + event.pcm16)
+    body = _plain(dataclasses.asdict(event))
+    return json_frame({"event": type(event).__name__, **body})
+
+
+def decode_event(kind: int, payload: bytes) -> SessionEvent:
+    if kind == AUDIO_OUT:
+        epoch, pcm16 = parse_id_frame(payload)
+        return AudioOut(pcm16=pcm16, epoch=epoch)
+    if kind != JSON:
+        raise WireError(f"unexpected frame kind {kind} for an event")
+    return event_from_dict(parse_json(payload))
+
+
+def event_from_dict(obj: dict[str, Any]) -> SessionEvent:
+    fields = dict(obj)
+    cls = EVENT_TYPES.get(fields.pop("event", None))
+    if cls is None:
+        raise WireError(f"unknown event {obj.get('event')!r}")
+    try:
+        if cls is Ready:
+            fields["capabilities"] = capabilities_from_dict(fields["capabilities"])
+        return cls(**fields)
+    except (KeyError, TypeError) as exc:
+        raise WireError(f"malformed {cls.__name__} event: {exc}") from exc
+
+
+def capabilities_to_dict(caps: EngineCapabilities) -> dict[str, Any]:
+    return _plain(dataclasses.asdict(caps))
+
+
+def capabilities_from_dict(obj: dict[str, Any]) -> EngineCapabilities:
+    return EngineCapabilities(**obj)
+
+
+# ---- requests and snapshots ---------------------------------------------------------------------
+
+
+def request_to_dict(request: SessionRequest) -> dict[str, Any]:
+    return _plain(dataclasses.asdict(request))
+
+
+def voice_from_dict(obj: dict[str, Any] | None) -> VoiceRef | None:
+    if obj is None:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("voice_id"), str):
+        raise WireError("a voice needs a string voice_id")
+    path = obj.get("path")
+    return VoiceRef(voice_id=obj["voice_id"], path=Path(path) if path else None)
+
+
+def request_from_dict(obj: Any) -> SessionRequest:
+    if not isinstance(obj, dict) or not isinstance(obj.get("user_key"), str):
+        raise WireError("an open call needs a request with a string user_key")
+    return SessionRequest(
+        user_key=obj["user_key"],
+        model=obj.get("model"),
+        persona=obj.get("persona"),
+        voice=voice_from_dict(obj.get("voice")),
+        record=bool(obj.get("record", False)),
+    )
+
+
+def snapshot_to_dict(snapshot: WorkerSnapshot) -> dict[str, Any]:
+    return _plain(dataclasses.asdict(snapshot))
+
+
+def snapshot_from_dict(obj: dict[str, Any]) -> WorkerSnapshot:
+    fields = dict(obj)
+    fields["slots"] = tuple(SlotSnapshot(**s) for s in fields["slots"])
+    fields["recent_tick_ms"] = tuple(fields.get("recent_tick_ms", ()))
+    return WorkerSnapshot(**fields)
+
+
+def error_to_dict(exc: ParleyError) -> dict[str, Any]:
+    return {"message": exc.message, "code": exc.code, "error_type": exc.error_type, "param": exc.param}
+
+
+def error_from_dict(obj: dict[str, Any]) -> ParleyError:
+    return ParleyError(
+        str(obj.get("message", "error")),
+        code=str(obj.get("code", "internal_error")),
+        error_type=str(obj.get("error_type", "server_error")),
+        param=obj.get("param"),
+    )
+
+
+def _plain(value: Any) -> Any:
+    """Make dataclass dicts JSON-safe: Paths to str, tuples and mappings to lists and dicts."""
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value

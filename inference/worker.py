@@ -1,0 +1,316 @@
+"""The engine worker: one thread per engine/device stepping the slot batch on a real clock.
+
+The asyncio side never touches the engine. It sends commands (open, close, freeze, cancel ...) to
+this thread, pushes input chunks into each slot's bounded inbox, and receives outputs and
+confirmations through ``loop.call_soon_threadsafe``.
+
+Every tick: run queued commands, take exactly one chunk from each live slot's inbox (silence and an
+underrun when empty; frozen slots are left out of the step), ``engine.step``, hand the outputs to
+the listeners. A tick that overruns its deadline is counted as late; the clock does not burst to
+catch up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from inference.audio.pcm import encode_pcm16
+from inference.engines.base import Engine, SlotConfig, SlotInput, SlotOutput
+from inference.metrics import TimingRing
+
+logger = logging.getLogger(__name__)
+
+CLOSE_ATTEMPTS = 3
+
+
+class SlotListener(Protocol):
+    """The asyncio-side owner of a slot; its methods are called on its own event loop."""
+
+    def slot_output(self, output: SlotOutput, pcm16: bytes) -> None: ...
+    def slot_failed(self, message: str) -> None: ...
+
+
+@dataclass
+class WorkerSlot:
+    """The worker's view of one slot. Counters are written by the worker thread only."""
+
+    index: int
+    inbox: deque[np.ndarray]
+    listener: SlotListener | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    opened: bool = False
+    prefilling: bool = False
+    frozen: bool = False
+    failed: bool = False
+    image: bytes | None = None
+    force_listen: bool = False
+    frames_in: int = 0
+    frames_out: int = 0
+    underruns: int = 0
+    dropped_in: int = 0  # input discarded while prefilling (all but the newest chunk)
+    close_attempts: int = 0
+    pending_close: list[Callable[[], None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """What the occupancy view and the Metrics events need from the worker."""
+
+    tick_ms_p50: float
+    tick_ms_p99: float
+    recent_tick_ms: tuple[float, ...]
+    ticks: int
+    late_ticks: int
+
+
+class EngineWorker:
+    """Runs one engine on its own thread.
+
+    Args:
+        engine: a warmed-up engine; only this worker's thread touches it after ``start()``.
+        inbox_frames: bound of each slot's input queue; overflow drops the oldest chunk.
+        name: thread name, e.g. ``"engine-echo-cpu"``.
+    """
+
+    def __init__(self, engine: Engine, *, inbox_frames: int = 16, name: str = "engine-worker"):
+        self.engine = engine
+        caps = engine.capabilities
+        self.period_s = caps.chunk_period_ms / 1000.0
+        self._silence = np.zeros(caps.input_chunk_samples, dtype=np.float32)
+        self.slots = [WorkerSlot(i, deque(maxlen=inbox_frames)) for i in range(engine.num_slots)]
+        self._commands: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.tick_ms = TimingRing()
+        self.ticks = 0
+        self.late_ticks = 0
+
+    # ---- asyncio side -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread; open slots are closed in the engine on the way out."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def open(self, slot: int, config: SlotConfig, listener: SlotListener, loop: asyncio.AbstractEventLoop) -> None:
+        """Open ``slot`` in the engine with ``config``; outputs go to ``listener`` on ``loop``."""
+        self._send("open", slot, config, listener, loop)
+
+    def close(self, slot: int, on_closed: Callable[[], None], loop: asyncio.AbstractEventLoop) -> None:
+        """Close ``slot`` (if open) and call ``on_closed`` on ``loop`` once the engine confirmed cleanup."""
+        self._send("close", slot, on_closed, loop)
+
+    def freeze(self, slot: int, frozen: bool) -> None:
+        """A frozen slot is left out of step() (paused or detached session); its state is kept."""
+        self._send("freeze", slot, frozen)
+
+    def cancel(self, slot: int) -> None:
+        self._send("cancel", slot)
+
+    def force_listen(self, slot: int) -> None:
+        self._send("force_listen", slot)
+
+    def set_image(self, slot: int, image: bytes) -> None:
+        self._send("image", slot, image)
+
+    def push(self, slot: int, chunk: np.ndarray) -> bool:
+        """Queue one input chunk; returns False when the inbox was full and its oldest chunk was dropped."""
+        inbox = self.slots[slot].inbox
+        full = len(inbox) == inbox.maxlen
+        inbox.append(chunk)  # deque(maxlen) drops the oldest itself; append is atomic in CPython
+        return not full
+
+    def stats(self) -> WorkerStats:
+        p50, p99 = self.tick_ms.percentiles()
+        return WorkerStats(p50, p99, self.tick_ms.recent(100), self.ticks, self.late_ticks)
+
+    def _send(self, *command: Any) -> None:
+        self._commands.put(command)
+        self._wake.set()
+
+    # ---- worker thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        deadline = time.perf_counter()
+        try:
+            while not self._stop.is_set():
+                deadline += self.period_s
+                self._tick()
+                now = time.perf_counter()
+                if now > deadline:
+                    self.late_ticks += 1
+                    deadline = now  # no catch-up burst: the next tick is one period from now
+                # Sleep to the deadline, but wake for commands so closes are confirmed promptly.
+                while not self._stop.is_set():
+                    remaining = deadline - time.perf_counter()
+                    if remaining <= 0:
+                        break
+                    if self._wake.wait(remaining):
+                        self._wake.clear()
+                        self._run_commands()
+        finally:
+            self._shutdown_slots()
+
+    def _tick(self) -> None:
+        started = time.perf_counter()
+        self._run_commands()
+        self._retry_closes()
+        open_slots = [s for s in self.slots if s.opened and not s.failed]
+        if not open_slots:
+            return
+        inputs: dict[int, SlotInput] = {}
+        for s in open_slots:
+            if s.prefilling:
+                # Keep only the newest chunk: a backlog built up during prefill would stay as latency.
+                while len(s.inbox) > 1:
+                    s.inbox.popleft()
+                    s.dropped_in += 1
+            elif not s.frozen:
+                inputs[s.index] = self._take_input(s)
+        try:
+            outputs = self.engine.step(inputs)
+        except Exception as exc:  # noqa: BLE001 - any engine fault ends the affected sessions only
+            logger.exception("engine.step failed")
+            for s in open_slots:
+                if s.index in inputs or s.prefilling:
+                    self._fail(s, f"engine step failed: {type(exc).__name__}: {exc}")
+            return
+        for s in open_slots:
+            out = outputs.get(s.index)
+            if s.prefilling and (out is None or not out.prefilling):
+                s.prefilling = False  # prefill done: the slot takes input from the next tick
+                if out is None:
+                    out = SlotOutput(audio=np.zeros(0, dtype=np.float32), progress=1.0)
+            if out is None:
+                continue
+            pcm16 = encode_pcm16(out.audio) if out.audio.size else b""
+            if pcm16:
+                s.frames_out += 1
+            self._post(s, "slot_output", out, pcm16)
+        self.ticks += 1
+        self.tick_ms.add((time.perf_counter() - started) * 1000.0)
+
+    def _take_input(self, s: WorkerSlot) -> SlotInput:
+        try:
+            audio = s.inbox.popleft()
+            s.frames_in += 1
+        except IndexError:
+            audio = self._silence
+            s.underruns += 1
+        slot_input = SlotInput(audio=audio, image=s.image, force_listen=s.force_listen)
+        s.image, s.force_listen = None, False
+        return slot_input
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            name, slot, *args = command
+            getattr(self, f"_cmd_{name}")(self.slots[slot], *args)
+
+    def _cmd_open(self, s: WorkerSlot, config: SlotConfig, listener: SlotListener, loop) -> None:
+        s.listener, s.loop = listener, loop
+        s.frozen = s.failed = False
+        s.frames_in = s.frames_out = s.underruns = s.dropped_in = 0
+        try:
+            self.engine.open_slot(s.index, config)
+        except Exception as exc:  # noqa: BLE001 - the session gets engine_failed, the worker goes on
+            logger.exception("engine.open_slot(%d) failed", s.index)
+            self._fail(s, f"could not open slot: {type(exc).__name__}: {exc}")
+            return
+        s.opened = True
+        s.prefilling = True  # until a step reports otherwise
+
+    def _cmd_close(self, s: WorkerSlot, on_closed: Callable[[], None], loop) -> None:
+        s.pending_close.append(lambda: self._post_to(loop, on_closed))
+        s.close_attempts = 0
+        self._close_now(s)
+
+    def _close_now(self, s: WorkerSlot) -> None:
+        if s.opened:
+            try:
+                self.engine.close_slot(s.index)
+            except Exception:  # noqa: BLE001 - retried on the next ticks, then given up loudly
+                s.close_attempts += 1
+                logger.exception("engine.close_slot(%d) failed (attempt %d)", s.index, s.close_attempts)
+                if s.close_attempts < CLOSE_ATTEMPTS:
+                    return
+                logger.error("slot %d: cleanup never confirmed; freeing it anyway", s.index)
+        s.opened = s.prefilling = s.frozen = s.failed = False
+        s.listener, s.loop, s.image, s.force_listen = None, None, None, False
+        s.inbox.clear()
+        confirmations, s.pending_close = s.pending_close, []
+        for confirm in confirmations:
+            confirm()
+
+    def _retry_closes(self) -> None:
+        for s in self.slots:
+            if s.pending_close:
+                self._close_now(s)
+
+    def _cmd_freeze(self, s: WorkerSlot, frozen: bool) -> None:
+        s.frozen = frozen
+        if frozen:
+            s.inbox.clear()  # a resumed slot starts from fresh audio, not from stale frames
+
+    def _cmd_cancel(self, s: WorkerSlot) -> None:
+        if s.opened and not s.failed:
+            try:
+                self.engine.cancel(s.index)
+            except Exception as exc:  # noqa: BLE001
+                logger.exception("engine.cancel(%d) failed", s.index)
+                self._fail(s, f"cancel failed: {type(exc).__name__}: {exc}")
+
+    def _cmd_force_listen(self, s: WorkerSlot) -> None:
+        s.force_listen = True
+
+    def _cmd_image(self, s: WorkerSlot, image: bytes) -> None:
+        s.image = image
+
+    def _fail(self, s: WorkerSlot, message: str) -> None:
+        s.failed = True
+        self._post(s, "slot_failed", message)
+
+    def _post(self, s: WorkerSlot, method: str, *args: Any) -> None:
+        if s.listener is not None and s.loop is not None:
+            if not self._post_to(s.loop, getattr(s.listener, method), *args):
+                s.listener = None  # its loop is gone; nobody will read this slot again
+
+    @staticmethod
+    def _post_to(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> bool:
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+            return True
+        except RuntimeError:  # the loop was closed (e.g. a finished test); drop the message
+            return False
+
+    def _shutdown_slots(self) -> None:
+        for s in self.slots:
+            if s.opened:
+                try:
+                    self.engine.close_slot(s.index)
+                except Exception:  # noqa: BLE001
+                    logger.exception("engine.close_slot(%d) failed at shutdown", s.index)
+                s.opened = False
