@@ -208,6 +208,11 @@ class StreamingAudioInput(nn.Module):
         self.pool_step = pool_step
         self.front_end = MelFrontEnd(cfg.num_mel_bins)
 
+    def _to_param(self, mel: torch.Tensor) -> torch.Tensor:
+        """The mel is computed on the host in float32; move it to the encoder's device and dtype."""
+        weight = self.apm.conv1.weight
+        return mel.to(device=weight.device, dtype=weight.dtype)
+
     def _project(self, states: torch.Tensor) -> torch.Tensor:
         """[1, T, d] encoder states -> [T // pool, llm_dim] LLM embeddings."""
         emb = self.audio_projection_layer(states)  # [1, T, llm]
@@ -230,11 +235,11 @@ class StreamingAudioInput(nn.Module):
         padded = np.zeros(REFERENCE_MAX_SAMPLES, dtype=np.float32)
         padded[: audio.shape[0]] = audio
         mel = self.front_end.log_mel(padded, dynamic_floor=True)[None, :, :frames]  # [1, 80, F]
-        x = self.apm.stem(mel)  # [1, T, d]
+        x = self.apm.stem(self._to_param(mel))  # [1, T, d]
         T = x.shape[1]
         block = CORE_FRAMES // 2  # 50 encoder frames per second
         idx = torch.arange(T)
-        mask = (idx[None, :] // block) <= (idx[:, None] // block)  # [T, T]
+        mask = ((idx[None, :] // block) <= (idx[:, None] // block)).to(x.device)  # [T, T]
         states, _ = self.apm.encode(x, None, mask)
         usable = (T // self.pool_step) * self.pool_step
         return self._project(states[:, :usable])
@@ -276,7 +281,7 @@ class StreamingAudioInput(nn.Module):
             raise ValueError(f"a unit is {UNIT_SAMPLES} mono samples, got shape {tuple(samples.shape)}")
         mel = self._unit_mel(state, self._append_audio(state, samples))
         first = state.units == 0
-        x = self.apm.stem(mel[None].to(self.apm.conv1.weight.dtype))  # [1, 51 or 52, d]
+        x = self.apm.stem(self._to_param(mel[None]))  # [1, 51 or 52, d]
         x = x[:, :-1] if first else x[:, 1:-1]  # drop the context outputs: 50 frames remain
         # The reference resets the encoder cache before its 1500 learned positions run out (~29 s).
         needed = math.ceil(mel.shape[1] / 2)

@@ -157,6 +157,6 @@ class VisionInput(nn.Module):
             raise FrameError(f"frame must be {self.image_size}x{self.image_size}, got {frame.shape[:2]}")
         dtype = self.resampler.query.dtype
         pixels = torch.from_numpy(frame).permute(2, 0, 1).float()[None]  # [1, 3, H, W]
-        pixels = ((pixels / 255.0 - 0.5) / 0.5).to(dtype)
+        pixels = ((pixels / 255.0 - 0.5) / 0.5).to(device=self.resampler.query.device, dtype=dtype)
         states, grid = self.vpm(pixels)
         return self.resampler(states, grid)[0]

@@ -1,0 +1,266 @@
+"""The unit engine: MiniCPM-o 4.5 full duplex behind the engine contract.
+
+Every tick (1 s) each live slot gets one unit of 16 kHz audio (and, in omni calls, one camera frame); the
+engine prefills it, decides listen or speak, and returns the text and 24 kHz audio of the unit. Slots are
+sessions of one loaded model served in turn within the tick: each has its own LLM, audio and TTS caches
+(``DuplexSession``). The finalize of a unit is deferred to the slot's next prefill, so the result leaves
+first. A slot absent from a tick's inputs (paused, frozen) keeps its state untouched.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from inference.engines.base import (
+    Engine,
+    EngineCapabilities,
+    EngineError,
+    ProgressFn,
+    SlotConfig,
+    SlotInput,
+    SlotOutput,
+)
+from inference.models.minicpmo.config import CheckpointError
+from inference.models.minicpmo.duplex import UNIT_SAMPLES, DuplexRunner, DuplexSession
+from inference.models.minicpmo.loading import MiniCPMOParts, load_model
+from inference.models.minicpmo.vision import FrameError, decode_frame
+from inference.models.minicpmo.vocoder import OUTPUT_RATE, SilentVocoder, VocoderState, build_vocoder
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM_PROMPT = "Streaming Omni Conversation."
+DEMO_WEIGHTS_MAX_PARAMS = 100_000_000  # the real model has ~9B parameters; tiny random ones ~50M
+# Worst-case LLM positions one unit takes: <unit> + 10 audio + 19 decided ids + terminator/</unit>.
+AUDIO_UNIT_MAX_POSITIONS = 32
+FRAME_POSITIONS = 66  # <image> + 64 + </image>
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_reference_audio(path: Path) -> np.ndarray:
+    """A voice reference (.npy float at 16 kHz, or any soundfile-readable file) as float32 16 kHz mono."""
+    if path.suffix == ".npy":
+        audio = np.load(path, allow_pickle=False)
+        rate = 16000
+    else:
+        import soundfile
+
+        audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        audio = audio.mean(axis=1)
+    audio = np.asarray(audio, dtype=np.float32)
+    if audio.ndim != 1 or audio.shape[0] < 400:
+        raise EngineError(f"voice reference {path.name}: expected mono audio of at least 25 ms")
+    if rate != 16000:
+        from math import gcd
+
+        from scipy.signal import resample_poly
+
+        g = gcd(rate, 16000)
+        audio = resample_poly(audio, 16000 // g, rate // g).astype(np.float32)
+    return audio
+
+
+@dataclass
+class _UnitSlot:
+    """One slot: its config, its model session and its vocoder state."""
+
+    config: SlotConfig
+    session: DuplexSession | None = None  # None until the prepare tick ran
+    vocoder: VocoderState = field(default_factory=VocoderState)
+    end_turn_requested: bool = False  # barge-in: the next unit closes the speaking turn
+
+
+class UnitEngine(Engine):
+    """MiniCPM-o 4.5 duplex served as the unit engine.
+
+    Args:
+        checkpoint: checkpoint directory in the published layout.
+        num_slots: sessions served by the one model instance.
+        device: torch device string.
+        dtype: ``float32`` (CPU, goldens), ``bfloat16`` or ``float16``.
+    """
+
+    def __init__(self, checkpoint: Path, num_slots: int = 1, *, device: str = "cpu", dtype: str = "float32"):
+        if num_slots < 1:
+            raise EngineError("num_slots must be >= 1")
+        if dtype not in _DTYPES:
+            raise EngineError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+        self.checkpoint = Path(checkpoint)
+        self.num_slots = num_slots
+        self.device = device
+        self.dtype = _DTYPES[dtype]
+        self.parts: MiniCPMOParts | None = None
+        self.runner: DuplexRunner | None = None
+        self.vocoder = SilentVocoder()
+        self._slots: dict[int, _UnitSlot] = {}
+        self.capabilities = self._capabilities(vocoder="none", demo=False, memory_s=0.0, memory_s_omni=0.0)
+
+    @classmethod
+    def from_config(cls, config) -> UnitEngine:  # config: inference.config.InferenceConfig
+        """Build from the service configuration (checkpoint, slots, device, dtype)."""
+        if config.checkpoint is None:
+            raise EngineError("the minicpmo engine needs PARLEY_CHECKPOINT (a MiniCPM-o 4.5 checkpoint directory)")
+        return cls(Path(config.checkpoint), config.slots, device=config.device, dtype=config.dtype)
+
+    def _capabilities(self, *, vocoder: str, demo: bool, memory_s: float, memory_s_omni: float) -> EngineCapabilities:
+        return EngineCapabilities(
+            engine="minicpmo",
+            family="unit",
+            chunk_period_ms=1000,
+            input_rate=16000,
+            input_chunk_samples=UNIT_SAMPLES,
+            output_rate=OUTPUT_RATE,
+            video=True,
+            demo_weights=demo,
+            extra={
+                "vocoder": vocoder,
+                "memory_s": memory_s,  # the sliding window keeps at least this much audio-only call
+                "memory_s_omni": memory_s_omni,  # ... and this much of an omni call (one frame per unit)
+                "demo_weights": demo,
+            },
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    def warmup(self, progress: ProgressFn | None = None) -> None:
+        """Load the checkpoint, pick the vocoder, and run one throw-away session through prepare and a unit."""
+        report = progress or (lambda fraction, stage: None)
+        report(0.0, "loading MiniCPM-o checkpoint")
+        try:
+            self.parts = load_model(self.checkpoint, device=self.device, dtype=self.dtype)
+        except CheckpointError as exc:
+            raise EngineError(f"cannot load {self.checkpoint}: {exc}") from exc
+        self.runner = DuplexRunner(self.parts)
+        self.vocoder = build_vocoder(self.checkpoint, self.device)
+        params = sum(p.numel() for _, m in self.parts.modules().values() for p in m.parameters())
+        usable = self.runner.window_target
+        self.capabilities = self._capabilities(
+            vocoder=self.vocoder.name,
+            demo=params < DEMO_WEIGHTS_MAX_PARAMS,
+            memory_s=float(usable // AUDIO_UNIT_MAX_POSITIONS),
+            memory_s_omni=float(usable // (AUDIO_UNIT_MAX_POSITIONS + FRAME_POSITIONS)),
+        )
+        report(0.7, "warming up the unit loop")
+        session = self.runner.new_session()
+        self.runner.prepare(session, DEFAULT_SYSTEM_PROMPT, np.zeros(UNIT_SAMPLES, np.float32))
+        frame = self.parts.vision.embed_frame(np.zeros((self.parts.config.image_size,) * 2 + (3,), np.uint8))
+        self.runner.prefill(session, np.zeros(UNIT_SAMPLES, np.float32), frame)
+        self.runner.generate(session, force_listen=True)
+        self.runner.finalize(session)
+        del session
+        report(1.0, "MiniCPM-o ready")
+
+    def open_slot(self, slot: int, config: SlotConfig) -> None:
+        """Reserve ``slot``; the prepare (system prompt + voice) runs on the next step."""
+        self._check_slot(slot)
+        if self.runner is None:
+            raise EngineError("warmup() must run before open_slot()")
+        if slot in self._slots:
+            raise EngineError(f"slot {slot} is already open")
+        self._slots[slot] = _UnitSlot(config=config)
+
+    def close_slot(self, slot: int) -> None:
+        """Drop every cache the slot's session took and hand device memory back."""
+        self._check_slot(slot)
+        if self._slots.pop(slot, None) is None:
+            return
+        gc.collect()  # DynamicCache layers can sit in reference cycles
+        if self.device.startswith("cuda") and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def cancel(self, slot: int) -> None:
+        """Barge-in: the slot's next unit is a forced listen, which closes a speaking turn."""
+        state = self._slots.get(slot)
+        if state is not None:
+            state.end_turn_requested = True
+
+    # -- the tick ----------------------------------------------------------------------------------------------
+
+    def _prepare(self, slot: int, state: _UnitSlot) -> SlotOutput:
+        assert self.runner is not None
+        voice = state.config.voice
+        ref_audio = None
+        if voice is not None and voice.path is not None:
+            try:
+                ref_audio = load_reference_audio(Path(voice.path))
+            except (OSError, ValueError, RuntimeError) as exc:
+                raise EngineError(f"slot {slot}: cannot read voice {voice.voice_id!r}: {exc}") from exc
+        session = self.runner.new_session()
+        self.runner.prepare(session, state.config.persona or DEFAULT_SYSTEM_PROMPT, ref_audio)
+        state.vocoder = self.vocoder.new_state(ref_audio)
+        state.session = session
+        return SlotOutput(audio=np.zeros(0, np.float32), prefilling=False, progress=1.0)
+
+    def _unit(self, slot: int, state: _UnitSlot, unit: SlotInput) -> SlotOutput:
+        assert self.runner is not None and self.parts is not None and state.session is not None
+        audio = np.asarray(unit.audio)
+        if audio.shape != (UNIT_SAMPLES,) or not np.issubdtype(audio.dtype, np.floating):
+            raise EngineError(
+                f"slot {slot}: a unit is float [{UNIT_SAMPLES}] at 16 kHz, got {audio.dtype} {audio.shape}"
+            )
+        if not np.all(np.isfinite(audio)):
+            raise EngineError(f"slot {slot}: audio contains NaN or infinity")
+        frame_embeds = None
+        if unit.image is not None:
+            try:
+                frame = decode_frame(unit.image, self.parts.config.image_size)
+                frame_embeds = self.parts.vision.embed_frame(frame)
+            except FrameError as exc:
+                # One bad camera frame must not end the call: this unit goes on audio-only.
+                logger.warning("unit.frame_dropped", extra={"slot": slot, "reason": str(exc)})
+        force = unit.force_listen or state.end_turn_requested
+        state.end_turn_requested = False
+        self.runner.prefill(state.session, audio.astype(np.float32, copy=False), frame_embeds)
+        result = self.runner.generate(state.session, force_listen=force)
+        if result.is_listen:
+            out_audio = np.zeros(0, np.float32)
+        else:
+            out_audio = self.vocoder.synthesize(state.vocoder, result.tts_codes, end_of_turn=result.end_of_turn)
+        if force and not result.end_of_turn:
+            self.vocoder.new_turn(state.vocoder)
+        return SlotOutput(
+            audio=out_audio,
+            text=result.text,
+            decision="listen" if result.is_listen else "speak",
+            end_of_turn=result.end_of_turn,
+        )
+
+    def step(self, inputs: Mapping[int, SlotInput]) -> dict[int, SlotOutput]:
+        """Prepare newly opened slots, then run one unit for each slot in ``inputs``, in turn."""
+        outputs: dict[int, SlotOutput] = {}
+        for slot, state in self._slots.items():
+            if state.session is None:
+                outputs[slot] = self._prepare(slot, state)
+        for slot, unit in inputs.items():
+            state = self._slots.get(slot)
+            if state is None:
+                raise EngineError(f"step() got input for slot {slot}, which is not open")
+            if slot in outputs:
+                continue  # the prepare took this tick; input before it is not part of the call
+            outputs[slot] = self._unit(slot, state, unit)
+        return outputs
+
+    def memory_snapshot(self) -> dict[str, float]:
+        """Parameter bytes, per-session cache bytes, and device bytes when on CUDA."""
+        snap: dict[str, float] = {}
+        if self.parts is not None:
+            snap["parameters_bytes"] = float(self.parts.parameter_bytes())
+        snap["sessions_bytes"] = float(sum(s.session.nbytes() for s in self._slots.values() if s.session))
+        if self.device.startswith("cuda") and torch.cuda.is_available():
+            snap["cuda_allocated_bytes"] = float(torch.cuda.memory_allocated())
+        return snap
+
+    def session_of(self, slot: int) -> DuplexSession | None:
+        """The model session of ``slot`` (tests and benches inspect caches through it)."""
+        state = self._slots.get(slot)
+        return None if state is None else state.session
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.num_slots:
+            raise EngineError(f"slot {slot} out of range 0..{self.num_slots - 1}")
