@@ -435,7 +435,8 @@ function median(values) {
 }
 
 function fmt(ms) {
-  return Number.isFinite(ms) ? `${Math.round(ms)} ms` : null;
+  if (!Number.isFinite(ms)) return null;
+  return ms < 10 ? `${ms.toFixed(1)} ms` : `${Math.round(ms)} ms`; // sub-ms ticks of small engines still show
 }
 
 // ---- wiring -------------------------------------------------------------------------------------

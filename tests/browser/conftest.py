@@ -102,3 +102,31 @@ def screenshot_dir() -> Path | None:
     path = Path(raw)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A test database file of this session's own: a unit-test run at the same time (CI, a
+    developer's second terminal) would otherwise create and destroy the same var/test_db.sqlite3
+    under the live server's feet."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "browser_test_db.sqlite3")
+
+
+@pytest.fixture(scope="session")
+def _db_unblocked_while_forking(django_db_setup, django_db_blocker):
+    # The live server's daphne process is forked from this one and inherits pytest-django's
+    # database blocker: forked while blocked, every login in the server fails. Unblock around
+    # the fork only (see the override below).
+    django_db_blocker.unblock()
+    yield django_db_blocker
+
+
+@pytest.fixture(scope="session")
+def channels_live_server(_db_unblocked_while_forking, channels_live_server):
+    """The shared daphne live server (tests/conftest.py), forked with database access allowed."""
+    _db_unblocked_while_forking.restore()
+    return channels_live_server

@@ -7,6 +7,8 @@ buffer -> speakers.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -50,7 +52,8 @@ def test_call_plays_agent_audio_pauses_resumes_and_stops(channels_live_server, b
     assert h["capabilities"]["engine"] == "echo"
     assert "[frame" in h["transcript"]
     expect(page.locator("#transcript")).to_contain_text("[frame")
-    expect(page.locator("[data-figure=tick_p50]")).to_have_text(r"\d+ ms")
+    expect(page.locator("[data-figure=tick_p50]")).to_have_text(re.compile(r"^[\d.]+ ms$"))
+    expect(page.locator("[data-figure=mouth_to_ear]")).to_have_text(re.compile(r"^\d+ ms$"))
     assert session_id in occupancy(staff.request, url)["session_ids"]
     if screenshot_dir:
         page.wait_for_timeout(1500)  # let the latency chart gather a few points

@@ -17,6 +17,7 @@ CHART_WIDTH = 480
 CHART_HEIGHT = 120
 CHART_PAD_LEFT = 34  # room for the y-axis labels
 CHART_PAD_TOP = 8
+CHART_PAD_BOTTOM = 8  # room below the zero line for its label
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def tick_chart(recent_ms: tuple[float, ...], *, budget_ms: float | None = None) 
     values = [v for v in recent_ms if v >= 0]
     top = _nice_ceil(max([*values, budget_ms or 0.0, 1.0]))
     plot_w = CHART_WIDTH - CHART_PAD_LEFT
-    plot_h = CHART_HEIGHT - CHART_PAD_TOP
+    plot_h = CHART_HEIGHT - CHART_PAD_TOP - CHART_PAD_BOTTOM
 
     def y_of(ms: float) -> float:
         return round(CHART_PAD_TOP + plot_h * (1 - min(ms, top) / top), 1)
