@@ -2,6 +2,9 @@
 
 Usage (NO_TORCH_COMPILE=1 is required on CPU):
     python mimi_ref_runner.py --weights W.safetensors --config mimi_config.json --inputs in.npz --out out.npz
+    python mimi_ref_runner.py --describe-default --out keys.json
+
+The second form writes {key: shape} of the published full-size Mimi's state dict (random init, no weights).
 
 `in.npz` holds `pcm` float32 [B, 1, T] (T a multiple of the frame size) and `codes` int64 [B, K, F].
 `out.npz` receives, for K = codes.shape[1]:
@@ -24,11 +27,18 @@ from moshi.models.loaders import get_mimi
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--weights", required=True)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--inputs", required=True)
+    parser.add_argument("--weights")
+    parser.add_argument("--config")
+    parser.add_argument("--inputs")
+    parser.add_argument("--describe-default", action="store_true")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+
+    if args.describe_default:
+        mimi = get_mimi(None, device="cpu", num_codebooks=8)
+        with open(args.out, "w") as f:
+            json.dump({k: list(v.shape) for k, v in mimi.state_dict().items()}, f)
+        return
 
     torch.set_num_threads(1)
     with open(args.config) as f:

@@ -67,3 +67,37 @@ def test_decode_matches_the_reference(codec_and_reference, random_codes):
 def test_streaming_decode_matches_the_reference(codec_and_reference, random_codes):
     codec, ref = codec_and_reference
     torch.testing.assert_close(stream_decode(codec, random_codes), ref["pcm_stream"], rtol=0, atol=1e-4)
+
+
+def test_full_size_codec_has_the_published_key_layout(tmp_path):
+    """Our full-size (published) Mimi has exactly moshi's state-dict keys and shapes, so the published
+    Kyutai checkpoint, which moshi loads strictly, loads into ours strictly too."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from inference.models.moshi.mimi import MimiCodec, MimiConfig
+
+    repo = Path(__file__).resolve().parents[4]
+    ref_python = repo / ".venv-moshi-ref" / "bin" / "python"
+    if not ref_python.exists():
+        pytest.skip("reference venv .venv-moshi-ref is missing")
+    out = tmp_path / "keys.json"
+    env = {**os.environ, "NO_TORCH_COMPILE": "1", "OMP_NUM_THREADS": "1"}
+    runner = Path(__file__).with_name("mimi_ref_runner.py")
+    result = subprocess.run([str(ref_python), str(runner), "--describe-default", "--out", str(out)],
+                            env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    # moshi keeps per-step `in_projs.0` / `out_projs.0` internally; the published file stores them fused as
+    # `in_proj_weight` / `out_proj.weight` and moshi's load hook splits them (reference doc section 5).
+    reference = {
+        k.replace("self_attn.in_projs.0.weight", "self_attn.in_proj_weight").replace(
+            "self_attn.out_projs.0.weight", "self_attn.out_proj.weight"
+        ): v
+        for k, v in json.loads(out.read_text()).items()
+    }
+    with torch.device("meta"):
+        ours = {k: list(v.shape) for k, v in MimiCodec(MimiConfig.kyutai_default()).state_dict().items()}
+    assert ours == reference
+    assert len(ours) > 300
