@@ -27,6 +27,7 @@ from inference.contracts import (
 from inference.errors import WireError
 
 GONE = "the inference service connection is closed"
+CLOSE_DRAIN_S = 2.0
 
 
 class RemoteSessionHandle:
@@ -39,6 +40,7 @@ class RemoteSessionHandle:
         self._events: asyncio.Queue[SessionEvent | None] = asyncio.Queue()
         self._session_id: str | None = None
         self._closed = False
+        self._stream_ended = asyncio.Event()  # the service sent "end" (after Closed / Replaced)
         self._reader_task = asyncio.create_task(self._read_loop())
 
     @classmethod
@@ -101,6 +103,9 @@ class RemoteSessionHandle:
         if not self._closed:
             with contextlib.suppress(ParleyError):  # already gone (replaced, closed): nothing to end
                 await self._call("close", reason=reason)
+            # Stay connected until the Closed event has arrived, as the in-process handle delivers it too.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stream_ended.wait(), CLOSE_DRAIN_S)
         await self._disconnect()
 
     async def detach(self) -> None:
@@ -137,6 +142,7 @@ class RemoteSessionHandle:
                         self._resolve(obj)
                         continue
                     if obj.get("event") == "end":
+                        self._stream_ended.set()
                         self._events.put_nowait(None)
                         continue
                     self._events.put_nowait(wire.event_from_dict(obj))
@@ -146,6 +152,7 @@ class RemoteSessionHandle:
             pass
         finally:
             self._closed = True
+            self._stream_ended.set()
             self._events.put_nowait(None)
             for future in self._replies.values():
                 if not future.done():

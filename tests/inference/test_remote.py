@@ -1,0 +1,139 @@
+"""Remote mode: the facade against a real ``python -m inference serve`` process on a unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from event_helpers import EventReader, pcm16_frame, send_frames
+
+from inference import api, wire
+from inference.contracts import AudioOut, Closed, ParleyError, Prefill, Ready, Replaced, SessionRequest, TextOut
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def service_socket():
+    """A real service process (echo engine, 1 slot, no queue, 1 s grace) on a short temp socket path."""
+    tmp = tempfile.mkdtemp(prefix="parley-", dir="/tmp")  # unix socket paths must stay short
+    path = os.path.join(tmp, "inference.sock")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PARLEY_ENGINE": "echo",
+        "PARLEY_SLOTS": "1",
+        "PARLEY_QUEUE_MAX": "0",
+        "PARLEY_DISCONNECT_GRACE_S": "1",
+        "PARLEY_ECHO_DELAY_FRAMES": "2",
+    }
+    env.pop("PARLEY_INFERENCE_URL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inference", "serve", "--socket", path],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("ready:"):
+            break
+    else:
+        proc.wait(5)
+        pytest.fail("the service never said ready:\n" + "".join(lines))
+    assert any(line.startswith("warming up echo") for line in lines), lines
+    yield path
+    proc.terminate()
+    assert proc.wait(10) == 0
+    assert not os.path.exists(path)  # removed on a clean stop
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+async def remote(service_socket):
+    await api.start(inference_url=f"unix://{service_socket}")
+    yield service_socket
+    await api.shutdown()
+
+
+async def test_remote_session_echoes_audio_and_closes(remote):
+    handle = await api.open_session(SessionRequest(user_key="rose", persona="kind"))
+    reader = EventReader(handle)
+    ready = await reader.next()
+    assert isinstance(ready, Ready) and ready.persona == "kind" and ready.capabilities.engine == "echo"
+    assert handle.session_id == ready.session_id
+    await send_frames(handle, range(200, 210))
+    assert await reader.until(Prefill) == Prefill(1.0, True)
+    markers = {pcm16_frame(m): m for m in range(200, 210)}
+    echoed = []
+    while len(echoed) < 5:
+        event = await reader.until(AudioOut)
+        if event.pcm16 in markers:
+            echoed.append(markers[event.pcm16])
+    assert echoed == sorted(echoed)
+    assert any(isinstance(e, TextOut) and e.text.startswith("[frame ") for e in reader.seen)
+    with pytest.raises(ParleyError) as info:
+        await handle.append_audio(b"\x00", encoding="pcm16", rate=24000)
+    assert info.value.code == "invalid_audio"  # the session goes on
+    (snapshot,) = await api.occupancy()
+    assert snapshot.slots[0].session_id == ready.session_id
+    await handle.close()
+    assert await reader.until(Closed) == Closed("client_close")
+    assert await reader.ended()
+
+
+async def test_remote_takeover_and_full_service(remote):
+    first = await api.open_session(SessionRequest(user_key="sid"))
+    first_reader = EventReader(first)
+    ready = await first_reader.next()
+    second = await api.open_session(SessionRequest(user_key="sid"))
+    second_reader = EventReader(second)
+    again = await second_reader.next()
+    assert isinstance(again, Ready) and again.session_id == ready.session_id and again.resumed
+    assert await first_reader.next() == Replaced()
+    assert await first_reader.ended()
+    await first.close()  # must not end the taken-over session
+    with pytest.raises(ParleyError) as info:  # one slot, queueing disabled
+        await api.open_session(SessionRequest(user_key="tom"))
+    assert info.value.code == "resource_exhausted" and info.value.error_type == "rate_limit_error"
+    await send_frames(second, [5] * 5)
+    assert isinstance(await second_reader.until(AudioOut), AudioOut)
+    assert await api.end_session(ready.session_id) is True
+    assert await second_reader.until(Closed) == Closed("admin_ended")
+
+
+async def test_remote_dropped_socket_resumes_within_grace(remote):
+    handle = await api.open_session(SessionRequest(user_key="una"))
+    ready = await EventReader(handle).next()
+    await handle.append_audio(pcm16_frame(1), encoding="pcm16", rate=24000)
+    await handle.detach()  # the web tier's socket dropped
+    await asyncio.sleep(0.2)
+    (snapshot,) = await api.occupancy()
+    assert snapshot.slots[0].state == "detached"
+    back = await api.open_session(SessionRequest(user_key="una"))
+    again = await EventReader(back).next()
+    assert again.session_id == ready.session_id and again.resumed is True
+    await back.close()
+
+
+async def test_garbage_on_the_socket_does_not_hurt_the_service(remote):
+    for junk in (b"\xff\xff\xff\xff\x01", wire.frame(wire.JSON, b"not json"), b"\x00\x00"):
+        reader, writer = await asyncio.open_unix_connection(remote)
+        writer.write(junk)
+        await writer.drain()
+        writer.close()
+    caps = await asyncio.to_thread(api.capabilities_preview)
+    assert caps["engine"] == "echo" and caps["extra"]["delay_frames"] == 2
+    probe = socket.socket(socket.AF_UNIX)
+    probe.connect(remote)  # still listening
+    probe.close()
