@@ -19,6 +19,7 @@ const MODEL = params.get("model");
 
 const hooks = {
   state: "idle",
+  stateHistory: ["idle"], // every state the page went through, in order (bounded)
   sessionId: null,
   resumed: null,
   capabilities: null,
@@ -35,6 +36,8 @@ const hooks = {
   overruns: 0,
   transcript: "",
   units: [],
+  queue: null, // the last session.queued event
+  prefillProgress: [], // progress values of session.prefill events, as received (bounded)
   metrics: null,
   closeReason: null,
   errors: [],
@@ -60,6 +63,10 @@ class Call {
   }
 
   setState(state, detail = "") {
+    if (this.state !== state) {
+      hooks.stateHistory.push(state);
+      if (hooks.stateHistory.length > 100) hooks.stateHistory.shift();
+    }
     this.state = state;
     hooks.state = state;
     this.ui.setState(state, detail);
@@ -342,6 +349,7 @@ class Call {
 
 const HANDLERS = {
   "session.queued"(call, e) {
+    hooks.queue = { position: e.position, queue_length: e.queue_length, estimated_wait_s: e.estimated_wait_s };
     call.setState("queued");
     call.ui.setQueue(e);
   },
@@ -359,6 +367,8 @@ const HANDLERS = {
     call.setState("live");
   },
   "session.prefill"(call, e) {
+    hooks.prefillProgress.push(e.progress);
+    if (hooks.prefillProgress.length > 200) hooks.prefillProgress.shift();
     const done = e.done || e.progress >= 1;
     if (done) {
       if (call.state === "prefilling") call.setState("live");

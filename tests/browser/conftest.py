@@ -116,17 +116,36 @@ def django_db_modify_db_settings(tmp_path_factory: pytest.TempPathFactory) -> No
         database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "browser_test_db.sqlite3")
 
 
+# The inference service runs inside the live server process and reads PARLEY_* at start.
+# Two slots make the queue reachable with three callers; a simulated prefill makes the progress
+# bar observable; a short grace frees slots of tests that failed half-way before the next test.
+LIVE_SERVER_ENV = {
+    "PARLEY_ENGINE": "echo",
+    "PARLEY_SLOTS": "2",
+    "PARLEY_QUEUE_MAX": "4",
+    "PARLEY_ECHO_PREFILL_TICKS": "15",
+    "PARLEY_DISCONNECT_GRACE_S": "10",
+}
+
+
 @pytest.fixture(scope="session")
-def _db_unblocked_while_forking(django_db_setup, django_db_blocker):
-    # The live server's daphne process is forked from this one and inherits pytest-django's
-    # database blocker: forked while blocked, every login in the server fails. Unblock around
-    # the fork only (see the override below).
+def _live_server_forking(django_db_setup, django_db_blocker):
+    """Prepare the parent for the fork of the daphne live server (see the override below)."""
+    saved = {name: os.environ.get(name) for name in LIVE_SERVER_ENV}
+    os.environ.update(LIVE_SERVER_ENV)
+    # The child inherits pytest-django's database blocker: forked while blocked, every login in
+    # the server fails. Unblock around the fork only.
     django_db_blocker.unblock()
     yield django_db_blocker
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session")
-def channels_live_server(_db_unblocked_while_forking, channels_live_server):
-    """The shared daphne live server (tests/conftest.py), forked with database access allowed."""
-    _db_unblocked_while_forking.restore()
+def channels_live_server(_live_server_forking, channels_live_server):
+    """The shared daphne live server (tests/conftest.py), forked with the settings above."""
+    _live_server_forking.restore()
     return channels_live_server

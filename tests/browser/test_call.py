@@ -126,3 +126,70 @@ def test_operations_refuse_non_staff(channels_live_server, browser, make_user, p
     login(context.new_page(), url, "plainuser")
     assert context.request.get(f"{url}{path}").status == 403
     context.close()
+
+
+def test_prefill_progress_is_shown_before_the_call_goes_live(channels_live_server, page, make_user):
+    url = channels_live_server.url
+    make_user("patient")
+    login(page, url, "patient")
+    open_call_page(page, url)
+    page.click("#start")
+    wait_for(page, "p.stateHistory.includes('prefilling')")
+    expect(page.locator("#prefill")).to_be_visible()
+    wait_for(page, "p.state === 'live' && p.prefillProgress.some((v) => v >= 1)")
+    h = hooks(page)
+    assert "prefilling" in h["stateHistory"]
+    progress = [p for p in h["prefillProgress"] if p < 1]
+    assert progress and progress == sorted(progress), "prefill progress must rise"
+    expect(page.locator("#prefill")).to_be_hidden()
+    page.click("#stop")
+    wait_for_state(page, "closed")
+
+
+def test_third_caller_waits_in_the_queue_until_a_slot_frees(channels_live_server, browser, make_user):
+    """The live server runs 2 slots (see conftest): the third caller is queued with its position."""
+    url = channels_live_server.url
+    pages = []
+    for name in ("first", "second", "third"):
+        make_user(name)
+        page = browser.new_context().new_page()
+        login(page, url, name)
+        open_call_page(page, url)
+        pages.append(page)
+    first, second, third = pages
+    start_call(first)
+    start_call(second)
+
+    third.click("#start")
+    wait_for_state(third, "queued")
+    expect(third.locator("#queue")).to_contain_text("Position 1 of 1")
+    assert hooks(third)["queue"]["position"] == 1
+
+    first.click("#stop")
+    wait_for_state(first, "closed")
+    wait_for_state(third, "live")
+    wait_for(third, "p.playedMs > 1000")
+    assert hooks(third)["playedRms"] > AUDIBLE_RMS
+    for page in (second, third):
+        page.click("#stop")
+        wait_for_state(page, "closed")
+    for page in pages:
+        page.context.close()
+
+
+def test_reloading_the_page_resumes_the_same_session(channels_live_server, page, make_user):
+    url = channels_live_server.url
+    make_user("reloader")
+    login(page, url, "reloader")
+    open_call_page(page, url)
+    session_id = start_call(page)
+    wait_for(page, "p.audioChunksReceived > 5")
+
+    page.reload()  # the socket drops; the session waits, paused, for the grace period
+    page.wait_for_function("() => window.parley && window.parley.state === 'idle'")
+    assert start_call(page) == session_id
+    assert hooks(page)["resumed"] is True
+    expect(page.locator("#session-id")).to_contain_text("(resumed)")
+    wait_for(page, "p.playedMs > 1000")
+    page.click("#stop")
+    wait_for_state(page, "closed")
