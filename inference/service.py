@@ -18,13 +18,14 @@ import sys
 import time
 
 from inference import wire
+from inference.client import LocalHandle
 from inference.config import InferenceConfig
 from inference.contracts import EngineCapabilities, ParleyError, SessionRequest, SlotSnapshot, WorkerSnapshot
 from inference.engines import build_engine
 from inference.engines.base import Engine, ProgressFn
 from inference.errors import WireError
 from inference.pool import SlotPool
-from inference.session import DialogueSession, LocalHandle
+from inference.session import DialogueSession
 from inference.worker import EngineWorker
 
 logger = logging.getLogger(__name__)

@@ -1,8 +1,8 @@
 """DialogueSession: one user's persistent session, on the service's event loop.
 
-A session outlives the connections that attach to it. Each connection gets a ``LocalHandle`` (the
-in-process ``SessionHandle``) with its own bounded outbox of events; a new connection replaces the
-old handle, a dropped one detaches and starts the grace timer.
+A session outlives the connections that attach to it. Each connection gets a
+``inference.client.LocalHandle`` (the in-process ``SessionHandle``) with its own bounded outbox of
+events; a new connection replaces the old handle, a dropped one detaches and starts the grace timer.
 
 States: ``queued`` -> ``admitted`` (slot reserved) -> ``prefilling`` (slot opened at the first audio)
 -> ``live`` -> ``closed``. Paused (by the user) and detached (no connection) are flags on top of
@@ -15,9 +15,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import deque
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -45,6 +43,7 @@ from inference.contracts import (
 from inference.engines.base import SlotConfig, SlotOutput
 
 if TYPE_CHECKING:
+    from inference.client import LocalHandle
     from inference.service import InferenceService
 
 logger = logging.getLogger(__name__)
@@ -53,61 +52,6 @@ State = Literal["queued", "admitted", "prefilling", "live", "closed"]
 METRICS_PERIOD_S = 1.0
 BACKPRESSURE_REPORT_PERIOD_S = 1.0
 IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
-
-
-class Outbox:
-    """Events for one connection: control events are never dropped, audio beyond the bound drops the oldest."""
-
-    def __init__(self, max_audio: int):
-        self.max_audio = max_audio
-        self._items: deque[SessionEvent] = deque()
-        self._audio = 0
-        self._ready = asyncio.Event()
-        self.finished = False
-        self.dropped_audio = 0
-
-    def put(self, event: SessionEvent) -> None:
-        if self.finished:
-            return
-        if isinstance(event, AudioOut):
-            if self._audio >= self.max_audio:
-                self._drop_oldest_audio()
-            self._audio += 1
-        self._items.append(event)
-        self._ready.set()
-
-    def drop_epoch_before(self, epoch: int) -> None:
-        """Barge-in: forget audio and text of older epochs that were not sent yet."""
-        kept = [e for e in self._items if not (isinstance(e, AudioOut | TextOut) and e.epoch < epoch)]
-        self._items = deque(kept)
-        self._audio = sum(isinstance(e, AudioOut) for e in kept)
-
-    def finish(self) -> None:
-        self.finished = True
-        self._ready.set()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    async def stream(self) -> AsyncIterator[SessionEvent]:
-        while True:
-            while self._items:
-                event = self._items.popleft()
-                if isinstance(event, AudioOut):
-                    self._audio -= 1
-                yield event
-            if self.finished:
-                return
-            self._ready.clear()
-            await self._ready.wait()
-
-    def _drop_oldest_audio(self) -> None:
-        for i, event in enumerate(self._items):
-            if isinstance(event, AudioOut):
-                del self._items[i]
-                self._audio -= 1
-                self.dropped_audio += 1
-                return
 
 
 class DialogueSession:
@@ -428,60 +372,3 @@ class DialogueSession:
         if self.audio_started and not self.user_paused:
             self._emit(Metrics(self.metrics()))
         self._schedule_metrics()
-
-
-CLOSE_REASONS: frozenset[str] = frozenset(get_args(CloseReason))
-
-
-class LocalHandle:
-    """The in-process ``SessionHandle``: one connection's view of a ``DialogueSession``."""
-
-    def __init__(self, session: DialogueSession, max_audio: int):
-        self._session = session
-        self.outbox = Outbox(max_audio)
-
-    @property
-    def session_id(self) -> str | None:
-        return None if self._session.state == "queued" else self._session.session_id
-
-    def events(self) -> AsyncIterator[SessionEvent]:
-        return self.outbox.stream()
-
-    def _current(self) -> DialogueSession:
-        if self._session.attachment is not self:
-            raise ParleyError("this connection no longer owns the session", code="session_not_ready")
-        return self._session
-
-    async def update(self, *, persona: str | None = None, voice: VoiceRef | None = None) -> None:
-        self._current().update(persona=persona, voice=voice)
-
-    async def append_audio(self, data: bytes, *, encoding: str, rate: int) -> None:
-        self._current().append_audio(data, encoding, rate)
-
-    async def append_image(self, data: bytes) -> None:
-        self._current().append_image(data)
-
-    async def pause(self) -> None:
-        self._current().pause()
-
-    async def resume(self) -> None:
-        self._current().resume()
-
-    async def cancel(self) -> None:
-        self._current().cancel()
-
-    async def force_listen(self) -> None:
-        self._current().force_listen()
-
-    async def playback_ack(self, played_ms: float) -> None:
-        self._current().playback_ack(played_ms)
-
-    async def close(self, reason: str = "client_close") -> None:
-        """End the session; a handle that was replaced or already closed does nothing."""
-        if reason not in CLOSE_REASONS:
-            raise ParleyError(f"unknown close reason {reason!r}", code="invalid_value", param="reason")
-        if self._session.attachment is self:
-            self._session.close(reason)  # type: ignore[arg-type]
-
-    async def detach(self) -> None:
-        self._session.detach(self)
