@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from inference.models.minicpmo.audio_encoder import StreamingAudioInput
@@ -42,8 +42,11 @@ def weight_files(checkpoint_dir: Path) -> dict[str, Path]:
     single = checkpoint_dir / SINGLE_FILE
     if not single.is_file():
         raise CheckpointError(f"{checkpoint_dir}: neither {SINGLE_FILE} nor {INDEX_FILE} found")
-    with safe_open(str(single), framework="pt") as f:
-        return dict.fromkeys(f.keys(), single)
+    try:
+        with safe_open(str(single), framework="pt") as f:
+            return dict.fromkeys(f.keys(), single)
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"{single}: unreadable safetensors file ({exc})") from exc
 
 
 def read_tensors(files: dict[str, Path]) -> dict[str, torch.Tensor]:
@@ -60,7 +63,7 @@ def read_tensors(files: dict[str, Path]) -> dict[str, torch.Tensor]:
                     if name not in present:
                         raise CheckpointError(f"{path.name}: index lists {name!r} but the shard lacks it")
                     out[name] = f.get_tensor(name)
-        except (OSError, ValueError) as exc:  # safetensors raises these for truncated / corrupt files
+        except (SafetensorError, OSError, ValueError) as exc:  # truncated or corrupt files
             raise CheckpointError(f"{path}: unreadable safetensors file ({exc})") from exc
     return out
 
@@ -128,6 +131,19 @@ def load_tokenizer(checkpoint_dir: Path) -> tuple[object, list[int]]:
     return tokenizer, bad
 
 
+def build_parts(cfg: MiniCPMOConfig, tokenizer: object = None, bad_token_ids: list[int] | None = None) -> MiniCPMOParts:
+    """The architecture ``cfg`` describes, with initial (not loaded) weights."""
+    return MiniCPMOParts(
+        config=cfg,
+        llm=DuplexLLM(cfg),
+        audio=StreamingAudioInput(cfg.audio, cfg.hidden_size, cfg.audio_pool_step),
+        vision=VisionInput(cfg),
+        tts=MiniCPMTTS(cfg.tts),
+        tokenizer=tokenizer,
+        bad_token_ids=list(bad_token_ids or []),
+    )
+
+
 def load_model(
     checkpoint_dir: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ) -> MiniCPMOParts:
@@ -146,17 +162,8 @@ def load_model(
         raise CheckpointError(f"{checkpoint_dir}: not a directory")
     cfg = MiniCPMOConfig.from_dir(checkpoint_dir)
     tokenizer, bad = load_tokenizer(checkpoint_dir)
-    parts = MiniCPMOParts(
-        config=cfg,
-        llm=DuplexLLM(cfg),
-        audio=StreamingAudioInput(cfg.audio, cfg.hidden_size, cfg.audio_pool_step),
-        vision=VisionInput(cfg),
-        tts=MiniCPMTTS(cfg.tts),
-        tokenizer=tokenizer,
-        bad_token_ids=bad,
-        device=torch.device(device),
-        dtype=dtype,
-    )
+    parts = build_parts(cfg, tokenizer, bad)
+    parts.device, parts.dtype = torch.device(device), dtype
     files = weight_files(checkpoint_dir)
     tensors = read_tensors(files)
     check_keys(expected_shapes(parts), {k: tuple(v.shape) for k, v in tensors.items()})
