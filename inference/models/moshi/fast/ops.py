@@ -1,0 +1,145 @@
+"""The fast path's fused operations, each with a plain-torch twin.
+
+On CUDA with Triton installed, ``use_triton(x)`` is true and the kernels of ``triton_kernels`` run. Everywhere
+else (CPU, CI, a GPU without Triton) the torch versions below compute the same function, op for op in moshi's
+order, so the CPU fallback is the readable specification of every kernel and the kernels' tests compare
+against it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+try:  # Triton is optional: the CPU wheel of torch does not ship it
+    from inference.models.moshi.fast import triton_kernels as _tk
+except ImportError:  # pragma: no cover - depends on the environment
+    _tk = None
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = 448.0
+
+
+def triton_available() -> bool:
+    return _tk is not None
+
+
+def use_triton(x: torch.Tensor) -> bool:
+    return _tk is not None and x.is_cuda
+
+
+# ---- RMSNorm and gating ---------------------------------------------------------------------------------
+
+
+def rmsnorm_torch(x: torch.Tensor, alpha: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [R, N]; fp32 statistics, result in x's dtype (moshi ``_rms_norm`` with dtype fp32)."""
+    xf = x.float()
+    var = eps + torch.mean(xf**2, dim=1, keepdim=True)
+    return (xf * (alpha.float().view(1, -1) * torch.rsqrt(var))).to(x.dtype)
+
+
+def rmsnorm(x: torch.Tensor, alpha: torch.Tensor, eps: float) -> torch.Tensor:
+    if use_triton(x):
+        return _tk.rmsnorm(x, alpha, eps)
+    return rmsnorm_torch(x, alpha, eps)
+
+
+def silu_mul_torch(x: torch.Tensor) -> torch.Tensor:
+    h = x.shape[1] // 2
+    return F.silu(x[:, :h]) * x[:, h:]
+
+
+def silu_mul(x: torch.Tensor) -> torch.Tensor:
+    if use_triton(x):
+        return _tk.silu_mul(x)
+    return silu_mul_torch(x)
+
+
+# ---- RoPE + KV ring write -------------------------------------------------------------------------------
+
+
+def rope_torch(x: torch.Tensor, pos: torch.Tensor, max_period: float) -> torch.Tensor:
+    """Interleaved RoPE of x [R, H, D] at positions pos [R], in fp32, rounded back to x's dtype."""
+    D = x.shape[-1]
+    ds = torch.arange(D // 2, device=x.device, dtype=torch.float32)
+    freqs = torch.exp(ds * (-math.log(max_period) * 2 / D))
+    ts = pos.float().view(-1, 1, 1)
+    rotr, roti = torch.cos(freqs * ts), torch.sin(freqs * ts)
+    pairs = x.view(*x.shape[:-1], D // 2, 2)
+    xr, xi = pairs[..., 0].float(), pairs[..., 1].float()
+    out = torch.stack([(xr * rotr - xi * roti).to(x.dtype), (xr * roti + xi * rotr).to(x.dtype)], dim=-1)
+    return out.view(x.shape)
+
+
+def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [..., D] -> (fp8 values, fp32 scale [...]) with one scale per vector (amax / 448)."""
+    xf = x.float()
+    scale = xf.abs().amax(dim=-1).clamp(min=1e-12) / FP8_MAX
+    return (xf / scale[..., None]).to(FP8_DTYPE), scale
+
+
+def rope_kv_write_torch(qkv, k_ring, v_ring, k_scale, v_scale, slot_ids, pos, max_period) -> torch.Tensor:
+    R = qkv.shape[0]
+    _, H, C, D = k_ring.shape
+    q, k, v = qkv.view(R, 3, H, D).unbind(1)
+    q = rope_torch(q, pos, max_period)
+    k = rope_torch(k, pos, max_period)
+    ring_pos = pos % C
+    if k_scale is not None:
+        k, ks = quantize_fp8(k)
+        v, vs = quantize_fp8(v)
+        k_scale[slot_ids, :, ring_pos] = ks
+        v_scale[slot_ids, :, ring_pos] = vs
+    k_ring[slot_ids, :, ring_pos] = k.to(k_ring.dtype)
+    v_ring[slot_ids, :, ring_pos] = v.to(v_ring.dtype)
+    return q
+
+
+def rope_kv_write(qkv, k_ring, v_ring, k_scale, v_scale, slot_ids, pos, max_period) -> torch.Tensor:
+    """qkv [R, 3HD] -> q [R, H, D] after RoPE; k (RoPE'd) and v stored in the slots' rings at ``pos % C``."""
+    if use_triton(qkv):
+        return _tk.rope_kv_write(qkv, k_ring, v_ring, k_scale, v_scale, slot_ids, pos, max_period)
+    return rope_kv_write_torch(qkv, k_ring, v_ring, k_scale, v_scale, slot_ids, pos, max_period)
+
+
+# ---- attention ------------------------------------------------------------------------------------------
+
+
+def decode_attention_torch(q, k_ring, v_ring, k_scale, v_scale, slot_ids, lengths) -> torch.Tensor:
+    """Reference: every row attends to its slot's ring entries ``0 .. lengths[r] - 1`` (order is irrelevant)."""
+    R, H, D = q.shape
+    C = k_ring.shape[2]
+    keys = k_ring[slot_ids].to(q.dtype if k_scale is None else torch.float32)  # [R, H, C, D]
+    values = v_ring[slot_ids].to(keys.dtype)
+    if k_scale is not None:
+        keys = (keys * k_scale[slot_ids][..., None]).to(q.dtype)
+        values = (values * v_scale[slot_ids][..., None]).to(q.dtype)
+    valid = torch.arange(C, device=q.device).view(1, C) < lengths.view(R, 1)  # [R, C]
+    out = F.scaled_dot_product_attention(q[:, :, None], keys, values, valid[:, None, None, :])
+    return out.reshape(R, H * D)
+
+
+def decode_attention(q, k_ring, v_ring, k_scale, v_scale, slot_ids, lengths, num_splits: int = 1) -> torch.Tensor:
+    """q [R, H, D] -> [R, H * D]; see ``triton_kernels.decode_attention``."""
+    if use_triton(q):
+        return _tk.decode_attention(q, k_ring, v_ring, k_scale, v_scale, slot_ids, lengths, num_splits)
+    return decode_attention_torch(q, k_ring, v_ring, k_scale, v_scale, slot_ids, lengths)
+
+
+def depformer_attention_torch(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, step: int):
+    R = qkv.shape[0]
+    _, H, _, D = k_cache.shape
+    q, k, v = qkv.view(R, 3, H, D).unbind(1)
+    k_cache[:, :, step] = k
+    v_cache[:, :, step] = v
+    out = F.scaled_dot_product_attention(q[:, :, None], k_cache[:, :, : step + 1], v_cache[:, :, : step + 1])
+    return out.reshape(R, H * D)
+
+
+def depformer_attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, step: int):
+    """Depformer step attention over the frame's steps 0..step; k/v of this step stored at ``step``."""
+    if use_triton(qkv):
+        return _tk.depformer_attention(qkv, k_cache, v_cache, step)
+    return depformer_attention_torch(qkv, k_cache, v_cache, step)
