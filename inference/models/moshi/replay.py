@@ -152,7 +152,7 @@ def encode_user_wav(info: CheckpointInfo, path: Path, device: str) -> np.ndarray
 def encode_pcm(info: CheckpointInfo, pcm: np.ndarray, device: str) -> np.ndarray:
     """Streaming Mimi encode of float32 24 kHz ``pcm`` in 1920-sample frames (last one zero-padded)."""
     from inference.models.moshi.mimi import MimiConfig
-    from inference.models.moshi.mimi_loading import load_mimi
+    from inference.models.moshi.mimi import load_mimi
 
     frame = 1920
     n = -(-len(pcm) // frame) * frame
