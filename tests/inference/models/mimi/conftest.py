@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -123,3 +124,78 @@ def golden_reference(tmp_path_factory, tiny_config, test_audio, random_codes) ->
 def random_reference(tmp_path_factory, random_mimi_file, tiny_config, test_audio, random_codes) -> dict:
     workdir = tmp_path_factory.mktemp("ref_random")
     return run_reference(random_mimi_file, tiny_config, test_audio, random_codes, workdir)
+
+
+# --- Kyutai -> transformers (`kyutai/mimi` hub) names, for the layout tests ---------------------------------
+
+
+def interleaved_to_half_split(weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """Kyutai rotates pairs (2i, 2i+1); transformers rotates (i, i + d/2): reorder each head's rows."""
+    out_dim, in_dim = weight.shape
+    head_dim = out_dim // heads
+    return weight.view(heads, head_dim // 2, 2, in_dim).transpose(1, 2).reshape(out_dim, in_dim)
+
+
+LAYER_NAMES = {
+    "self_attn.out_proj.weight": "self_attn.o_proj.weight",
+    "linear1.weight": "mlp.fc1.weight",
+    "linear2.weight": "mlp.fc2.weight",
+    "norm1.weight": "input_layernorm.weight",
+    "norm1.bias": "input_layernorm.bias",
+    "norm2.weight": "post_attention_layernorm.weight",
+    "norm2.bias": "post_attention_layernorm.bias",
+    "layer_scale_1.scale": "self_attn_layer_scale.scale",
+    "layer_scale_2.scale": "mlp_layer_scale.scale",
+}
+
+
+def _kyutai_to_hf(state: dict[str, torch.Tensor], heads: int) -> dict[str, torch.Tensor]:
+    """Kyutai names -> the flat names of the `kyutai/mimi` hub checkpoint."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if m := re.fullmatch(
+            r"(encoder|decoder)\.model\.(\d+)\.(block\.\d+\.)?(conv\.conv|convtr\.convtr)\.(\w+)", key
+        ):
+            side, index, block, _, param = m.groups()
+            out[f"{side}.layers.{index}.{block or ''}conv.{param}"] = value
+        elif m := re.fullmatch(r"(encoder|decoder)_transformer\.transformer\.layers\.(\d+)\.(.+)", key):
+            side, index, rest = m.groups()
+            prefix = f"{side}_transformer.layers.{index}."
+            if rest == "self_attn.in_proj_weight":
+                q, k, v = value.chunk(3, dim=0)
+                out[prefix + "self_attn.q_proj.weight"] = interleaved_to_half_split(q, heads)
+                out[prefix + "self_attn.k_proj.weight"] = interleaved_to_half_split(k, heads)
+                out[prefix + "self_attn.v_proj.weight"] = v
+            else:
+                out[prefix + LAYER_NAMES[rest]] = value
+        elif key == "downsample.conv.conv.conv.weight":
+            out["downsample.conv.weight"] = value
+        elif key == "upsample.convtr.convtr.convtr.weight":
+            out["upsample.conv.weight"] = value
+        elif m := re.fullmatch(r"quantizer\.(rvq_first|rvq_rest)\.(.+)", key):
+            part, rest = m.groups()
+            name = "semantic" if part == "rvq_first" else "acoustic"
+            rest = re.sub(r"^vq\.layers\.(\d+)\._codebook\.", r"layers.\1.codebook.", rest)
+            rest = rest.replace("embedding_sum", "embed_sum").replace("._initialized", ".initialized")
+            out[f"quantizer.{name}_residual_vector_quantizer.{rest}"] = value
+        else:
+            raise AssertionError(f"no transformers name for {key}")
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+@pytest.fixture(scope="session")
+def kyutai_to_hf():
+    """The test-side Kyutai -> `kyutai/mimi` converter: (state_dict, num_heads) -> state_dict."""
+    return _kyutai_to_hf
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """`run_reference(weights, config, pcm, codes, workdir)`: moshi 0.2.13's outputs (skips without the venv)."""
+    return run_reference
+
+
+@pytest.fixture(scope="session")
+def chirp():
+    """`chirp_with_noise(num_samples, seed)`: deterministic broadband test audio."""
+    return chirp_with_noise

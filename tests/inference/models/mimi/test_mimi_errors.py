@@ -93,9 +93,7 @@ def test_unknown_layout_is_refused(tmp_path, tiny_config):
         load_mimi(path, tiny_config)
 
 
-def test_transformers_layout_with_a_missing_projection_names_it(tmp_path, tiny_config):
-    from test_mimi_hf_layout import kyutai_to_hf
-
+def test_transformers_layout_with_a_missing_projection_names_it(tmp_path, tiny_config, kyutai_to_hf):
     hf = kyutai_to_hf(load_file(str(DATA / "mimi.safetensors")), tiny_config.transformer.num_heads)
     del hf["encoder_transformer.layers.1.self_attn.v_proj.weight"]
     with pytest.raises(MimiLoadError, match=r"encoder_transformer.transformer.layers.1.self_attn.v_proj.weight"):

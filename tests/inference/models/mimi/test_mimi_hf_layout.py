@@ -1,13 +1,12 @@
 """transformers `kyutai/mimi` layout: HF's MimiModel on a converted file agrees with us, and we load that file.
 
-The Kyutai -> transformers conversion is written here, independently of the loader's reverse conversion, so a
-shared mistake in both directions cannot cancel out: HF's own MimiModel must produce our codes from this file.
+The Kyutai -> transformers conversion (conftest `kyutai_to_hf`) is written independently of the loader's reverse
+conversion, so a shared mistake in both directions cannot cancel out: HF's own MimiModel must produce our codes.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -18,60 +17,6 @@ from inference.models.moshi.mimi import MimiCodec, MimiConfig, load_mimi
 from inference.models.moshi.mimi_loading import detect_layout
 
 FRAME = 1920
-
-
-def interleaved_to_half_split(weight: torch.Tensor, heads: int) -> torch.Tensor:
-    """Kyutai rotates pairs (2i, 2i+1); transformers rotates (i, i + d/2): reorder each head's rows."""
-    out_dim, in_dim = weight.shape
-    head_dim = out_dim // heads
-    return weight.view(heads, head_dim // 2, 2, in_dim).transpose(1, 2).reshape(out_dim, in_dim)
-
-
-LAYER_NAMES = {
-    "self_attn.out_proj.weight": "self_attn.o_proj.weight",
-    "linear1.weight": "mlp.fc1.weight",
-    "linear2.weight": "mlp.fc2.weight",
-    "norm1.weight": "input_layernorm.weight",
-    "norm1.bias": "input_layernorm.bias",
-    "norm2.weight": "post_attention_layernorm.weight",
-    "norm2.bias": "post_attention_layernorm.bias",
-    "layer_scale_1.scale": "self_attn_layer_scale.scale",
-    "layer_scale_2.scale": "mlp_layer_scale.scale",
-}
-
-
-def kyutai_to_hf(state: dict[str, torch.Tensor], heads: int) -> dict[str, torch.Tensor]:
-    """Kyutai names -> the flat names of the `kyutai/mimi` hub checkpoint."""
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        if m := re.fullmatch(
-            r"(encoder|decoder)\.model\.(\d+)\.(block\.\d+\.)?(conv\.conv|convtr\.convtr)\.(\w+)", key
-        ):
-            side, index, block, _, param = m.groups()
-            out[f"{side}.layers.{index}.{block or ''}conv.{param}"] = value
-        elif m := re.fullmatch(r"(encoder|decoder)_transformer\.transformer\.layers\.(\d+)\.(.+)", key):
-            side, index, rest = m.groups()
-            prefix = f"{side}_transformer.layers.{index}."
-            if rest == "self_attn.in_proj_weight":
-                q, k, v = value.chunk(3, dim=0)
-                out[prefix + "self_attn.q_proj.weight"] = interleaved_to_half_split(q, heads)
-                out[prefix + "self_attn.k_proj.weight"] = interleaved_to_half_split(k, heads)
-                out[prefix + "self_attn.v_proj.weight"] = v
-            else:
-                out[prefix + LAYER_NAMES[rest]] = value
-        elif key == "downsample.conv.conv.conv.weight":
-            out["downsample.conv.weight"] = value
-        elif key == "upsample.convtr.convtr.convtr.weight":
-            out["upsample.conv.weight"] = value
-        elif m := re.fullmatch(r"quantizer\.(rvq_first|rvq_rest)\.(.+)", key):
-            part, rest = m.groups()
-            name = "semantic" if part == "rvq_first" else "acoustic"
-            rest = re.sub(r"^vq\.layers\.(\d+)\._codebook\.", r"layers.\1.codebook.", rest)
-            rest = rest.replace("embedding_sum", "embed_sum").replace("._initialized", ".initialized")
-            out[f"quantizer.{name}_residual_vector_quantizer.{rest}"] = value
-        else:
-            raise AssertionError(f"no transformers name for {key}")
-    return {k: v.contiguous() for k, v in out.items()}
 
 
 def hf_config(config: MimiConfig):
@@ -96,7 +41,7 @@ def hf_config(config: MimiConfig):
 
 
 @pytest.fixture(scope="module", params=["golden", "random"])
-def converted(request, tmp_path_factory, tiny_config):
+def converted(request, tmp_path_factory, tiny_config, kyutai_to_hf):
     """(our codec, directory holding a `kyutai/mimi`-style model.safetensors + config.json)."""
     codec: MimiCodec = request.getfixturevalue(f"{request.param}_codec")
     directory = tmp_path_factory.mktemp(f"hf_{request.param}")

@@ -7,8 +7,18 @@ with noise, 28 frames each, batched; decoding uses random codes over 24 frames.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 import torch
+
+from inference.models.moshi.mimi import MimiCodec, MimiConfig
+
+REPO = Path(__file__).resolve().parents[4]
+DATA = REPO / "tests" / "data" / "mimi"
 
 pytestmark = pytest.mark.reference
 
@@ -72,15 +82,7 @@ def test_streaming_decode_matches_the_reference(codec_and_reference, random_code
 def test_full_size_codec_has_the_published_key_layout(tmp_path):
     """Our full-size (published) Mimi has exactly moshi's state-dict keys and shapes, so the published
     Kyutai checkpoint, which moshi loads strictly, loads into ours strictly too."""
-    import json
-    import os
-    import subprocess
-    from pathlib import Path
-
-    from inference.models.moshi.mimi import MimiCodec, MimiConfig
-
-    repo = Path(__file__).resolve().parents[4]
-    ref_python = repo / ".venv-moshi-ref" / "bin" / "python"
+    ref_python = REPO / ".venv-moshi-ref" / "bin" / "python"
     if not ref_python.exists():
         pytest.skip("reference venv .venv-moshi-ref is missing")
     out = tmp_path / "keys.json"
@@ -101,3 +103,16 @@ def test_full_size_codec_has_the_published_key_layout(tmp_path):
         ours = {k: list(v.shape) for k, v in MimiCodec(MimiConfig.kyutai_default()).state_dict().items()}
     assert ours == reference
     assert len(ours) > 300
+
+
+def test_long_stream_past_the_attention_window_matches_the_reference(
+    golden_codec, tiny_config, tmp_path, reference, chirp
+):
+    """140 frames = 280 transformer steps > context 250: the KV ring wraps, and we keep moshi's window."""
+    frames = 140
+    pcm = torch.from_numpy(chirp(frames * FRAME, seed=11))[None, None]
+    codes = torch.randint(0, 2048, (1, 8, frames), generator=torch.Generator().manual_seed(1))
+    ref = reference(DATA / "mimi.safetensors", tiny_config, pcm, codes, tmp_path)
+    assert torch.equal(stream_encode(golden_codec, pcm), ref["codes_stream"])
+    torch.testing.assert_close(stream_decode(golden_codec, codes), ref["pcm_stream"], rtol=0, atol=1e-4)
+    assert ref["pcm_stream"].abs().max() > 1e-2
