@@ -244,7 +244,13 @@ class Call {
     }
     hooks.eventCounts[event.type] = (hooks.eventCounts[event.type] ?? 0) + 1;
     const handler = HANDLERS[event.type];
-    if (handler) handler(this, event);
+    if (!handler) return; // standard events the page has no use for (response.created, ...)
+    try {
+      handler(this, event);
+    } catch (err) {
+      // A malformed event (bad base64, missing fields) is dropped; the call goes on.
+      hooks.errors.push({ code: "client_bad_event", type: event.type, message: String(err) });
+    }
   }
 
   // ---- teardown ------------------------------------------------------------------------------

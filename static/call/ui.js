@@ -32,6 +32,7 @@ const ENABLED = {
   camera: ["live", "paused"],
 };
 
+const TRANSCRIPT_DOM_CHARS = 40_000;
 const LATENCY_POINTS = 120; // 60 s at one point per 500 ms
 
 export class CallUi {
@@ -129,6 +130,8 @@ export class CallUi {
     const box = $("transcript");
     const stuck = box.scrollTop + box.clientHeight >= box.scrollHeight - 8; // follow unless the user scrolled up
     box.append(text);
+    // A long call's transcript would grow the DOM without bound: keep the most recent part.
+    if (box.textContent.length > TRANSCRIPT_DOM_CHARS) box.textContent = box.textContent.slice(-TRANSCRIPT_DOM_CHARS / 2);
     if (stuck) box.scrollTop = box.scrollHeight;
   }
 
@@ -137,7 +140,7 @@ export class CallUi {
     const db = 20 * Math.log10(Math.max(rms, 1e-6));
     const fraction = Math.min(1, Math.max(0, (db + 60) / 60));
     $("mic-level-fill").style.width = `${(fraction * 100).toFixed(1)}%`;
-    $("mic-level-db").textContent = rms > 0 ? `${db.toFixed(0)} dBFS` : "–";
+    $("mic-level-db").textContent = db < -90 ? "silence" : `${db.toFixed(0)} dBFS`;
   }
 
   /** @param {Record<string, number|string|null>} figures keyed by the data-figure attributes */
