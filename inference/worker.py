@@ -31,6 +31,7 @@ from inference.metrics import TimingRing
 logger = logging.getLogger(__name__)
 
 CLOSE_ATTEMPTS = 3
+TRIM_AFTER_TICKS = 12  # about 1 s at 80 ms: long enough to ride out jitter, short enough to notice
 
 
 class SlotListener(Protocol):
@@ -58,6 +59,8 @@ class WorkerSlot:
     frames_out: int = 0
     underruns: int = 0
     dropped_in: int = 0  # input discarded while prefilling (all but the newest chunk)
+    trimmed: int = 0  # chunks dropped to remove a standing input queue (latency)
+    standing_ticks: int = 0
     close_attempts: int = 0
     pending_close: list[Callable[[], None]] = field(default_factory=list)
 
@@ -199,6 +202,7 @@ class EngineWorker:
             out = outputs.get(s.index)
             if s.prefilling and (out is None or not out.prefilling):
                 s.prefilling = False  # prefill done: the slot takes input from the next tick
+                s.standing_ticks = TRIM_AFTER_TICKS - 1  # a backlog left by the prefill is trimmed at once
                 if out is None:
                     out = SlotOutput(audio=np.zeros(0, dtype=np.float32), progress=1.0)
             if out is None:
@@ -217,6 +221,14 @@ class EngineWorker:
         except IndexError:
             audio = self._silence
             s.underruns += 1
+        # A chunk still waiting after this tick's take is a standing queue: pure added latency, since
+        # input and clock run at the same rate it never drains by itself. When it has stood for
+        # TRIM_AFTER_TICKS ticks in a row, drop one chunk (client clock drift or a past burst).
+        s.standing_ticks = s.standing_ticks + 1 if s.inbox else 0
+        if s.standing_ticks >= TRIM_AFTER_TICKS:
+            s.inbox.popleft()
+            s.trimmed += 1
+            s.standing_ticks = 0
         slot_input = SlotInput(audio=audio, image=s.image, force_listen=s.force_listen)
         s.image, s.force_listen = None, False
         return slot_input
@@ -233,7 +245,7 @@ class EngineWorker:
     def _cmd_open(self, s: WorkerSlot, config: SlotConfig, listener: SlotListener, loop) -> None:
         s.listener, s.loop = listener, loop
         s.frozen = s.failed = False
-        s.frames_in = s.frames_out = s.underruns = s.dropped_in = 0
+        s.frames_in = s.frames_out = s.underruns = s.dropped_in = s.trimmed = s.standing_ticks = 0
         try:
             self.engine.open_slot(s.index, config)
         except Exception as exc:  # noqa: BLE001 - the session gets engine_failed, the worker goes on

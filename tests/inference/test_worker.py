@@ -190,3 +190,18 @@ async def test_overrunning_ticks_are_counted_late_without_a_catch_up_burst(worke
     stats = worker.stats()
     assert stats.late_ticks >= 4
     assert stats.ticks <= 9  # 1 s / 120 ms: a catch-up burst would have squeezed in ~12
+
+
+async def test_a_standing_input_queue_is_trimmed_to_cut_latency(worker_factory):
+    worker = worker_factory(EchoEngine(1, delay_frames=0))
+    rec = Recorder()
+    worker.open(0, SlotConfig(), rec, asyncio.get_running_loop())
+    await rec_ready(rec)
+    for k in range(3):  # a burst: two chunks more than the clock takes
+        worker.push(0, chunk(k / 100))
+    for k in range(3, 3 + 30):  # then exactly real time
+        worker.push(0, chunk(k / 100))
+        await asyncio.sleep(0.08)
+    slot = worker.slots[0]
+    assert slot.trimmed >= 1  # the standing queue was cut, not kept as latency forever
+    assert len(slot.inbox) <= 1

@@ -1,0 +1,417 @@
+"""Transport benchmark: N synthetic clients against the echo engine, no model in the loop.
+
+Measures what the serving path adds to each 80 ms frame: client -> ``/v1/realtime`` (daphne +
+Channels consumer) -> inference facade -> worker tick -> echo -> back to the client. The echo
+engine returns frame k exactly ``delay`` ticks after it consumed it, so
+
+    server-added latency of frame k = (receive time of its echo - send time of frame k) - delay * 80 ms
+
+which includes the wait for the next tick of the engine clock (0-80 ms): that wait is real for any
+lockstep model too. Each frame carries its index in every sample, so echoes are matched exactly.
+
+Usage (loopback only; counts and durations are bounded)::
+
+    .venv/bin/python bench/transport.py --clients 50 --seconds 20
+    .venv/bin/python bench/transport.py --via facade --clients 50 --seconds 20   # no web tier
+
+``--via ws`` starts daphne on 127.0.0.1 (free port) with ``webapp.settings.local`` in a temporary
+var dir (its own SQLite DB), creates one user + API key per client, and samples the daphne
+process's CPU with psutil. ``--via facade`` drives ``inference.api`` in this process.
+Prints a table and writes JSON (default ``bench/results/transport-cpu.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+FRAME_S = 0.080
+FRAME_SAMPLES = 1920  # 80 ms at 24 kHz
+MAX_CLIENTS = 200
+MAX_SECONDS = 120
+sys.path.insert(0, str(ROOT))
+
+
+@dataclass
+class ClientStats:
+    sent: dict[int, float] = field(default_factory=dict)  # frame index -> perf_counter at send
+    received: dict[int, float] = field(default_factory=dict)  # frame index -> perf_counter of its echo
+    errors: dict[str, int] = field(default_factory=dict)
+    last_metrics: dict = field(default_factory=dict)
+    failed: str | None = None
+
+
+def marked_frame(k: int) -> bytes:
+    """Frame k: every sample equals k + 1 (0 is the engine's silence)."""
+    return np.full(FRAME_SAMPLES, k + 1, dtype="<i2").tobytes()
+
+
+def note_echoes(pcm16: bytes, stats: ClientStats, now: float) -> None:
+    samples = np.frombuffer(pcm16, dtype="<i2")
+    for start in range(0, len(samples), FRAME_SAMPLES):
+        value = int(samples[start])
+        if value > 0 and value - 1 in stats.sent and value - 1 not in stats.received:
+            stats.received[value - 1] = now
+
+
+async def paced_send(frames: int, send, stats: ClientStats) -> None:
+    """Send frames on an absolute 80 ms schedule (no drift, no bursts after a stall)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time() + 0.05
+    for k in range(frames):
+        delay = start + k * FRAME_S - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        stats.sent[k] = time.perf_counter()
+        await send(k)
+
+
+# ---- via the WebSocket endpoint -----------------------------------------------------------------
+
+
+async def ws_client(url: str, key: str, frames: int, delay_frames: int, stats: ClientStats) -> None:
+    from websockets.asyncio.client import connect
+
+    payloads = [base64.b64encode(marked_frame(k)).decode() for k in range(frames)]
+    try:
+        async with connect(url, additional_headers={"Authorization": f"Bearer {key}"}, max_size=2**22) as ws:
+            while True:
+                event = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                if event["type"] == "session.created":
+                    break
+                if event["type"] == "error":
+                    stats.failed = event["error"]["code"]
+                    return
+            fmt = {"type": "audio/pcm", "rate": 24000}
+            await ws.send(json.dumps({"type": "session.update", "session": {"audio": {"input": {"format": fmt}}}}))
+
+            async def receive() -> None:
+                async for message in ws:
+                    now = time.perf_counter()
+                    if isinstance(message, bytes):
+                        note_echoes(message[1:], stats, now)
+                        continue
+                    event = json.loads(message)
+                    kind = event["type"]
+                    if kind == "response.output_audio.delta":
+                        note_echoes(base64.b64decode(event["delta"]), stats, now)
+                    elif kind == "session.metrics":
+                        stats.last_metrics = event.get("metrics") or event
+                    elif kind == "error":
+                        code = event["error"]["code"]
+                        stats.errors[code] = stats.errors.get(code, 0) + 1
+
+            receiver = asyncio.create_task(receive())
+
+            async def send(k: int) -> None:
+                await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": payloads[k]}))
+
+            await paced_send(frames, send, stats)
+            await asyncio.sleep((delay_frames + 6) * FRAME_S)  # the last echoes are still in flight
+            await ws.send(json.dumps({"type": "session.close"}))
+            receiver.cancel()
+    except Exception as exc:  # noqa: BLE001 - a failed client is reported, the others go on
+        stats.failed = f"{type(exc).__name__}: {exc}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def django_env(var_dir: Path, clients: int, delay_frames: int) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "webapp.settings.local",
+        "PARLEY_VAR_DIR": str(var_dir),
+        "PARLEY_ENGINE": "echo",
+        "PARLEY_SLOTS": str(clients),
+        "PARLEY_QUEUE_MAX": "0",
+        "PARLEY_ECHO_DELAY_FRAMES": str(delay_frames),
+        "PARLEY_INPUT_QUEUE_FRAMES": "16",
+    }
+    for name in ("PARLEY_INFERENCE_URL", "DATABASE_URL"):
+        env.pop(name, None)
+    return env
+
+
+SETUP_SCRIPT = """
+import json
+from django.contrib.auth import get_user_model
+from webapp.accounts.services import apikey_create
+keys = []
+for i in range({clients}):
+    user, _ = get_user_model().objects.get_or_create(username=f"bench{{i}}")
+    keys.append(apikey_create(user=user, name="bench/transport.py")[1])
+print("KEYS=" + json.dumps(keys))
+"""
+
+
+def create_keys(env: dict[str, str], clients: int) -> list[str]:
+    python = sys.executable
+    subprocess.run([python, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+    out = subprocess.run(
+        [python, "manage.py", "shell", "-c", SETUP_SCRIPT.format(clients=clients)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    line = next(line for line in out.splitlines() if line.startswith("KEYS="))
+    return json.loads(line.removeprefix("KEYS="))
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, within_s: float = 30.0) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"daphne exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise SystemExit("daphne did not start listening in time")
+
+
+class CpuSampler:
+    """Samples a process's CPU (all threads) once a second while the clients run."""
+
+    def __init__(self, pid: int):
+        self.process = psutil.Process(pid)
+        self.samples: list[float] = []
+        self.process.cpu_percent(None)
+        self._start = self.process.cpu_times()
+        self._wall = time.perf_counter()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.samples.append(self.process.cpu_percent(None))
+
+    def summary(self) -> dict:
+        end = self.process.cpu_times()
+        wall = time.perf_counter() - self._wall
+        busy = (end.user - self._start.user) + (end.system - self._start.system)
+        return {
+            "cpu_percent_mean": round(100.0 * busy / wall, 1),
+            "cpu_percent_max_1s": round(max(self.samples, default=0.0), 1),
+            "cpu_seconds": round(busy, 2),
+            "wall_seconds": round(wall, 2),
+        }
+
+
+def start_daphne(args, var_dir: Path) -> tuple[subprocess.Popen, str, list[str]]:
+    """Migrate a fresh SQLite DB, create the users and keys, start daphne; returns (process, url, keys)."""
+    env = django_env(var_dir, args.clients, args.delay_frames)
+    keys = create_keys(env, args.clients)
+    port = free_port()
+    daphne = str(Path(sys.executable).with_name("daphne"))
+    proc = subprocess.Popen(
+        [daphne, "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for_port(port, proc)
+    return proc, f"ws://127.0.0.1:{port}/v1/realtime", keys
+
+
+async def run_ws_clients(args, url: str, keys: list[str], server_pid: int) -> tuple[list[ClientStats], dict]:
+    frames = int(args.seconds / FRAME_S)
+    stats = [ClientStats() for _ in range(args.clients)]
+    sampler = CpuSampler(server_pid)
+    sampling = asyncio.create_task(sampler.run())
+    try:
+        await asyncio.gather(
+            *(ws_client(url, keys[i], frames, args.delay_frames, stats[i]) for i in range(args.clients))
+        )
+    finally:
+        sampling.cancel()
+    return stats, {"server_process": "daphne", **sampler.summary()}
+
+
+def run_via_ws(args) -> tuple[list[ClientStats], dict]:
+    var_dir = Path(tempfile.mkdtemp(prefix="parley-bench-"))
+    proc = None
+    try:
+        proc, url, keys = start_daphne(args, var_dir)
+        return asyncio.run(run_ws_clients(args, url, keys, proc.pid))
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        shutil.rmtree(var_dir, ignore_errors=True)
+
+
+# ---- via the facade, in this process ------------------------------------------------------------
+
+
+async def facade_client(user: str, frames: int, delay_frames: int, stats: ClientStats) -> None:
+    from inference import api
+    from inference.contracts import AudioOut, ErrorEvent, Metrics, ParleyError, Ready, SessionRequest
+
+    try:
+        handle = await api.open_session(SessionRequest(user_key=user))
+    except ParleyError as exc:
+        stats.failed = exc.code
+        return
+    events = handle.events()
+    first = await anext(events)
+    if not isinstance(first, Ready):
+        stats.failed = f"not admitted: {first}"
+        return
+
+    async def receive() -> None:
+        async for event in events:
+            if isinstance(event, AudioOut):
+                note_echoes(event.pcm16, stats, time.perf_counter())
+            elif isinstance(event, Metrics):
+                stats.last_metrics = event.values
+            elif isinstance(event, ErrorEvent):
+                stats.errors[event.code] = stats.errors.get(event.code, 0) + 1
+
+    receiver = asyncio.create_task(receive())
+
+    async def send(k: int) -> None:
+        await handle.append_audio(marked_frame(k), encoding="pcm16", rate=24000)
+
+    await paced_send(frames, send, stats)
+    await asyncio.sleep((delay_frames + 6) * FRAME_S)
+    await handle.close()
+    receiver.cancel()
+
+
+async def run_via_facade(args) -> tuple[list[ClientStats], dict]:
+    from inference import api
+
+    await api.start(
+        engine="echo", slots=args.clients, queue_max=0, echo_delay_frames=args.delay_frames, inference_url=None
+    )
+    frames = int(args.seconds / FRAME_S)
+    stats = [ClientStats() for _ in range(args.clients)]
+    sampler = CpuSampler(os.getpid())
+    sampling = asyncio.create_task(sampler.run())
+    try:
+        await asyncio.gather(
+            *(facade_client(f"bench{i}", frames, args.delay_frames, stats[i]) for i in range(args.clients))
+        )
+        ticks = (await api.occupancy())[0]
+    finally:
+        sampling.cancel()
+        await api.shutdown()
+    extra = {"server_process": "this process (clients + service)", "tick_ms_p50": ticks.tick_ms_p50}
+    return stats, {**extra, "tick_ms_p99": ticks.tick_ms_p99, **sampler.summary()}
+
+
+# ---- report -------------------------------------------------------------------------------------
+
+
+def summarize(args, stats: list[ClientStats], cpu: dict) -> dict:
+    latencies, sent, received, dropped = [], 0, 0, 0
+    for s in stats:
+        if s.failed:
+            continue
+        countable = [k for k in s.sent if k < len(s.sent) - (args.delay_frames + 2)]
+        sent += len(countable)
+        for k in countable:
+            if k in s.received:
+                received += 1
+                latencies.append((s.received[k] - s.sent[k] - args.delay_frames * FRAME_S) * 1000.0)
+            else:
+                dropped += 1
+    lat = np.asarray(latencies) if latencies else np.zeros(1)
+    errors: dict[str, int] = {}
+    for s in stats:
+        for code, n in s.errors.items():
+            errors[code] = errors.get(code, 0) + n
+    return {
+        "bench": "transport",
+        "engine": "echo (no model)",
+        "via": args.via,
+        "clients": args.clients,
+        "seconds": args.seconds,
+        "delay_frames": args.delay_frames,
+        "host": {"cpus": psutil.cpu_count(), "python": platform.python_version(), "machine": platform.machine()},
+        "clients_failed": [s.failed for s in stats if s.failed],
+        "frames_sent": sent,
+        "frames_echoed": received,
+        "frames_dropped": dropped,
+        "server_added_ms": {
+            "p50": round(float(np.percentile(lat, 50)), 2),
+            "p90": round(float(np.percentile(lat, 90)), 2),
+            "p99": round(float(np.percentile(lat, 99)), 2),
+            "max": round(float(lat.max()), 2),
+        },
+        "server_cpu": cpu,
+        "errors": errors,
+        "last_session_metrics": next((s.last_metrics for s in stats if s.last_metrics), {}),
+    }
+
+
+def print_table(result: dict) -> None:
+    lat, cpu = result["server_added_ms"], result["server_cpu"]
+    rows = [
+        ("via", result["via"]),
+        ("clients x seconds", f"{result['clients']} x {result['seconds']} s"),
+        ("clients failed", len(result["clients_failed"])),
+        (
+            "frames sent / echoed / dropped",
+            f"{result['frames_sent']} / {result['frames_echoed']} / {result['frames_dropped']}",
+        ),
+        ("server-added ms p50 / p90 / p99 / max", f"{lat['p50']} / {lat['p90']} / {lat['p99']} / {lat['max']}"),
+        (f"CPU of {cpu['server_process']}", f"mean {cpu['cpu_percent_mean']}%  max(1 s) {cpu['cpu_percent_max_1s']}%"),
+        ("errors", result["errors"] or "none"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--delay-frames", type=int, default=3)
+    parser.add_argument("--via", choices=("ws", "facade"), default="ws")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "transport-cpu.json")
+    args = parser.parse_args(argv)
+    if not 1 <= args.clients <= MAX_CLIENTS or not 1 <= args.seconds <= MAX_SECONDS:
+        parser.error(f"--clients must be in 1..{MAX_CLIENTS} and --seconds in 1..{MAX_SECONDS}")
+    if args.via == "ws":
+        stats, cpu = run_via_ws(args)
+    else:
+        stats, cpu = asyncio.run(run_via_facade(args))
+    result = summarize(args, stats, cpu)
+    print_table(result)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
