@@ -50,6 +50,8 @@ def test_call_plays_agent_audio_pauses_resumes_and_stops(channels_live_server, b
     assert h["receivedRms"] > AUDIBLE_RMS
     assert h["playedRms"] > AUDIBLE_RMS
     assert h["capabilities"]["engine"] == "echo"
+    assert h["errors"] == [], "the server rejected something the page sent"
+    assert h["eventCounts"].get("session.updated") == 1  # the persona and input format were accepted
     assert "[frame" in h["transcript"]
     expect(page.locator("#transcript")).to_contain_text("[frame")
     expect(page.locator("[data-figure=tick_p50]")).to_have_text(re.compile(r"^[\d.]+ ms$"))
@@ -77,6 +79,7 @@ def test_call_plays_agent_audio_pauses_resumes_and_stops(channels_live_server, b
     wait_for_state(page, "closed")
     expect(page.locator("#call-state")).to_have_text("Call ended")
     assert hooks(page)["closeReason"] == "client_close"
+    assert hooks(page)["errors"] == []
     wait_until_slot_freed(staff.request, url, session_id)
     expect(page.locator("#start")).to_be_enabled()
     caller.close()

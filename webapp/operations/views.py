@@ -40,7 +40,8 @@ async def _refusal(request: HttpRequest, *, as_json: bool = False) -> HttpRespon
 
 async def _context() -> dict[str, Any]:
     snapshots = await api.occupancy()
-    preview = api.capabilities_preview()
+    # Sync in the facade (a socket round trip in remote mode): keep it off the event loop.
+    preview = await sync_to_async(api.capabilities_preview)()
     # The engine's chunk period is its real-time budget: ticks above it fall behind the clock.
     budgets = {preview["engine"]: float(preview["chunk_period_ms"])} if "chunk_period_ms" in preview else {}
     usernames = await sync_to_async(usernames_for_slots)(snapshots=snapshots)
