@@ -1,0 +1,206 @@
+"""Several sessions on one model instance, the sliding window, and the unit engine behind the contract."""
+
+from __future__ import annotations
+
+import gc
+import io
+import json
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from inference.config import InferenceConfig
+from inference.engines import build_engine
+from inference.engines.base import EngineError, SlotConfig, SlotInput, VoiceRef
+from inference.models.minicpmo.duplex import DuplexRunner
+
+
+def _scenario(data_dir: Path, name: str):
+    d = data_dir / name
+    golden = json.loads((d / "golden.json").read_text())
+    frames = np.load(d / "frames.npy") if golden["options"]["frame_units"] else None
+    return golden, np.load(d / "user_audio.npy"), np.load(d / "ref_audio.npy"), frames
+
+
+def test_interleaved_sessions_each_reproduce_their_golden(minicpmo_parts, minicpmo_data_dir):
+    """Two calls served in turn, unit by unit, by one model keep fully separate state."""
+    runner = DuplexRunner(minicpmo_parts)
+    calls = {}
+    for name in ("audio8", "omni6"):
+        golden, audio, ref, frames = _scenario(minicpmo_data_dir, name)
+        session = runner.new_session()
+        runner.prepare(session, golden["options"]["system_prompt"], ref)
+        calls[name] = (golden, audio, frames, session, [])
+    for u in range(8):
+        for golden, audio, frames, session, results in calls.values():
+            if u >= golden["options"]["n_units"]:
+                continue
+            frame = None
+            if u in golden["options"]["frame_units"]:
+                frame = minicpmo_parts.vision.embed_frame(frames[golden["options"]["frame_units"].index(u)])
+            runner.prefill(session, audio[u * 16000 : (u + 1) * 16000], frame)
+            results.append(runner.generate(session))  # finalize stays deferred to the next prefill
+    for golden, _, _, session, results in calls.values():
+        runner.finalize(session)
+        for mine, theirs in zip(results, golden["units"], strict=True):
+            assert (mine.llm_ids, mine.text, mine.tts_codes, mine.kv_len) == (
+                theirs["llm_ids"],
+                theirs["text"],
+                theirs["tts_codes"],
+                theirs["kv_len"],
+            )
+
+
+def test_drop_span_repositions_the_keys_after_the_span(minicpmo_parts):
+    """After a drop, the kept keys sit exactly where they would had the span never been fed.
+
+    Layer-0 keys depend only on their own token, so they must equal a fresh cache fed without the span;
+    deeper layers keep what they computed (their states did see the span; the window accepts that).
+    """
+    llm = minicpmo_parts.llm
+    torch.manual_seed(0)
+    a, b, c = (torch.randn(n, 128) * 0.05 for n in (7, 13, 5))
+    dropped = llm.new_cache()
+    for run in (a, b, c):
+        llm.feed(dropped, run)
+    deep_values_before = dropped.layers[1].values[:, :, 20:].clone()
+    llm.drop_span(dropped, 7, 13)
+    fresh = llm.new_cache()
+    llm.feed(fresh, a)
+    llm.feed(fresh, c)
+    assert llm.cache_length(dropped) == llm.cache_length(fresh) == 12
+    torch.testing.assert_close(dropped.layers[0].keys, fresh.layers[0].keys, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dropped.layers[0].values, fresh.layers[0].values, rtol=0, atol=0)
+    assert torch.equal(dropped.layers[1].values[:, :, 7:], deep_values_before)
+    logits = llm.logits(llm.feed(dropped, torch.randn(1, 128) * 0.05)[-1])
+    assert torch.isfinite(logits).all() and llm.cache_length(dropped) == 13
+
+
+def test_long_call_slides_the_window_and_keeps_going(minicpmo_parts, minicpmo_data_dir):
+    runner = DuplexRunner(minicpmo_parts, window_max=120, window_target=80)
+    _, audio, ref, _ = _scenario(minicpmo_data_dir, "turnclose10")
+    session = runner.new_session()
+    runner.prepare(session, "Streaming Omni Conversation.", ref)
+    rng = np.random.default_rng(0)
+    lengths = []
+    for u in range(40):  # 40 s: past the window many times and past one mel-buffer slide
+        chunk = audio[(u % 10) * 16000 : (u % 10 + 1) * 16000] + rng.normal(0, 1e-3, 16000).astype(np.float32)
+        runner.prefill(session, chunk)
+        runner.generate(session)
+        result = runner.finalize(session)
+        lengths.append(result.kv_len)
+    assert max(lengths) <= 120 + 32
+    assert session.dropped_units > 0
+    assert minicpmo_parts.llm.cache_length(session.llm_cache) == session.prompt_length + sum(session.unit_spans)
+
+
+@pytest.fixture(scope="module")
+def engine(minicpmo_checkpoint):
+    eng = build_engine(InferenceConfig(engine="minicpmo", checkpoint=minicpmo_checkpoint, slots=3))
+    stages = []
+    eng.warmup(lambda fraction, stage: stages.append(fraction))
+    assert stages[0] == 0.0 and stages[-1] == 1.0
+    return eng
+
+
+def _png(frame: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(frame).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_engine_capabilities(engine):
+    caps = engine.capabilities
+    assert (caps.engine, caps.family, caps.chunk_period_ms) == ("minicpmo", "unit", 1000)
+    assert (caps.input_rate, caps.input_chunk_samples, caps.output_rate) == (16000, 16000, 24000)
+    assert caps.video and caps.demo_weights
+    assert caps.extra["vocoder"] == "none" and caps.extra["demo_weights"] is True
+    assert caps.extra["memory_s"] > caps.extra["memory_s_omni"] > 60
+
+
+def test_engine_serves_two_calls_with_decisions_force_listen_and_frames(engine, minicpmo_data_dir):
+    golden, audio, _, frames = _scenario(minicpmo_data_dir, "omni6")
+    voice = VoiceRef("golden", minicpmo_data_dir / "omni6" / "ref_audio.npy")
+    engine.open_slot(0, SlotConfig(persona=golden["options"]["system_prompt"], voice=voice))
+    engine.open_slot(2, SlotConfig(persona=golden["options"]["system_prompt"], voice=voice))
+    try:
+        first = engine.step({})
+        assert set(first) == {0, 2} and not first[0].prefilling
+        decisions = {0: [], 2: []}
+        for u in range(6):
+            inputs = {
+                0: SlotInput(audio=audio[u * 16000 : (u + 1) * 16000], image=_png(frames[u])),
+                2: SlotInput(audio=audio[u * 16000 : (u + 1) * 16000], force_listen=(u == 4)),
+            }
+            out = engine.step(inputs)
+            for slot in (0, 2):
+                decisions[slot].append(out[slot].decision)
+                if out[slot].decision == "speak":
+                    assert out[slot].audio.shape == (24000,) and not out[slot].audio.any()  # silent vocoder
+                    assert out[slot].text
+                else:
+                    assert out[slot].audio.shape == (0,) and out[slot].text == ""
+            if u < 4:
+                # Slot 0 is the omni6 golden exactly (frames sent as PNG, decoded losslessly).
+                assert out[0].text == golden["units"][u]["text"]
+        assert decisions[0] == ["speak" if not g["is_listen"] else "listen" for g in golden["units"]]
+        assert decisions[2][4] == "listen" and decisions[2][3] == "speak"
+        assert engine.session_of(2).llm_cache is not engine.session_of(0).llm_cache
+    finally:
+        engine.close_slot(0)
+        engine.close_slot(2)
+    assert engine.memory_snapshot()["sessions_bytes"] == 0
+
+
+def test_engine_rejects_bad_input_with_engine_errors(engine):
+    with pytest.raises(EngineError, match="out of range"):
+        engine.open_slot(7, SlotConfig())
+    engine.open_slot(1, SlotConfig(voice=VoiceRef("missing", Path("/nonexistent/voice.npy"))))
+    with pytest.raises(EngineError, match="cannot read voice"):
+        engine.step({})
+    engine.close_slot(1)
+    engine.open_slot(1, SlotConfig())
+    try:
+        engine.step({})
+        with pytest.raises(EngineError, match="already open"):
+            engine.open_slot(1, SlotConfig())
+        with pytest.raises(EngineError, match="float"):
+            engine.step({1: SlotInput(audio=np.zeros(8000, np.float32))})
+        with pytest.raises(EngineError, match="NaN"):
+            engine.step({1: SlotInput(audio=np.full(16000, np.nan, np.float32))})
+        with pytest.raises(EngineError, match="not open"):
+            engine.step({0: SlotInput(audio=np.zeros(16000, np.float32))})
+        # A corrupt camera frame costs the frame, not the call.
+        out = engine.step({1: SlotInput(audio=np.zeros(16000, np.float32), image=b"\x89PNG\r\n\x1a\nbroken")})
+        assert out[1].decision == "listen"
+    finally:
+        engine.close_slot(1)
+
+
+def test_prepare_cleanup_cycles_return_memory(engine, minicpmo_data_dir):
+    """Open/prepare/unit/close cycles leave Python-heap and tensor memory where they started."""
+    voice = VoiceRef("golden", minicpmo_data_dir / "audio8" / "ref_audio.npy")
+    unit = SlotInput(audio=np.zeros(16000, np.float32))
+
+    def cycle():
+        engine.open_slot(0, SlotConfig(voice=voice))
+        engine.step({})
+        engine.step({0: unit})
+        engine.close_slot(0)
+
+    for _ in range(3):
+        cycle()
+    gc.collect()
+    tracemalloc.start()
+    base, _ = tracemalloc.get_traced_memory()
+    for _ in range(30):
+        cycle()
+    gc.collect()
+    grown = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert grown < 256 * 1024, f"{grown} bytes kept after 30 cycles"
+    assert engine.memory_snapshot()["sessions_bytes"] == 0
