@@ -342,12 +342,16 @@ class MimiStreamState:
 
     Attributes:
         batch_size: number of rows (slots).
+        device: where the state tensors live.
         encoder: SEANet encoder conv tails, encoder transformer KV, downsampling conv tail.
         decoder: upsampling overlap, decoder transformer KV, SEANet decoder conv tails and overlaps.
     """
 
-    def __init__(self, batch_size: int, encoder: list[_LayerState], decoder: list[_LayerState]) -> None:
+    def __init__(
+        self, batch_size: int, device: torch.device, encoder: list[_LayerState], decoder: list[_LayerState]
+    ) -> None:
         self.batch_size = batch_size
+        self.device = device
         self.encoder = encoder
         self.decoder = decoder
 
@@ -365,23 +369,7 @@ class MimiStreamState:
             raise MimiInputError(f"reset mask must be a BoolTensor of shape [{self.batch_size}], got {_describe(mask)}")
         parts = (self.encoder if encoder else []) + (self.decoder if decoder else [])
         for part in parts:
-            part.reset(mask.to(_any_tensor(part).device))
-
-
-def _any_tensor(state: _LayerState) -> torch.Tensor:
-    if isinstance(state, _ConvState):
-        return state.previous
-    if isinstance(state, _ConvTrState):
-        return state.partial
-    if isinstance(state, _TransformerState):
-        return state.offset
-    if isinstance(state, _AttentionState):
-        return state.end_offset
-    assert isinstance(state, _StateList)
-    for item in state.items:
-        if item is not None:
-            return _any_tensor(item)
-    raise AssertionError("empty state list")
+            part.reset(mask.to(self.device))
 
 
 def _describe(x: Any) -> str:
@@ -913,7 +901,7 @@ class MimiCodec(nn.Module):
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """Decode whole-clip codes [B, K, F] to pcm [B, 1, F * frame_size]."""
         self._check_codes(codes, validate=True)
-        latent = self.upsample(self.quantizer.decode(codes))  # [B, D, 2F]
+        latent = self.upsample(self.quantizer.decode(codes.to(self._param.device, torch.long)))  # [B, D, 2F]
         return self.decoder(self.decoder_transformer(latent))
 
     # --- streaming --------------------------------------------------------------------------------------------
@@ -932,7 +920,7 @@ class MimiCodec(nn.Module):
             self.decoder_transformer.init_state(batch_size),
             self.decoder.init_state(batch_size),
         ]
-        return MimiStreamState(batch_size, encoder, decoder)
+        return MimiStreamState(batch_size, self._param.device, encoder, decoder)
 
     @torch.no_grad()
     def encode_step(self, pcm: torch.Tensor, state: MimiStreamState) -> torch.Tensor:
@@ -955,7 +943,7 @@ class MimiCodec(nn.Module):
         """
         self._check_codes(codes, validate=validate, state=state)
         upsample, transformer, seanet = state.decoder
-        x = self.upsample(self.quantizer.decode(codes), upsample)  # [B, D, 2]
+        x = self.upsample(self.quantizer.decode(codes.to(self._param.device, torch.long)), upsample)  # [B, D, 2]
         return self.decoder(self.decoder_transformer(x, transformer), seanet)
 
     # --- input checks -----------------------------------------------------------------------------------------
@@ -991,58 +979,14 @@ class MimiCodec(nn.Module):
             raise MimiInputError(f"codes must lie in [0, {self.cardinality}), found {bad}")
 
 
-def _codebook_buffers(config: MimiConfig, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    q = config.quantizer
-    out: dict[str, torch.Tensor] = {}
-    for part, n in (("rvq_first", q.n_q_semantic), ("rvq_rest", q.n_q - q.n_q_semantic)):
-        prefix = f"quantizer.{part}"
-        out[f"{prefix}.input_proj.weight"] = torch.randn(q.dimension, q.input_dimension, 1, generator=generator)
-        out[f"{prefix}.input_proj.weight"] /= math.sqrt(q.input_dimension)
-        out[f"{prefix}.output_proj.weight"] = torch.randn(q.output_dimension, q.dimension, 1, generator=generator)
-        out[f"{prefix}.output_proj.weight"] /= math.sqrt(q.dimension)
-        for i in range(n):
-            book = f"{prefix}.vq.layers.{i}._codebook"
-            # Usage varies per centroid so the division embedding_sum / cluster_usage is exercised for real.
-            usage = 0.5 + torch.rand(q.bins, generator=generator) * 4.0
-            # Later residual stages quantise smaller residuals: shrink their centroids geometrically.
-            centroids = torch.randn(q.bins, q.dimension, generator=generator) * (0.5**i)
-            out[f"{book}.cluster_usage"] = usage
-            out[f"{book}.embedding_sum"] = centroids * usage[:, None]
-            out[f"{book}._initialized"] = torch.ones(1)
-    return out
-
-
 def random_mimi_state_dict(config: MimiConfig, seed: int) -> dict[str, torch.Tensor]:
     """A complete random Mimi state dict in Kyutai's key layout, deterministic from `seed`.
 
-    Weights are N(0, 1) / sqrt(fan_in); LayerNorm gains 1 + 0.1 N(0, 1), biases 0.1 N(0, 1); layer scales
-    0.01 (1 + 0.1 N); codebooks have varied usage and initialised flags, so the file behaves like a trained one
-    shape-wise. Every tensor is drawn from one explicit `torch.Generator`, independent of module construction.
+    See `mimi_loading.random_kyutai_state_dict` (checkpoint generation lives with the other layout code).
     """
-    config.validate()
-    generator = torch.Generator().manual_seed(seed)
-    with torch.device("meta"):
-        skeleton = MimiCodec(config, num_codebooks=config.quantizer.n_q)
-    quantizer = _codebook_buffers(config, generator)
-    out: dict[str, torch.Tensor] = {}
-    for name, tensor in skeleton.state_dict().items():
-        if name.startswith("quantizer."):
-            out[name] = quantizer[name]
-            continue
-        shape = tuple(tensor.shape)
-        if name.endswith(("norm1.weight", "norm2.weight")):
-            value = 1.0 + 0.1 * torch.randn(shape, generator=generator)
-        elif name.endswith(".scale"):
-            value = 0.01 * (1.0 + 0.1 * torch.randn(shape, generator=generator))
-        elif name.endswith(".bias"):
-            value = 0.1 * torch.randn(shape, generator=generator)
-        else:
-            fan_in = math.prod(shape[1:])
-            value = torch.randn(shape, generator=generator) / math.sqrt(fan_in)
-        out[name] = value.contiguous()
-    missing = set(skeleton.state_dict()) - set(out)
-    assert not missing, f"random_mimi_state_dict left out {sorted(missing)}"
-    return out
+    from inference.models.moshi.mimi_loading import random_kyutai_state_dict
+
+    return random_kyutai_state_dict(config, seed)
 
 
 def load_mimi(

@@ -11,10 +11,13 @@ Three layouts are recognised from the keys alone:
 
 transformers applies RoPE to half-split (rotate-half) head dims while Mimi rotates interleaved pairs, so its q/k
 rows are a per-head permutation of Kyutai's; `hf` q/k rows are permuted back before fusing q|k|v.
+
+`random_kyutai_state_dict` writes the other way round: a complete random checkpoint for tests and demos.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -25,7 +28,14 @@ from safetensors.torch import load_file
 
 from inference.models.moshi.mimi import MimiCodec, MimiConfig
 
-__all__ = ["MimiLoadError", "detect_layout", "hf_to_kyutai", "load_mimi_state_dict", "read_safetensors"]
+__all__ = [
+    "MimiLoadError",
+    "detect_layout",
+    "hf_to_kyutai",
+    "load_mimi_state_dict",
+    "random_kyutai_state_dict",
+    "read_safetensors",
+]
 
 
 class MimiLoadError(ValueError):
@@ -193,3 +203,57 @@ def load_mimi_state_dict(path: Any, config: MimiConfig) -> dict[str, torch.Tenso
     state = raw if layout == "kyutai" else hf_to_kyutai(raw, config)
     check_state_dict(state, config, f"{source} ({layout} layout)")
     return {k: v.to(torch.float32) for k, v in state.items()}
+
+
+def _codebook_buffers(config: MimiConfig, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    q = config.quantizer
+    out: dict[str, torch.Tensor] = {}
+    for part, n in (("rvq_first", q.n_q_semantic), ("rvq_rest", q.n_q - q.n_q_semantic)):
+        prefix = f"quantizer.{part}"
+        out[f"{prefix}.input_proj.weight"] = torch.randn(q.dimension, q.input_dimension, 1, generator=generator)
+        out[f"{prefix}.input_proj.weight"] /= math.sqrt(q.input_dimension)
+        out[f"{prefix}.output_proj.weight"] = torch.randn(q.output_dimension, q.dimension, 1, generator=generator)
+        out[f"{prefix}.output_proj.weight"] /= math.sqrt(q.dimension)
+        for i in range(n):
+            book = f"{prefix}.vq.layers.{i}._codebook"
+            # Usage varies per centroid so the division embedding_sum / cluster_usage is exercised for real.
+            usage = 0.5 + torch.rand(q.bins, generator=generator) * 4.0
+            # Later residual stages quantise smaller residuals: shrink their centroids geometrically.
+            centroids = torch.randn(q.bins, q.dimension, generator=generator) * (0.5**i)
+            out[f"{book}.cluster_usage"] = usage
+            out[f"{book}.embedding_sum"] = centroids * usage[:, None]
+            out[f"{book}._initialized"] = torch.ones(1)
+    return out
+
+
+def random_kyutai_state_dict(config: MimiConfig, seed: int) -> dict[str, torch.Tensor]:
+    """A complete random Mimi state dict in Kyutai's key layout, deterministic from `seed`.
+
+    Weights are N(0, 1) / sqrt(fan_in); LayerNorm gains 1 + 0.1 N(0, 1), biases 0.1 N(0, 1); layer scales
+    0.01 (1 + 0.1 N); codebooks have varied usage and initialised flags, so the file behaves like a trained one
+    shape-wise. Every tensor is drawn from one explicit `torch.Generator`, independent of module construction.
+    """
+    config.validate()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.device("meta"):
+        skeleton = MimiCodec(config, num_codebooks=config.quantizer.n_q)
+    quantizer = _codebook_buffers(config, generator)
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in skeleton.state_dict().items():
+        if name.startswith("quantizer."):
+            out[name] = quantizer[name]
+            continue
+        shape = tuple(tensor.shape)
+        if name.endswith(("norm1.weight", "norm2.weight")):
+            value = 1.0 + 0.1 * torch.randn(shape, generator=generator)
+        elif name.endswith(".scale"):
+            value = 0.01 * (1.0 + 0.1 * torch.randn(shape, generator=generator))
+        elif name.endswith(".bias"):
+            value = 0.1 * torch.randn(shape, generator=generator)
+        else:
+            fan_in = math.prod(shape[1:])
+            value = torch.randn(shape, generator=generator) / math.sqrt(fan_in)
+        out[name] = value.contiguous()
+    missing = set(skeleton.state_dict()) - set(out)
+    assert not missing, f"random_kyutai_state_dict left out {sorted(missing)}"
+    return out
