@@ -19,14 +19,6 @@ CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 FAKE_MIC_TEXT = "hello, how are you today? I would like to talk about the weather and the news."
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Everything in this directory drives a browser."""
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.browser)
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _allow_orm_under_playwright() -> Iterator[None]:
     # Playwright's sync API keeps an event loop running in the main thread, so Django's async

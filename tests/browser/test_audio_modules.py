@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.browser
+
 STATIC = Path(__file__).resolve().parents[2] / "static"
 HARNESS = "<!doctype html><meta charset=utf-8><title>audio harness</title>"
 

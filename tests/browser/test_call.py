@@ -23,6 +23,8 @@ from tests.browser.pages import (
     wait_until_slot_freed,
 )
 
+pytestmark = pytest.mark.browser
+
 # The fake microphone's speech has an RMS around 0.1 with pauses; silence would be 0.
 AUDIBLE_RMS = 0.01
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from playwright.sync_api import expect
 
 from tests.browser.pages import hooks, login, open_call_page, start_call, wait_for, wait_for_state
+
+pytestmark = pytest.mark.browser
 
 
 def test_occupancy_page_shows_the_live_session_and_ends_it(channels_live_server, browser, make_user, screenshot_dir):

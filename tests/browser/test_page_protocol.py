@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import base64
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.pages import hooks, login, open_call_page, wait_for, wait_for_state
+
+pytestmark = pytest.mark.browser
 
 SCRIPTED_SOCKET_JS = """
 (() => {
