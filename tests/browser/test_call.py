@@ -63,6 +63,14 @@ def test_call_plays_agent_audio_pauses_resumes_and_stops(channels_live_server, b
         page.wait_for_timeout(1500)  # let the latency chart gather a few points
         page.screenshot(path=str(screenshot_dir / "call-live.png"), full_page=True)
 
+    # Barge-in: the current response ends and the agent goes on in a new one.
+    before_cancel = hooks(page)
+    page.click("#cancel")
+    wait_for(page, "(p.eventCounts['response.done'] || 0) >= 1")
+    wait_for(page, f"p.audioChunksReceived > {before_cancel['audioChunksReceived'] + 10}")
+    assert hooks(page)["eventCounts"]["response.created"] >= 2
+    assert hooks(page)["errors"] == []
+
     page.click("#pause")
     wait_for_state(page, "paused")
     expect(page.locator("#call-state")).to_have_text("Paused")
