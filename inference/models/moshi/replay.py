@@ -151,8 +151,7 @@ def encode_user_wav(info: CheckpointInfo, path: Path, device: str) -> np.ndarray
 
 def encode_pcm(info: CheckpointInfo, pcm: np.ndarray, device: str) -> np.ndarray:
     """Streaming Mimi encode of float32 24 kHz ``pcm`` in 1920-sample frames (last one zero-padded)."""
-    from inference.models.moshi.mimi import MimiConfig
-    from inference.models.moshi.mimi import load_mimi
+    from inference.models.moshi.mimi import MimiConfig, load_mimi
 
     frame = 1920
     n = -(-len(pcm) // frame) * frame
@@ -183,6 +182,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.device == "cpu":
+        torch.set_num_threads(1)  # tiny/latency-bound steps: intra-op threads only add spin contention
     try:
         info = read_checkpoint_dir(args.checkpoint)
         if args.user_codes is not None:
