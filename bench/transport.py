@@ -28,6 +28,7 @@ import base64
 import json
 import os
 import platform
+import random
 import shutil
 import socket
 import subprocess
@@ -71,9 +72,11 @@ def note_echoes(pcm16: bytes, stats: ClientStats, now: float) -> None:
 
 
 async def paced_send(frames: int, send, stats: ClientStats) -> None:
-    """Send frames on an absolute 80 ms schedule (no drift, no bursts after a stall)."""
+    """Send frames on an absolute 80 ms schedule (no drift); frames overdue after a stall go at once,
+    as a browser's buffered audio would."""
     loop = asyncio.get_running_loop()
-    start = loop.time() + 0.05
+    # Each client gets its own phase against the engine clock, as real users would.
+    start = loop.time() + 0.05 + random.uniform(0.0, FRAME_S)
     for k in range(frames):
         delay = start + k * FRAME_S - loop.time()
         if delay > 0:
@@ -355,7 +358,12 @@ def summarize(args, stats: list[ClientStats], cpu: dict) -> dict:
         "clients": args.clients,
         "seconds": args.seconds,
         "delay_frames": args.delay_frames,
-        "host": {"cpus": psutil.cpu_count(), "python": platform.python_version(), "machine": platform.machine()},
+        "host": {
+            "cpus": psutil.cpu_count(),
+            "load_avg_1m_after": round(os.getloadavg()[0], 2),  # other work on the host skews everything
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+        },
         "clients_failed": [s.failed for s in stats if s.failed],
         "frames_sent": sent,
         "frames_echoed": received,
@@ -385,6 +393,7 @@ def print_table(result: dict) -> None:
         ("server-added ms p50 / p90 / p99 / max", f"{lat['p50']} / {lat['p90']} / {lat['p99']} / {lat['max']}"),
         (f"CPU of {cpu['server_process']}", f"mean {cpu['cpu_percent_mean']}%  max(1 s) {cpu['cpu_percent_max_1s']}%"),
         ("errors", result["errors"] or "none"),
+        ("host CPUs / load avg (1 min)", f"{result['host']['cpus']} / {result['host']['load_avg_1m_after']}"),
     ]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:

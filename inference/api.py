@@ -105,11 +105,42 @@ async def start(*, engine_instance: Engine | None = None, **overrides: Any) -> N
     _service = service
 
 
+def _foreign_loop() -> asyncio.AbstractEventLoop | None:
+    """The loop the in-process service runs on, when that loop is alive in another thread."""
+    if _service is None or not _service.started or _service.usable_here:
+        return None
+    loop = _service.loop
+    return loop if loop is not None and loop.is_running() and not loop.is_closed() else None
+
+
+async def _on_service_loop(make_call):
+    """Run ``make_call(service)`` on the service's own loop (a sync view's async_to_sync runs elsewhere)."""
+    foreign = _foreign_loop()
+    if foreign is None:
+        return make_call(await _local_service())
+
+    async def call():
+        return make_call(_service)
+
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), foreign))
+
+
 async def _local_service():
-    """The in-process service, started (or restarted) on the running loop."""
+    """The in-process service, started (or restarted) on the running loop.
+
+    A service whose loop still runs in another thread is never restarted from here: that would end
+    every live call. Sessions must be opened on the service's loop (the ASGI server's loop).
+    """
     global _starting
     if _service is not None and _service.usable_here:
         return _service
+    if _foreign_loop() is not None:
+        raise ParleyError(
+            "the in-process inference service runs on another event loop; open sessions from the ASGI "
+            "server's loop, or run the service as a process (PARLEY_INFERENCE_URL)",
+            code="internal_error",
+            error_type="server_error",
+        )
     loop = asyncio.get_running_loop()
     if _starting is None or _starting[0] is not loop:  # one start per loop, however many callers wait
         _starting = (loop, loop.create_task(_restart_here()))
@@ -163,7 +194,7 @@ async def occupancy() -> list[WorkerSnapshot]:
         from inference.client import remote_occupancy
 
         return await remote_occupancy(socket_path)
-    return (await _local_service()).occupancy()
+    return await _on_service_loop(lambda service: service.occupancy())
 
 
 async def end_session(session_id: str, reason: str = "admin_ended") -> bool:
@@ -173,7 +204,7 @@ async def end_session(session_id: str, reason: str = "admin_ended") -> bool:
         from inference.client import remote_end_session
 
         return await remote_end_session(socket_path, session_id, reason)
-    return (await _local_service()).end_session(session_id, reason)
+    return await _on_service_loop(lambda service: service.end_session(session_id, reason))
 
 
 def capabilities_preview() -> dict:

@@ -198,6 +198,7 @@ class EngineWorker:
                 if s.index in inputs or s.prefilling:
                     self._fail(s, f"engine step failed: {type(exc).__name__}: {exc}")
             return
+        deliveries: dict[asyncio.AbstractEventLoop, list[tuple[Callable[..., None], tuple]]] = {}
         for s in open_slots:
             out = outputs.get(s.index)
             if s.prefilling and (out is None or not out.prefilling):
@@ -210,7 +211,14 @@ class EngineWorker:
             pcm16 = encode_pcm16(out.audio) if out.audio.size else b""
             if pcm16:
                 s.frames_out += 1
-            self._post(s, "slot_output", out, pcm16)
+            if s.listener is not None and s.loop is not None:
+                deliveries.setdefault(s.loop, []).append((s.listener.slot_output, (out, pcm16)))
+        # One wake-up per event loop per tick, not one per slot.
+        for loop, calls in deliveries.items():
+            if not self._post_to(loop, _deliver, calls):
+                for s in open_slots:
+                    if s.loop is loop:
+                        s.listener = None  # its loop is gone; nobody will read these slots again
         self.ticks += 1
         self.tick_ms.add((time.perf_counter() - started) * 1000.0)
 
@@ -326,3 +334,9 @@ class EngineWorker:
                 except Exception:  # noqa: BLE001
                     logger.exception("engine.close_slot(%d) failed at shutdown", s.index)
                 s.opened = False
+
+
+def _deliver(calls: list[tuple[Callable[..., None], tuple]]) -> None:
+    """Runs on a session loop: hand one tick's outputs to their listeners."""
+    for fn, args in calls:
+        fn(*args)

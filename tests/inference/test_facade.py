@@ -308,3 +308,25 @@ async def test_admin_end_session_and_occupancy(facade):
     assert await api.end_session("sess_nope") is False
     preview = api.capabilities_preview()
     assert preview["engine"] == "echo" and preview["chunk_period_ms"] == 80
+
+
+async def test_max_duration_and_idle_timeout_close_the_session(facade):
+    await facade(slots=1, max_session_s=0.4)
+    handle, reader, _ = await open_ready("xena")
+    assert await reader.until(Closed, within_s=2) == Closed("max_duration")
+    await facade(slots=1, idle_timeout_s=0.5)
+    handle, reader, _ = await open_ready("yuri")
+    await handle.append_audio(pcm16_frame(1), encoding="pcm16", rate=24000)
+    assert await reader.until(Closed, within_s=3) == Closed("idle_timeout")
+
+
+async def test_a_queued_user_who_drops_leaves_the_queue(facade):
+    await facade(slots=1, queue_max=2)
+    await open_ready("zoe")
+    first = await api.open_session(SessionRequest(user_key="abe"))
+    second = await api.open_session(SessionRequest(user_key="bea"))
+    second_reader = EventReader(second)
+    assert (await second_reader.next()).position == 2
+    await first.detach()
+    moved = await second_reader.next()
+    assert isinstance(moved, Queued) and moved.position == 1 and moved.queue_length == 1
