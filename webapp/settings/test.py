@@ -4,6 +4,8 @@ The daphne live-server fixture runs the app in a child process, which cannot see
 SQLite database; a file makes rows written by tests visible there.
 """
 
+import os
+
 from webapp.env import BASE_DIR, ENV
 from webapp.settings.base import *  # noqa: F403
 from webapp.settings.base import DATABASES
@@ -14,6 +16,8 @@ CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test_db.sqlite3")}
+    # One file per pytest process: concurrent runs on one checkout must not flush each other's
+    # tables. The live server is a forked child, so it sees the same name.
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / f"test_db_{os.getpid()}.sqlite3")}
 
 ALLOWED_HOSTS = [*ENV.allowed_hosts, "testserver"]

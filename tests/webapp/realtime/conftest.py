@@ -1,0 +1,10 @@
+"""Fixtures of the realtime consumer tests."""
+
+import pytest
+from realtime_helpers import Account, make_account
+
+
+@pytest.fixture
+async def alice(inference_service) -> Account:
+    """A user with an API key, and the echo inference service running."""
+    return await make_account("alice")
