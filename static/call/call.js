@@ -5,47 +5,21 @@
 // Test hooks live on `window.parley` (plain numbers and strings, updated as events arrive), so
 // browser tests can assert on behaviour without reaching into this module.
 
-import { JitterPlayer, base64ToInt16, float32ToBase64Pcm16 } from "./player.js";
+import { hooks, pushBounded } from "./hooks.js";
+import { RoundTrips } from "./latency.js";
+import { JitterPlayer, float32ToBase64Pcm16 } from "./player.js";
+import { handleServerEvent } from "./server-events.js";
 import { CallUi } from "./ui.js";
 
 const RATE = 24000;
-const FRAME_SAMPLES = 1920;
-const TRANSCRIPT_HOOK_LIMIT = 200_000; // characters kept on window.parley.transcript
 const params = new URLSearchParams(location.search);
 // Tests (and people debugging levels) pass ?raw=1: the browser's echo canceller, noise
 // suppressor and gain control would otherwise reshape the fake microphone's signal.
 const RAW_AUDIO = params.get("raw") === "1";
 const MODEL = params.get("model");
 
-const hooks = {
-  state: "idle",
-  stateHistory: ["idle"], // every state the page went through, in order (bounded)
-  sessionId: null,
-  resumed: null,
-  capabilities: null,
-  framesSent: 0,
-  imagesSent: 0,
-  micRms: 0,
-  audioChunksReceived: 0,
-  audioMsReceived: 0,
-  receivedRms: 0,
-  playedRms: 0,
-  playedMs: 0,
-  bufferMs: 0,
-  underruns: 0,
-  overruns: 0,
-  transcript: "",
-  units: [],
-  queue: null, // the last session.queued event
-  prefillProgress: [], // progress values of session.prefill events, as received (bounded)
-  metrics: null,
-  closeReason: null,
-  errors: [],
-  eventCounts: {},
-};
-window.parley = hooks;
 
-class Call {
+export class Call {
   constructor(ui) {
     this.ui = ui;
     this.ctx = null;
@@ -56,17 +30,12 @@ class Call {
     this.state = "idle";
     this.receivedSumSquares = 0;
     this.receivedSamples = 0;
-    this.sendTimes = new Map(); // frame index -> performance.now(), for the round-trip estimate
-    this.outputSamples = 0;
-    this.roundTrips = [];
+    this.roundTrips = new RoundTrips();
     this.figuresTimer = null;
   }
 
   setState(state, detail = "") {
-    if (this.state !== state) {
-      hooks.stateHistory.push(state);
-      if (hooks.stateHistory.length > 100) hooks.stateHistory.shift();
-    }
+    if (this.state !== state) pushBounded(hooks.stateHistory, state, 100);
     this.state = state;
     hooks.state = state;
     this.ui.setState(state, detail);
@@ -90,7 +59,8 @@ class Call {
     }
     this.player = new JitterPlayer(this.ctx, { rate: RATE, onAck: (ms) => this.send({ type: "playback.ack", played_ms: ms }) });
     this.ui.drawOutput(this.player.analyser);
-    this.resetLatencyTracking();
+    this.roundTrips.reset();
+    hooks.framesSent = 0;
     this.connect();
     this.figuresTimer = setInterval(() => this.refreshFigures(), 500);
   }
@@ -174,11 +144,9 @@ class Call {
     // Only a live session takes audio: queued or prefilling sessions would answer session_not_ready,
     // and a paused slot is frozen, not fed.
     if (this.state !== "live") return;
-    const index = hooks.framesSent;
     if (this.send({ type: "input_audio_buffer.append", audio: float32ToBase64Pcm16(frame) })) {
       hooks.framesSent++;
-      this.sendTimes.set(index, performance.now());
-      if (this.sendTimes.size > 500) this.sendTimes.delete(this.sendTimes.keys().next().value);
+      this.roundTrips.frameSent();
     }
   }
 
@@ -239,17 +207,15 @@ class Call {
     try {
       event = JSON.parse(data);
     } catch {
-      hooks.errors.push({ code: "client_invalid_json", message: String(data).slice(0, 200) });
+      pushBounded(hooks.errors, { code: "client_invalid_json", message: String(data).slice(0, 200) }, 50);
       return;
     }
     hooks.eventCounts[event.type] = (hooks.eventCounts[event.type] ?? 0) + 1;
-    const handler = HANDLERS[event.type];
-    if (!handler) return; // standard events the page has no use for (response.created, ...)
     try {
-      handler(this, event);
+      handleServerEvent(this, event);
     } catch (err) {
       // A malformed event (bad base64, missing fields) is dropped; the call goes on.
-      hooks.errors.push({ code: "client_bad_event", type: event.type, message: String(err) });
+      pushBounded(hooks.errors, { code: "client_bad_event", type: event.type, message: String(err) }, 50);
     }
   }
 
@@ -290,35 +256,16 @@ class Call {
 
   // ---- figures -------------------------------------------------------------------------------
 
-  resetLatencyTracking() {
-    this.sendTimes.clear();
-    this.outputSamples = 0;
-    this.roundTrips = [];
-    hooks.framesSent = 0;
-  }
-
-  /**
-   * For lockstep engines output frame k answers input frame k, so the time between sending input
-   * sample n and receiving output sample n is the server round trip (network, queueing, tick).
-   */
-  trackRoundTrip(samples) {
-    this.outputSamples += samples;
-    const frame = Math.floor(this.outputSamples / FRAME_SAMPLES) - 1;
-    const sentAt = this.sendTimes.get(frame);
-    if (sentAt === undefined) return;
-    this.roundTrips.push(performance.now() - sentAt);
-    if (this.roundTrips.length > 25) this.roundTrips.shift();
-  }
-
   /** Mouth-to-ear estimate: frame capture + server round trip + playback buffer + device output. */
   mouthToEarMs() {
     const caps = hooks.capabilities;
     if (!caps || !this.ctx) return null;
     const output = ((this.ctx.baseLatency ?? 0) + (this.ctx.outputLatency ?? 0)) * 1000;
-    let server;
-    if (this.roundTrips.length && caps.chunk_period_ms < 1000) server = median(this.roundTrips);
-    else if (hooks.metrics) server = (hooks.metrics.tick_ms_p50 ?? 0) + (hooks.metrics.lag_ms ?? 0);
-    else return null;
+    // Unit engines answer a whole unit later, so frame matching means nothing there: use the
+    // server's own tick and lag figures instead.
+    let server = caps.chunk_period_ms < 1000 ? this.roundTrips.medianMs() : null;
+    if (server === null && hooks.metrics) server = (hooks.metrics.tick_ms_p50 ?? 0) + (hooks.metrics.lag_ms ?? 0);
+    if (server === null) return null;
     return caps.chunk_period_ms + server + (this.player?.depthMs ?? 0) + output;
   }
 
@@ -349,105 +296,6 @@ class Call {
     });
     if (this.ctx) this.ui.pushLatency({ mouthToEar, depth: hooks.bufferMs, tickP99: m.tick_ms_p99 });
   }
-}
-
-// ---- server events ------------------------------------------------------------------------------
-
-const HANDLERS = {
-  "session.queued"(call, e) {
-    hooks.queue = { position: e.position, queue_length: e.queue_length, estimated_wait_s: e.estimated_wait_s };
-    call.setState("queued");
-    call.ui.setQueue(e);
-  },
-  "session.created"(call, e) {
-    const session = e.session ?? {};
-    const duplex = session.duplex ?? {};
-    hooks.sessionId = session.id ?? null;
-    hooks.resumed = Boolean(e.resumed ?? duplex.resumed);
-    hooks.capabilities = duplex.capabilities ?? null;
-    call.ui.setSession(hooks.sessionId, hooks.resumed);
-    call.ui.setCapabilities(hooks.capabilities);
-    if (hooks.resumed && duplex.persona) call.ui.showPersona(duplex.persona);
-    // Sent before the state turns live, so the server applies it before the first audio frame.
-    call.sendSessionUpdate(hooks.resumed);
-    call.setState("live");
-  },
-  "session.prefill"(call, e) {
-    hooks.prefillProgress.push(e.progress);
-    if (hooks.prefillProgress.length > 200) hooks.prefillProgress.shift();
-    const done = e.done || e.progress >= 1;
-    if (done) {
-      if (call.state === "prefilling") call.setState("live");
-      return;
-    }
-    if (call.state !== "prefilling") call.setState("prefilling");
-    call.ui.setPrefill(e.progress ?? 0);
-  },
-  "response.output_audio.delta"(call, e) {
-    const pcm = base64ToInt16(e.delta ?? "");
-    hooks.audioChunksReceived++;
-    hooks.audioMsReceived += (pcm.length / RATE) * 1000;
-    let sumSquares = 0;
-    for (let i = 0; i < pcm.length; i++) sumSquares += (pcm[i] / 32768) ** 2;
-    call.receivedSumSquares += sumSquares;
-    call.receivedSamples += pcm.length;
-    hooks.receivedRms = call.receivedSamples ? Math.sqrt(call.receivedSumSquares / call.receivedSamples) : 0;
-    call.trackRoundTrip(pcm.length);
-    if (call.state === "prefilling") call.setState("live"); // audio means the prefill is over
-    // Audio still in flight when the user paused must not play after the pause.
-    if (call.state === "live" && call.player) call.player.push(pcm);
-  },
-  "response.output_audio_transcript.delta"(call, e) {
-    const text = e.delta ?? "";
-    if (hooks.transcript.length < TRANSCRIPT_HOOK_LIMIT) hooks.transcript += text;
-    call.ui.appendTranscript(text);
-  },
-  "response.listen"(call, e) {
-    addUnit(call, "listen", e);
-  },
-  "response.speak"(call, e) {
-    addUnit(call, "speak", e);
-  },
-  "session.metrics"(call, e) {
-    hooks.metrics = e.metrics ?? e;
-  },
-  "session.paused"(call) {
-    call.player?.flush();
-    call.setState("paused");
-  },
-  "session.resumed"(call) {
-    call.setState("live");
-  },
-  "session.replaced"(call) {
-    call.ui.notice("This call continues in another window or tab.", "info");
-    call.teardown("replaced", "Another window took this call over.");
-  },
-  "session.closed"(call, e) {
-    hooks.closeReason = e.reason ?? null;
-    call.teardown("closed", e.reason ? `Reason: ${e.reason.replaceAll("_", " ")}` : "");
-  },
-  error(call, e) {
-    const err = e.error ?? {};
-    hooks.errors.push({ code: err.code, type: err.type, message: err.message });
-    if (hooks.errors.length > 50) hooks.errors.shift();
-    // Persona and voice are fixed once audio began: on a takeover the server keeps the running
-    // session's persona, which is what the user wants, so this is only worth a quiet note.
-    const quiet = ["persona_update_unsupported", "voice_update_unsupported", "session_not_ready"].includes(err.code);
-    call.ui.notice(quiet ? `Note: ${err.message}` : `Error (${err.code}): ${err.message}`, quiet ? "info" : "error");
-    if (err.code === "resource_exhausted") call.teardown("failed", "All slots are busy and the queue is full.");
-  },
-};
-
-function addUnit(call, kind, e) {
-  const unit = { kind, unit: e.unit ?? hooks.units.length, endOfTurn: Boolean(e.end_of_turn) };
-  hooks.units.push(unit);
-  if (hooks.units.length > 200) hooks.units.shift();
-  call.ui.addUnit(unit);
-}
-
-function median(values) {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)];
 }
 
 function fmt(ms) {

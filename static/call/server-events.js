@@ -1,0 +1,107 @@
+// Server events of /v1/realtime -> the call's state, the player, the view and the test hooks.
+// One handler per event type; types the page has no use for (response.created, ...) are ignored.
+
+import { hooks, pushBounded } from "./hooks.js";
+import { base64ToInt16 } from "./player.js";
+
+const RATE = 24000;
+const TRANSCRIPT_HOOK_LIMIT = 200_000; // characters kept on window.parley.transcript
+
+/**
+ * Apply one parsed server event. Throws on a malformed event; the caller records and drops it.
+ * @param {import("./call.js").Call} call
+ */
+export function handleServerEvent(call, event) {
+  const handler = HANDLERS[event.type];
+  if (handler) handler(call, event);
+}
+
+const HANDLERS = {
+  "session.queued"(call, e) {
+    hooks.queue = { position: e.position, queue_length: e.queue_length, estimated_wait_s: e.estimated_wait_s };
+    call.setState("queued");
+    call.ui.setQueue(e);
+  },
+  "session.created"(call, e) {
+    const session = e.session ?? {};
+    const duplex = session.duplex ?? {};
+    hooks.sessionId = session.id ?? null;
+    hooks.resumed = Boolean(e.resumed ?? duplex.resumed);
+    hooks.capabilities = duplex.capabilities ?? null;
+    call.ui.setSession(hooks.sessionId, hooks.resumed);
+    call.ui.setCapabilities(hooks.capabilities);
+    if (hooks.resumed && duplex.persona) call.ui.showPersona(duplex.persona);
+    // Sent before the state turns live, so the server applies it before the first audio frame.
+    call.sendSessionUpdate(hooks.resumed);
+    call.setState("live");
+  },
+  "session.prefill"(call, e) {
+    pushBounded(hooks.prefillProgress, e.progress, 200);
+    const done = e.done || e.progress >= 1;
+    if (done) {
+      if (call.state === "prefilling") call.setState("live");
+      return;
+    }
+    if (call.state !== "prefilling") call.setState("prefilling");
+    call.ui.setPrefill(e.progress ?? 0);
+  },
+  "response.output_audio.delta"(call, e) {
+    const pcm = base64ToInt16(e.delta ?? "");
+    hooks.audioChunksReceived++;
+    hooks.audioMsReceived += (pcm.length / RATE) * 1000;
+    let sumSquares = 0;
+    for (let i = 0; i < pcm.length; i++) sumSquares += (pcm[i] / 32768) ** 2;
+    call.receivedSumSquares += sumSquares;
+    call.receivedSamples += pcm.length;
+    hooks.receivedRms = call.receivedSamples ? Math.sqrt(call.receivedSumSquares / call.receivedSamples) : 0;
+    call.roundTrips.audioReceived(pcm.length);
+    if (call.state === "prefilling") call.setState("live"); // audio means the prefill is over
+    // Audio still in flight when the user paused must not play after the pause.
+    if (call.state === "live" && call.player) call.player.push(pcm);
+  },
+  "response.output_audio_transcript.delta"(call, e) {
+    const text = e.delta ?? "";
+    if (hooks.transcript.length < TRANSCRIPT_HOOK_LIMIT) hooks.transcript += text;
+    call.ui.appendTranscript(text);
+  },
+  "response.listen"(call, e) {
+    addUnit(call, "listen", e);
+  },
+  "response.speak"(call, e) {
+    addUnit(call, "speak", e);
+  },
+  "session.metrics"(call, e) {
+    hooks.metrics = e.metrics ?? e;
+  },
+  "session.paused"(call) {
+    call.player?.flush();
+    call.setState("paused");
+  },
+  "session.resumed"(call) {
+    call.setState("live");
+  },
+  "session.replaced"(call) {
+    call.ui.notice("This call continues in another window or tab.", "info");
+    call.teardown("replaced", "Another window took this call over.");
+  },
+  "session.closed"(call, e) {
+    hooks.closeReason = e.reason ?? null;
+    call.teardown("closed", e.reason ? `Reason: ${e.reason.replaceAll("_", " ")}` : "");
+  },
+  error(call, e) {
+    const err = e.error ?? {};
+    pushBounded(hooks.errors, { code: err.code, type: err.type, message: err.message }, 50);
+    // Persona and voice are fixed once audio began: on a takeover the server keeps the running
+    // session's persona, which is what the user wants, so this is only worth a quiet note.
+    const quiet = ["persona_update_unsupported", "voice_update_unsupported", "session_not_ready"].includes(err.code);
+    call.ui.notice(quiet ? `Note: ${err.message}` : `Error (${err.code}): ${err.message}`, quiet ? "info" : "error");
+    if (err.code === "resource_exhausted") call.teardown("failed", "All slots are busy and the queue is full.");
+  },
+};
+
+function addUnit(call, kind, e) {
+  const unit = { kind, unit: e.unit ?? hooks.units.length, endOfTurn: Boolean(e.end_of_turn) };
+  pushBounded(hooks.units, unit, 200);
+  call.ui.addUnit(unit);
+}
+
