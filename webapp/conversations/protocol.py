@@ -183,7 +183,7 @@ def parse_client_event(text: str) -> Any:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"][1:])  # drop the discriminator tag
         raise ProtocolError(
-            "invalid_event", f"Invalid {event_type}: {where}: {first['msg']}", param=where or None, event_id=event_id
+            "invalid_value", f"Invalid {event_type}: {where}: {first['msg']}", param=where or None, event_id=event_id
         ) from None
 
 

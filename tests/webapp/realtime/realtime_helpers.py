@@ -74,9 +74,9 @@ class Peer:
     async def send_raw(self, text: str | None = None, data: bytes | None = None) -> None:
         await self.comm.send_to(text_data=text, bytes_data=data)
 
-    async def next(self, timeout: float = 5.0) -> Any:
+    async def next(self, wait_s: float = 5.0) -> Any:
         """The next event (a dict), a binary frame (bytes), or ("closed", code)."""
-        message = await self.comm.receive_output(timeout)
+        message = await self.comm.receive_output(wait_s)
         if message["type"] == "websocket.close":
             item: Any = ("closed", message.get("code"))
         elif message.get("text") is not None:
@@ -86,10 +86,10 @@ class Peer:
         self.seen.append(item)
         return item
 
-    async def until(self, event_type: str, timeout: float = 5.0) -> dict[str, Any]:
+    async def until(self, event_type: str, wait_s: float = 5.0) -> dict[str, Any]:
         """Read until an event of ``event_type`` (a close counts as type "closed")."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = loop.time() + wait_s
         while True:
             item = await self.next(max(0.05, deadline - loop.time()))
             if isinstance(item, dict) and item.get("type") == event_type:
@@ -99,14 +99,14 @@ class Peer:
             if isinstance(item, tuple):
                 raise AssertionError(f"socket closed with {item[1]} while waiting for {event_type}")
 
-    async def error(self, timeout: float = 5.0) -> dict[str, Any]:
-        return (await self.until("error", timeout))["error"]
+    async def error(self, wait_s: float = 5.0) -> dict[str, Any]:
+        return (await self.until("error", wait_s))["error"]
 
-    async def audio_frames(self, count: int, timeout: float = 10.0) -> list[bytes]:
+    async def audio_frames(self, count: int, wait_s: float = 10.0) -> list[bytes]:
         """The pcm16 payloads of the next ``count`` audio deltas (base64 or binary)."""
         frames: list[bytes] = []
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = loop.time() + wait_s
         while len(frames) < count:
             item = await self.next(max(0.05, deadline - loop.time()))
             if isinstance(item, bytes):
