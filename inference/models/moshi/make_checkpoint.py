@@ -125,7 +125,10 @@ def train_tokenizer(path: Path, vocab_size: int, seed: int) -> None:
     import sentencepiece as spm
 
     rng = random.Random(seed)
-    sentences = [" ".join(rng.choice(_CORPUS_WORDS) for _ in range(rng.randint(4, 14))) for _ in range(3000)]
+    # pseudo-words from syllables give the unigram trainer enough distinct pieces to fill the vocabulary
+    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+    words = list(_CORPUS_WORDS) + ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 3))) for _ in range(600)]
+    sentences = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 14))) for _ in range(4000)]
     sentences += ["<system> " + s + " <system>" for s in sentences[:200]]
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
