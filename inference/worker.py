@@ -51,6 +51,7 @@ class WorkerSlot:
     loop: asyncio.AbstractEventLoop | None = None
     opened: bool = False
     prefilling: bool = False
+    prefill_reported: bool = False  # the engine returned prefilling=True for this slot
     frozen: bool = False
     failed: bool = False
     image: bytes | None = None
@@ -184,8 +185,11 @@ class EngineWorker:
         inputs: dict[int, SlotInput] = {}
         for s in open_slots:
             if s.prefilling:
-                # Keep only the newest chunk: a backlog built up during prefill would stay as latency.
-                while len(s.inbox) > 1:
+                # Once the engine says it is prefilling (seconds, for a voice prompt), keep only the
+                # newest chunk: a backlog built up meanwhile would stay on as latency. Before that
+                # (the first tick after open) nothing is dropped, so an engine without prefill loses
+                # no audio.
+                while s.prefill_reported and len(s.inbox) > 1:
                     s.inbox.popleft()
                     s.dropped_in += 1
             elif not s.frozen:
@@ -201,9 +205,12 @@ class EngineWorker:
         deliveries: dict[asyncio.AbstractEventLoop, list[tuple[Callable[..., None], tuple]]] = {}
         for s in open_slots:
             out = outputs.get(s.index)
-            if s.prefilling and (out is None or not out.prefilling):
+            if s.prefilling and out is not None and out.prefilling:
+                s.prefill_reported = True
+            elif s.prefilling:
                 s.prefilling = False  # prefill done: the slot takes input from the next tick
-                s.standing_ticks = TRIM_AFTER_TICKS - 1  # a backlog left by the prefill is trimmed at once
+                if s.prefill_reported:  # a backlog left by a real prefill is trimmed at the first take
+                    s.standing_ticks = TRIM_AFTER_TICKS - 1
                 if out is None:
                     out = SlotOutput(audio=np.zeros(0, dtype=np.float32), progress=1.0)
             if out is None:
@@ -262,6 +269,7 @@ class EngineWorker:
             return
         s.opened = True
         s.prefilling = True  # until a step reports otherwise
+        s.prefill_reported = False
 
     def _cmd_close(self, s: WorkerSlot, on_closed: Callable[[], None], loop) -> None:
         s.pending_close.append(lambda: self._post_to(loop, on_closed))

@@ -205,3 +205,24 @@ async def test_a_standing_input_queue_is_trimmed_to_cut_latency(worker_factory):
     slot = worker.slots[0]
     assert slot.trimmed >= 1  # the standing queue was cut, not kept as latency forever
     assert len(slot.inbox) <= 1
+
+
+async def test_first_audio_survives_without_prefill_but_not_a_long_prefill(worker_factory):
+    loop = asyncio.get_running_loop()
+    quick = worker_factory(EchoEngine(1, delay_frames=0))
+    rec = Recorder()
+    quick.open(0, SlotConfig(), rec, loop)
+    for k in range(1, 5):  # a burst right behind the open: all four must come back
+        quick.push(0, chunk(k / 100))
+    await rec.wait_for(lambda: len(rec.texts) >= 4)
+    assert [round(float(o.audio[0]) * 100) for o, pcm in rec.outputs if pcm][:4] == [1, 2, 3, 4]
+
+    slow = worker_factory(EchoEngine(1, delay_frames=0, prefill_ticks=5))
+    rec = Recorder()
+    slow.open(0, SlotConfig(), rec, loop)
+    await rec.wait_for(lambda: any(o.prefilling for o, _ in rec.outputs))
+    for k in range(1, 5):  # spoken during the prefill: only the newest is kept
+        slow.push(0, chunk(k / 100))
+    await rec.wait_for(lambda: len(rec.texts) >= 2)
+    echoed = [round(float(o.audio[0]) * 100) for o, pcm in rec.outputs if pcm]
+    assert echoed[0] == 4 and slow.slots[0].dropped_in == 3
