@@ -2,8 +2,8 @@
 //
 // Protocol: docs/protocol.md (OpenAI Realtime events plus Parley's duplex extensions). Audio goes
 // up as base64 pcm16 at 24 kHz in 80 ms frames; the agent's audio comes down the same way.
-// Test hooks live on `window.parley` (plain numbers and strings, updated as events arrive), so
-// browser tests can assert on behaviour without reaching into this module.
+// The DOM is ui.js's, server events are server-events.js's, and the test hooks (hooks.js) are
+// a one-way window onto all of it.
 
 import { hooks, pushBounded } from "./hooks.js";
 import { RoundTrips } from "./latency.js";
@@ -17,7 +17,6 @@ const params = new URLSearchParams(location.search);
 // suppressor and gain control would otherwise reshape the fake microphone's signal.
 const RAW_AUDIO = params.get("raw") === "1";
 const MODEL = params.get("model");
-
 
 export class Call {
   constructor(ui) {
@@ -108,7 +107,7 @@ export class Call {
     }
     try {
       const stream = await navigator.mediaDevices.getUserMedia({ video: { width: 640, height: 480 } });
-      const video = document.getElementById("camera-preview");
+      const video = this.ui.cameraPreview();
       video.srcObject = stream;
       await video.play();
       const canvas = document.createElement("canvas");
@@ -316,11 +315,5 @@ ui.bind({
   forceListen: () => call.forceListen(),
   camera: () => call.toggleCamera(),
 });
-// A saved persona fills the text box; the text box is what is sent, so it can still be edited.
-document.getElementById("persona-preset")?.addEventListener("change", (event) => {
-  const option = event.target.selectedOptions[0];
-  document.getElementById("persona").value = option?.dataset.instructions ?? "";
-});
-// Show the default engine's banner before the first call (rendered by the server into the page).
-const preview = document.getElementById("capabilities-preview");
-if (preview) ui.setCapabilities(JSON.parse(preview.textContent));
+ui.bindPersonaPresets();
+ui.showPreview(); // the default engine's banner, before the first call

@@ -58,6 +58,24 @@ export class CallUi {
     for (const [name, handler] of Object.entries(handlers)) this.buttons[name].addEventListener("click", handler);
   }
 
+  /** A saved persona fills the text box; the text box is what is sent, so it can still be edited. */
+  bindPersonaPresets() {
+    $("persona-preset")?.addEventListener("change", (event) => {
+      const option = event.target.selectedOptions[0];
+      $("persona").value = option?.dataset.instructions ?? "";
+    });
+  }
+
+  /** Show what the server rendered about the default engine (banner, controls) before a call. */
+  showPreview() {
+    const preview = $("capabilities-preview");
+    if (preview) this.setCapabilities(JSON.parse(preview.textContent));
+  }
+
+  cameraPreview() {
+    return $("camera-preview");
+  }
+
   persona() {
     return $("persona").value.trim();
   }

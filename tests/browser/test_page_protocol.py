@@ -14,6 +14,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.pages import hooks, login, open_call_page, wait_for, wait_for_state
+from webapp.personas.models import Persona
 
 pytestmark = pytest.mark.browser
 
@@ -62,10 +63,14 @@ def sent(page: Page, event_type: str | None = None) -> list[dict]:
 def test_unit_engine_call_with_camera_through_a_scripted_socket(channels_live_server, page, make_user, screenshot_dir):
     url = channels_live_server.url
     make_user("scripted")
+    Persona.objects.create(name="Chatty", instructions="You talk a lot.")
+    Persona.objects.create(name="Tutor", instructions="You are a patient tutor.")
     page.add_init_script(SCRIPTED_SOCKET_JS)
     login(page, url, "scripted")
     open_call_page(page, url)
-    page.fill("#persona", "You are a patient tutor.")
+    expect(page.locator("#persona")).to_have_value("You talk a lot.")  # the first saved persona
+    page.select_option("#persona-preset", label="Tutor")
+    expect(page.locator("#persona")).to_have_value("You are a patient tutor.")
     page.click("#start")
     page.wait_for_function("() => window.__socket && window.__socket.readyState === 1")
     assert page.evaluate("() => window.__socket.url").endswith("/v1/realtime")
