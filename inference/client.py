@@ -263,9 +263,7 @@ class RemoteSessionHandle:
                         self._resolve(obj)
                         continue
                     if obj.get("event") == "end":
-                        self._stream_ended.set()
-                        self._events.put_nowait(None)
-                        continue
+                        break  # Closed or Replaced came: this handle is finished, free the socket
                     self._events.put_nowait(wire.event_from_dict(obj))
                 else:
                     self._events.put_nowait(wire.decode_event(kind, payload))
@@ -275,6 +273,7 @@ class RemoteSessionHandle:
             self._closed = True
             self._stream_ended.set()
             self._events.put_nowait(None)
+            self._writer.close()
             for future in self._replies.values():
                 if not future.done():
                     future.set_exception(ParleyError(GONE, code="session_not_ready"))

@@ -137,3 +137,49 @@ async def test_garbage_on_the_socket_does_not_hurt_the_service(remote):
     probe = socket.socket(socket.AF_UNIX)
     probe.connect(remote)  # still listening
     probe.close()
+
+
+async def test_a_replaced_remote_handle_lets_go_of_its_socket(remote):
+    first = await api.open_session(SessionRequest(user_key="val"))
+    first_reader = EventReader(first)
+    await first_reader.next()
+    second = await api.open_session(SessionRequest(user_key="val"))
+    await EventReader(second).next()
+    assert await first_reader.until(Replaced) == Replaced()
+    assert await first_reader.ended()
+    await asyncio.sleep(0.05)
+    assert first._writer.is_closing()  # no connection leaks while the web tier forgets the handle
+    with pytest.raises(ParleyError) as info:
+        await first.pause()
+    assert info.value.code == "session_not_ready"
+    await second.close()
+
+
+def test_every_event_type_survives_the_wire():
+    from inference.contracts import Decision, ErrorEvent, Metrics, Paused, Queued, Resumed
+    from inference.engines.echo import EchoEngine
+
+    caps = EchoEngine(1).capabilities
+    events = [
+        Queued(2, 3, 45.5),
+        Ready("sess_1", True, caps, "calm", "v1"),
+        Prefill(0.5, False),
+        AudioOut(b"\x01\x00\xff\x7f", 7),
+        TextOut("héllo", 1),
+        Decision("speak", 4, True),
+        Metrics({"tick_ms_p50": 1.5, "frames_in": 3}),
+        Paused(),
+        Resumed(),
+        Replaced(),
+        Closed("grace_expired"),
+        ErrorEvent("input_backpressure", "slow down"),
+    ]
+    for event in events:
+        data = wire.event_frame(event)
+        kind, payload = data[4], data[5:]
+        assert int.from_bytes(data[:4], "big") == len(data) - 4
+        assert wire.decode_event(kind, payload) == event
+    with pytest.raises(wire.WireError):
+        wire.event_from_dict({"event": "Hacked"})
+    with pytest.raises(wire.WireError):
+        wire.event_from_dict({"event": "Queued", "position": 1})
