@@ -32,11 +32,13 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from inference.models.moshi.config import LMConfig  # noqa: E402
+from inference.models.moshi.fast.codec import GraphedMimi  # noqa: E402
 from inference.models.moshi.fast.graphs import GraphedLockstep  # noqa: E402
 from inference.models.moshi.fast.kv import SlotKV  # noqa: E402
 from inference.models.moshi.fast.model import FastLM  # noqa: E402
 from inference.models.moshi.fast.session import live_forced  # noqa: E402
 from inference.models.moshi.fast.step import FastLockstep  # noqa: E402
+from inference.models.moshi.fast.tuning import tune_attention  # noqa: E402
 from inference.models.moshi.gen import SamplingConfig  # noqa: E402
 from inference.models.moshi.lm import MoshiLM  # noqa: E402
 from inference.models.moshi.loading import load_lm_state  # noqa: E402
@@ -215,7 +217,8 @@ def check_graph_equals_eager(fl: FastLM, batch_sizes: list[int], frames: int, kv
 
 
 def max_slots(fl: FastLM, kv_fp8: bool, reserve_GiB: float, cap: int) -> int:
-    free, _ = torch.cuda.mem_get_info()
+    free_memory()
+    free = torch.cuda.mem_get_info()[0] + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
     per_slot = SlotKV.bytes_per_slot(fl.config, fl.dtype, kv_fp8)
     n = int((free - reserve_GiB * GiB) // per_slot) - 1
     return max(8, min(cap, n - n % 8))
@@ -228,6 +231,49 @@ def build_mimi():
     from inference.models.moshi.mimi import MimiCodec, MimiConfig
 
     return MimiCodec(MimiConfig.kyutai_default()).to("cuda").eval()
+
+
+def check_graphed_mimi(gm: GraphedMimi, frames: int = 6) -> dict:
+    """The graphed codec gives the eager codec's codes and PCM on fresh streams (all slots, random audio)."""
+    n = gm.num_slots
+    slots = torch.arange(n, device="cuda")
+    state = gm.codec.init_stream(n)
+    gm.state.reset()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    worst, codes_equal = 0.0, True
+    for _ in range(frames):
+        pcm = torch.randn(n, 1, gm.frame, device="cuda", generator=g) * 0.1
+        codes_eager = gm.codec.encode_step(pcm, state)[:, :, 0]
+        codes_graph = gm.encode(pcm, slots).clone()
+        codes_equal &= bool(torch.equal(codes_eager, codes_graph))
+        pcm_eager = gm.codec.decode_step(codes_eager.unsqueeze(-1), state, validate=False)
+        pcm_graph = gm.decode(codes_eager, slots)
+        worst = max(worst, float((pcm_eager - pcm_graph).abs().max()))
+    gm.state.reset()
+    return {"frames": frames, "codes_equal": codes_equal, "pcm_max_abs_diff": worst}
+
+
+def time_graphed_mimi(gm: GraphedMimi, batch_sizes: list[int], ticks: int) -> dict:
+    out = {}
+    for B in batch_sizes:
+        slots = torch.arange(B, device="cuda")
+        pcm = torch.randn(B, 1, gm.frame, device="cuda") * 0.1
+        enc, dec = [], []
+        for i in range(ticks + 3):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            codes = gm.encode(pcm, slots)
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            gm.decode(codes.clamp(0, 2047), slots).cpu()
+            t2 = time.perf_counter()
+            if i >= 3:
+                enc.append((t1 - t) * 1e3)
+                dec.append((t2 - t1) * 1e3)
+        out[B] = {"encode": stats(enc), "decode_and_copy": stats(dec)}
+        log(f"  graphed mimi B={B}: encode {out[B]['encode']['median']} decode {out[B]['decode_and_copy']['median']}")
+    gm.state.reset()
+    return out
 
 
 def time_mimi(mimi, batch_sizes: list[int], ticks: int) -> dict:
@@ -253,7 +299,9 @@ def time_mimi(mimi, batch_sizes: list[int], ticks: int) -> dict:
     return out
 
 
-def realtime_ticks(gl: GraphedLockstep, mimi, B: int, fill: int, ticks: int, prefill_per_tick: int = 0) -> dict:
+def realtime_ticks(
+    gl: GraphedLockstep, gm: GraphedMimi, B: int, fill: int, ticks: int, prefill_per_tick: int = 0
+) -> dict:
     """Whole ticks: batched Mimi encode -> LM step -> batched Mimi decode -> PCM on the host.
 
     With ``prefill_per_tick`` > 0, slot B (a joining session) also runs that many prefill passes per tick at
@@ -266,18 +314,16 @@ def realtime_ticks(gl: GraphedLockstep, mimi, B: int, fill: int, ticks: int, pre
     joiner = torch.tensor([B], device="cuda")
     if prefill_per_tick:
         ls.reset_slot(B)
-    state = mimi.init_stream(B)
-    pcm = torch.randn(B, 1, 1920, device="cuda") * 0.1
+    pcm = torch.randn(B, 1, gm.frame, device="cuda") * 0.1
     pf_forced = torch.zeros((1, c.num_codebooks), device="cuda", dtype=torch.long) + 3
     pf_mask = torch.ones((1, c.num_codebooks), device="cuda", dtype=torch.bool)
     times = []
     for i in range(ticks + 3):
         t = time.perf_counter()
-        codes = mimi.encode_step(pcm, state)[:, :, 0]  # [B, 8]
+        codes = gm.encode(pcm, slot_ids)  # [B, 8]
         forced, mask = live_forced(c, codes)
         tok, _ = gl.step(slot_ids, forced, mask)
-        agent = tok[:, 1:9].clamp(0, 2047).unsqueeze(-1)
-        out = mimi.decode_step(agent, state, validate=False)
+        out = gm.decode(tok[:, 1:9].clamp(0, 2047), slot_ids)
         for _ in range(prefill_per_tick):
             gl.step(joiner, pf_forced, pf_mask)
         out.cpu()
@@ -286,6 +332,69 @@ def realtime_ticks(gl: GraphedLockstep, mimi, B: int, fill: int, ticks: int, pre
     s = stats(times)
     s["realtime"] = s["p99"] <= FRAME_MS
     return s
+
+
+def profile_eager_step(ls: FastLockstep, B: int, fill: int) -> dict:
+    """Device time per kernel family of one eager step (no graph): where the tick goes, launch gaps excluded."""
+    from torch.profiler import ProfilerActivity, profile
+
+    c = ls.config
+    slots = torch.arange(B, device="cuda")
+    ls.lengths[:B] = fill
+    forced, mask = live_forced(c, torch.randint(0, 2048, (B, 8), device="cuda"))
+    ls.step_eager(slots, forced, mask)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        ls.step_eager(slots, forced, mask)
+        torch.cuda.synchronize()
+    families = {
+        "gemm": 0.0,
+        "decode_attention": 0.0,
+        "depformer_attention": 0.0,
+        "rmsnorm": 0.0,
+        "silu_gate": 0.0,
+        "rope_kv_write": 0.0,
+        "sampling": 0.0,
+        "other": 0.0,
+    }
+    count = 0
+    kernels = {}
+    for evt in prof.key_averages():
+        us = getattr(evt, "device_time_total", 0.0) or getattr(evt, "cuda_time_total", 0.0)
+        if us <= 0 or evt.key.startswith("aten::") or evt.key.startswith("cuda"):
+            continue
+        name = evt.key
+        low = name.lower()
+        if "decode_attention" in low:
+            fam = "decode_attention"
+        elif "depformer_attention" in low:
+            fam = "depformer_attention"
+        elif "rmsnorm" in low:
+            fam = "rmsnorm"
+        elif "silu" in low:
+            fam = "silu_gate"
+        elif "rope" in low:
+            fam = "rope_kv_write"
+        elif any(k in low for k in ("gemm", "gemv", "nvjet", "xmma", "cutlass", "splitk", "matmul")):
+            fam = "gemm"
+        elif any(
+            k in low for k in ("topk", "softmax", "exponential", "argmax", "sort", "radix", "bitonic", "distribution")
+        ):
+            fam = "sampling"
+        else:
+            fam = "other"
+        families[fam] += us / 1e3
+        count += evt.count
+        kernels[name[:90]] = round(us / 1e3, 3)
+    top = dict(sorted(kernels.items(), key=lambda kv: -kv[1])[:12])
+    return {
+        "B": B,
+        "fill": fill,
+        "device_ms_by_family": {k: round(v, 3) for k, v in families.items()},
+        "device_ms_total": round(sum(families.values()), 3),
+        "kernel_launches": count,
+        "top_kernels_ms": top,
+    }
 
 
 # ---- main --------------------------------------------------------------------------------------------------
@@ -316,6 +425,7 @@ def run_config(dep_q: int, args, results: dict) -> None:
             entry["graph_equals_eager"]["fp8" if fp8 else "bf16"] = check_graph_equals_eager(
                 fl, [1, 64], args.check_frames, fp8
             )
+        free_memory()
         save(results, args)
     n_slots = max_slots(fl, kv_fp8=True, reserve_GiB=args.reserve_gib, cap=args.max_slots)
     log(f"   ours: {n_slots} slots, fp8 KV at context {fl.config.context}")
@@ -323,7 +433,13 @@ def run_config(dep_q: int, args, results: dict) -> None:
     entry["kv_bytes_per_session_bf16"] = SlotKV.bytes_per_slot(fl.config, fl.dtype, False)
     ls = FastLockstep(fl, num_slots=n_slots + 1, max_rows=n_slots, sampling=SamplingConfig(), kv_fp8=True)
     fill_rings_random(ls)
-    gl = GraphedLockstep(ls, buckets=sorted(set(args.batch_sizes + [1, 2, 4, 16, 96, n_slots])))
+    buckets = sorted(set(args.batch_sizes + [1, 2, 4, 16, 96, n_slots]))
+    buckets = [b for b in buckets if b <= n_slots]
+    t0 = time.time()
+    entry["attention_tuning"] = tune_attention(fl, ls.kv, buckets)
+    entry["attention_tuning_s"] = round(time.time() - t0, 1)
+    log(f"   attention tuning ({entry['attention_tuning_s']}s): {entry['attention_tuning']}")
+    gl = GraphedLockstep(ls, buckets=buckets)
     t0 = time.time()
     torch.cuda.reset_peak_memory_stats()
     gl.capture()
@@ -341,22 +457,32 @@ def run_config(dep_q: int, args, results: dict) -> None:
         if B in entry["reference"] and "median" in entry["reference"][B]
     }
     save(results, args)
+    entry["profile_eager"] = [profile_eager_step(ls, 1, 16), profile_eager_step(ls, 128, fills["full"])]
+    log(f"   profile: {json.dumps(entry['profile_eager'])[:1500]}")
+    save(results, args)
     if dep_q == 16:
         mimi = build_mimi()
-        results["mimi"] = time_mimi(mimi, sorted({1, 64, 128, n_slots}), args.ticks)
+        results["mimi_eager"] = time_mimi(mimi, [1, 128], max(10, args.ticks // 3))
+        gm = GraphedMimi(mimi, n_slots + 1)
+        t0 = time.time()
+        gm.capture()
+        results["mimi_graphed_capture_s"] = round(time.time() - t0, 1)
+        results["mimi_graphed_equals_eager"] = check_graphed_mimi(gm)
+        log(f"   graphed mimi == eager: {results['mimi_graphed_equals_eager']}")
+        results["mimi_graphed"] = time_graphed_mimi(gm, sorted({1, 64, 128, n_slots}), args.ticks)
         save(results, args)
         rt = {}
         for B in sorted({128, n_slots}):
             for fname in ("30s", "full"):
-                rt[f"B{B}_{fname}"] = realtime_ticks(gl, mimi, B, fills[fname], args.ticks)
+                rt[f"B{B}_{fname}"] = realtime_ticks(gl, gm, B, fills[fname], args.ticks)
                 log(f"   realtime B={B} {fname}: {rt[f'B{B}_{fname}']}")
         if n_slots > 128:
-            rt["B128_full_with_join_prefill4"] = realtime_ticks(gl, mimi, 128, fills["full"], args.ticks, 4)
+            rt["B128_full_with_join_prefill4"] = realtime_ticks(gl, gm, 128, fills["full"], args.ticks, 4)
             log(f"   realtime B=128 full + 4 prefill passes/tick: {rt['B128_full_with_join_prefill4']}")
         results["realtime"] = rt
         largest = [int(k.split("_")[0][1:]) for k, v in rt.items() if v["realtime"] and k.endswith("_full")]
         results["largest_realtime_sessions_full_context"] = max(largest) if largest else 0
-        del mimi
+        del gm, mimi
     del gl, ls, fl, lm
     free_memory()
     save(results, args)

@@ -49,17 +49,18 @@ class FastLM:
 
     Args:
         lm: the loaded model whose parameters are borrowed (same device and dtype are used).
-        attention_splits: how many context chunks the decode attention uses for a bucket of R rows
-            (callable R -> power of two); None picks a default that keeps about 2048 programs busy.
+    Attributes:
+        attention_launch: per bucket size, how the decode attention kernel is launched; buckets not in the
+            map use ``default_attention_launch`` (``tuning.tune_attention`` fills it at warm-up).
     """
 
-    def __init__(self, lm: MoshiLM, attention_splits=None):
+    def __init__(self, lm: MoshiLM):
         c: LMConfig = lm.config
         self.config = c
         self.device = lm.text_emb.weight.device
         self.dtype = lm.text_emb.weight.dtype
         self.eps = 1e-8 if c.norm == "rms_norm_f32" else 1e-5
-        self._splits = attention_splits or default_attention_splits
+        self.attention_launch: dict[int, ops.AttentionLaunch] = {}
         # embeddings: one flat table for the n_q audio streams so the column embedding is one gather
         self.audio_emb = torch.cat([e.weight for e in lm.emb], dim=0)  # [n_q * (card+1), d]
         self.text_emb = lm.text_emb.weight  # [text_card+1, d]
@@ -120,7 +121,8 @@ class FastLM:
         """x [R, d] at positions pos [R] -> hidden [R, d] after ``out_norm``; writes each layer's k/v."""
         c = self.config
         lengths = torch.clamp(pos + 1, max=c.context)
-        splits = self._splits(x.shape[0], c.num_heads)
+        R = x.shape[0]
+        launch = self.attention_launch.get(R) or default_attention_launch(R, c.num_heads)
         for i, w in enumerate(self.layers):
             h = ops.rmsnorm(x, w.norm1, self.eps)
             qkv = h @ w.in_proj.t()  # [R, 3d]
@@ -128,7 +130,7 @@ class FastLM:
                 qkv, kv.keys[i], kv.values[i], kv.key_scale(i), kv.value_scale(i), slot_ids, pos, c.max_period
             )
             attn = ops.decode_attention(
-                q, kv.keys[i], kv.values[i], kv.key_scale(i), kv.value_scale(i), slot_ids, lengths, splits
+                q, kv.keys[i], kv.values[i], kv.key_scale(i), kv.value_scale(i), slot_ids, lengths, launch
             )
             x = torch.addmm(x, attn, w.out_proj_t)
             h = ops.rmsnorm(x, w.norm2, self.eps)
@@ -170,9 +172,9 @@ class FastLM:
         return keys, values
 
 
-def default_attention_splits(rows: int, heads: int, target_programs: int = 2048) -> int:
+def default_attention_launch(rows: int, heads: int, target_programs: int = 2048) -> ops.AttentionLaunch:
     """Power-of-two context splits so that rows x heads x splits is about ``target_programs`` (1..32)."""
     splits = 1
     while splits < 32 and rows * heads * splits * 2 <= target_programs:
         splits *= 2
-    return splits
+    return ops.AttentionLaunch(splits=splits)

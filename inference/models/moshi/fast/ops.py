@@ -9,6 +9,7 @@ against it.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -121,10 +122,25 @@ def decode_attention_torch(q, k_ring, v_ring, k_scale, v_scale, slot_ids, length
     return out.reshape(R, H * D)
 
 
-def decode_attention(q, k_ring, v_ring, k_scale, v_scale, slot_ids, lengths, num_splits: int = 1) -> torch.Tensor:
+@dataclass(frozen=True)
+class AttentionLaunch:
+    """How the decode attention kernel is launched for one bucket (chosen by ``tuning.tune_attention``)."""
+
+    splits: int = 1  # context chunks per (row, head), a power of two
+    block_n: int = 64  # ring positions per loop iteration
+    warps: int = 4
+    stages: int = 2
+
+
+def decode_attention(
+    q, k_ring, v_ring, k_scale, v_scale, slot_ids, lengths, launch: AttentionLaunch | None = None
+) -> torch.Tensor:
     """q [R, H, D] -> [R, H * D]; see ``triton_kernels.decode_attention``."""
     if use_triton(q):
-        return _tk.decode_attention(q, k_ring, v_ring, k_scale, v_scale, slot_ids, lengths, num_splits)
+        a = launch or AttentionLaunch()
+        return _tk.decode_attention(
+            q, k_ring, v_ring, k_scale, v_scale, slot_ids, lengths, a.splits, a.block_n, a.warps, a.stages
+        )
     return decode_attention_torch(q, k_ring, v_ring, k_scale, v_scale, slot_ids, lengths)
 
 

@@ -295,6 +295,8 @@ def decode_attention(
     lengths: torch.Tensor,
     num_splits: int,
     block_n: int = 64,
+    num_warps: int = 4,
+    num_stages: int = 2,
 ) -> torch.Tensor:
     """Single-query attention of every row over its slot's first ``lengths[r]`` ring entries.
 
@@ -332,7 +334,8 @@ def decode_attention(
         FP8=fp8,
         STATIC_LOOP=_INTERPRETED,
         STATIC_ITERS=chunk // block_n if _INTERPRETED else 0,
-        num_warps=4,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     out = torch.empty((R, H * D), device=q.device, dtype=q.dtype)
     _decode_attention_combine_kernel[(R * H,)](acc, m, l_sum, out, D=D, NUM_SPLITS=num_splits, num_warps=1)

@@ -1,0 +1,70 @@
+"""Warm-up tuning of the decode attention launch per batch bucket, on the engine's own rings.
+
+At full context the attention reads every slot's whole ring each tick (0.79 GB per session per tick in fp8),
+so at 128 sessions it is most of the tick; how many bytes each SM keeps in flight (block size, warps, context
+splits) decides whether that read runs near the memory bandwidth. The best launch depends on the bucket, so
+each bucket is timed once at start-up with CUDA events, before the graphs are captured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+
+import torch
+
+from inference.models.moshi.fast import ops
+from inference.models.moshi.fast.kv import SlotKV
+from inference.models.moshi.fast.model import FastLM, default_attention_launch
+
+
+def candidate_launches(rows: int, heads: int) -> list[ops.AttentionLaunch]:
+    base = default_attention_launch(rows, heads).splits
+    splits = sorted({s for s in (base, 2 * base, 4 * base) if s <= 32})
+    return [
+        ops.AttentionLaunch(splits=s, block_n=b, warps=w)
+        for s, b, w in itertools.product(splits, (32, 64, 128), (4, 8))
+    ]
+
+
+@torch.no_grad()
+def tune_attention(fl: FastLM, kv: SlotKV, buckets: Sequence[int], repeats: int = 5) -> dict[int, dict]:
+    """Time every candidate launch of each bucket at full context (layer 0's rings) and keep the fastest.
+
+    Sets ``fl.attention_launch[bucket]``. Returns, per bucket, the chosen launch, its time and the ring
+    bytes per second it reached (the numbers the benchmark reports).
+    """
+    if not ops.use_triton(kv.keys[0]):
+        return {}
+    c = fl.config
+    H, D, C = c.num_heads, c.dim // c.num_heads, c.context
+    slots_available = kv.scratch_slot  # real slots; the scratch slot is left alone
+    report = {}
+    for rows in buckets:
+        slot_ids = torch.arange(rows, device=kv.keys[0].device) % max(slots_available, 1)
+        lengths = torch.full((rows,), C, device=slot_ids.device, dtype=torch.long)
+        q = torch.randn(rows, H, D, device=slot_ids.device, dtype=fl.dtype)
+        ring_bytes = rows * H * C * (2 * D * kv.keys[0].element_size() + (8 if kv.fp8 else 0))
+        best = None
+        for launch in candidate_launches(rows, H):
+            args = (q, kv.keys[0], kv.values[0], kv.key_scale(0), kv.value_scale(0), slot_ids, lengths, launch)
+            ops.decode_attention(*args)  # compile
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            times = []
+            for _ in range(repeats):
+                start.record()
+                ops.decode_attention(*args)
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+            ms = sorted(times)[len(times) // 2]
+            if best is None or ms < best[1]:
+                best = (launch, ms)
+        fl.attention_launch[rows] = best[0]
+        report[rows] = {
+            "launch": dataclasses.asdict(best[0]),
+            "ms_per_layer": round(best[1], 4),
+            "ring_TBps": round(ring_bytes / (best[1] * 1e-3) / 1e12, 2),
+        }
+    return report
