@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from inference.api import capabilities_preview
+from inference.contracts import ParleyError
 from webapp.personas.selectors import persona_list_for, voice_list_for
 
 DEFAULT_PERSONA = "You are a friendly, curious conversation partner. Keep your answers short."
@@ -16,11 +17,16 @@ DEFAULT_PERSONA = "You are a friendly, curious conversation partner. Keep your a
 @login_required
 def call_page(request: HttpRequest) -> HttpResponse:
     personas = list(persona_list_for(user=request.user))
+    try:
+        # Lets the page show the demo / echo banner before the first call starts.
+        capabilities, unavailable = capabilities_preview(), None
+    except ParleyError as exc:  # a remote inference service that is down: say so, still render
+        capabilities, unavailable = None, exc.message
     context = {
         "personas": personas,
         "voices": list(voice_list_for(user=request.user)),
         "default_persona": personas[0].instructions if personas else DEFAULT_PERSONA,
-        # Lets the page show the demo / echo banner before the first call starts.
-        "capabilities": capabilities_preview(),
+        "capabilities": capabilities,
+        "inference_unavailable": unavailable,
     }
     return render(request, "calls/call.html", context)

@@ -18,6 +18,7 @@ from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET, require_POST
 
 from inference import api
+from inference.contracts import ParleyError
 from webapp.operations.presenters import occupancy_payload, worker_rows
 from webapp.operations.selectors import usernames_for_slots
 
@@ -39,7 +40,10 @@ async def _refusal(request: HttpRequest, *, as_json: bool = False) -> HttpRespon
 
 
 async def _context() -> dict[str, Any]:
-    snapshots = await api.occupancy()
+    try:
+        snapshots = await api.occupancy()
+    except ParleyError as exc:  # the inference service is down or restarting: show that, not a 500
+        return {"workers": [], "queue_length": 0, "unavailable": exc.message}
     # Sync in the facade (a socket round trip in remote mode): keep it off the event loop.
     preview = await sync_to_async(api.capabilities_preview)()
     # The engine's chunk period is its real-time budget: ticks above it fall behind the clock.
@@ -70,7 +74,11 @@ async def occupancy_fragment(request: HttpRequest) -> HttpResponse:
 async def occupancy_json(request: HttpRequest) -> HttpResponse:
     if refusal := await _refusal(request, as_json=True):
         return refusal
-    return JsonResponse(occupancy_payload(await api.occupancy()))
+    try:
+        snapshots = await api.occupancy()
+    except ParleyError as exc:
+        return JsonResponse({"error": {"code": exc.code, "message": exc.message}}, status=503)
+    return JsonResponse(occupancy_payload(snapshots))
 
 
 @require_POST
@@ -80,7 +88,12 @@ async def session_end(request: HttpRequest, session_id: str) -> HttpResponse:
     if not SESSION_ID.match(session_id):
         messages.error(request, "That is not a session id.")
         return redirect("operations:occupancy")
-    if await api.end_session(session_id, reason="admin_ended"):
+    try:
+        ended = await api.end_session(session_id, reason="admin_ended")
+    except ParleyError as exc:
+        messages.error(request, f"Could not end session {session_id}: {exc.message}")
+        return redirect("operations:occupancy")
+    if ended:
         messages.info(request, f"Session {session_id} ended.")
     else:
         messages.warning(request, f"Session {session_id} was not running any more.")

@@ -88,3 +88,24 @@ async def test_ending_unknown_or_malformed_sessions_is_a_message_not_an_error(ec
         assert response.status_code == 200
         assert any(word in response.content.decode() for word in ("not running", "not a session id"))
     assert (await staff.get("/ops/sessions/sess_gone/end/")).status_code == 405
+
+
+@pytest.fixture
+async def unreachable_service(tmp_path):
+    await api.start(inference_url=f"unix://{tmp_path}/nobody-listens.sock")
+    yield
+    await api.shutdown()
+
+
+async def test_pages_say_when_the_inference_service_is_unreachable(unreachable_service):
+    user = await make_user("boss3", staff=True)
+    staff = await logged_in(user)
+    response = await staff.get("/ops/occupancy.json")
+    assert response.status_code == 503
+    assert response.json()["error"]["message"]
+    page = await staff.get("/ops/")
+    assert page.status_code == 200 and "not reachable" in page.content.decode()
+    ended = await staff.post("/ops/sessions/sess_x/end/", follow=True)
+    assert "Could not end session" in ended.content.decode()
+    call_page = await staff.get("/")
+    assert call_page.status_code == 200 and "not reachable" in call_page.content.decode()
