@@ -62,7 +62,8 @@ def channels_live_server(django_db_setup, django_db_blocker):
         },
         setup=set_database_connection,
     )
-    proc.start()
+    with django_db_blocker.unblock():  # the forked child inherits the unblocked state
+        proc.start()
     if not proc.ready.wait(timeout=20):
         proc.terminate()
         proc.join(timeout=5)
