@@ -6,7 +6,6 @@
 // a one-way window onto all of it.
 
 import { hooks, pushBounded } from "./hooks.js";
-import { RoundTrips } from "./latency.js";
 import { JitterPlayer, float32ToBase64Pcm16 } from "./player.js";
 import { handleServerEvent } from "./server-events.js";
 import { CallUi } from "./ui.js";
@@ -29,7 +28,6 @@ export class Call {
     this.state = "idle";
     this.receivedSumSquares = 0;
     this.receivedSamples = 0;
-    this.roundTrips = new RoundTrips();
     this.figuresTimer = null;
   }
 
@@ -58,7 +56,6 @@ export class Call {
     }
     this.player = new JitterPlayer(this.ctx, { rate: RATE, onAck: (ms) => this.send({ type: "playback.ack", played_ms: ms }) });
     this.ui.drawOutput(this.player.analyser);
-    this.roundTrips.reset();
     hooks.framesSent = 0;
     this.connect();
     this.figuresTimer = setInterval(() => this.refreshFigures(), 500);
@@ -143,10 +140,7 @@ export class Call {
     // Only a live session takes audio: queued or prefilling sessions would answer session_not_ready,
     // and a paused slot is frozen, not fed.
     if (this.state !== "live") return;
-    if (this.send({ type: "input_audio_buffer.append", audio: float32ToBase64Pcm16(frame) })) {
-      hooks.framesSent++;
-      this.roundTrips.frameSent();
-    }
+    if (this.send({ type: "input_audio_buffer.append", audio: float32ToBase64Pcm16(frame) })) hooks.framesSent++;
   }
 
   sendCameraFrame(video, canvas) {
@@ -255,16 +249,19 @@ export class Call {
 
   // ---- figures -------------------------------------------------------------------------------
 
-  /** Mouth-to-ear estimate: frame capture + server round trip + playback buffer + device output. */
+  /**
+   * Mouth-to-ear estimate, summed from parts each side measures: one chunk of capture (the first
+   * sample of a frame waits for the last), the server's buffered audio both ways (lag_ms) and its
+   * tick, our playback buffer, and the device's output latency. Network transit is left out: it
+   * is small next to these on the co-located deployments Parley targets. (Matching output frames
+   * to input frames by count was tried and rejected: dropped and prefill frames skew it.)
+   */
   mouthToEarMs() {
     const caps = hooks.capabilities;
-    if (!caps || !this.ctx) return null;
+    const m = hooks.metrics;
+    if (!caps || !this.ctx || !m) return null;
     const output = ((this.ctx.baseLatency ?? 0) + (this.ctx.outputLatency ?? 0)) * 1000;
-    // Unit engines answer a whole unit later, so frame matching means nothing there: use the
-    // server's own tick and lag figures instead.
-    let server = caps.chunk_period_ms < 1000 ? this.roundTrips.medianMs() : null;
-    if (server === null && hooks.metrics) server = (hooks.metrics.tick_ms_p50 ?? 0) + (hooks.metrics.lag_ms ?? 0);
-    if (server === null) return null;
+    const server = (m.lag_ms ?? 0) + (m.tick_ms_p50 ?? 0);
     return caps.chunk_period_ms + server + (this.player?.depthMs ?? 0) + output;
   }
 

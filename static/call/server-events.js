@@ -54,7 +54,6 @@ const HANDLERS = {
     call.receivedSumSquares += sumSquares;
     call.receivedSamples += pcm.length;
     hooks.receivedRms = call.receivedSamples ? Math.sqrt(call.receivedSumSquares / call.receivedSamples) : 0;
-    call.roundTrips.audioReceived(pcm.length);
     if (call.state === "prefilling") call.setState("live"); // audio means the prefill is over
     // Audio still in flight when the user paused must not play after the pause.
     if (call.state === "live" && call.player) call.player.push(pcm);

@@ -74,6 +74,8 @@ def test_call_plays_agent_audio_pauses_resumes_and_stops(channels_live_server, b
     page.click("#pause")
     wait_for_state(page, "paused")
     expect(page.locator("#call-state")).to_have_text("Paused")
+    if screenshot_dir:
+        page.screenshot(path=str(screenshot_dir / "call-paused.png"))
     paused = hooks(page)
     page.wait_for_timeout(1200)
     still = hooks(page)
@@ -159,7 +161,7 @@ def test_prefill_progress_is_shown_before_the_call_goes_live(channels_live_serve
     wait_for_state(page, "closed")
 
 
-def test_third_caller_waits_in_the_queue_until_a_slot_frees(channels_live_server, browser, make_user):
+def test_third_caller_waits_in_the_queue_until_a_slot_frees(channels_live_server, browser, make_user, screenshot_dir):
     """The live server runs 2 slots (see conftest): the third caller is queued with its position."""
     url = channels_live_server.url
     pages = []
@@ -177,6 +179,8 @@ def test_third_caller_waits_in_the_queue_until_a_slot_frees(channels_live_server
     wait_for_state(third, "queued")
     expect(third.locator("#queue")).to_contain_text("Position 1 of 1")
     assert hooks(third)["queue"]["position"] == 1
+    if screenshot_dir:
+        third.screenshot(path=str(screenshot_dir / "call-queued.png"))
 
     first.click("#stop")
     wait_for_state(first, "closed")
