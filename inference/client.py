@@ -76,17 +76,24 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._items)
 
-    async def stream(self) -> AsyncIterator[SessionEvent]:
-        while True:
-            while self._items:
-                event = self._items.popleft()
-                if isinstance(event, AudioOut):
-                    self._audio -= 1
-                yield event
+    def stream(self) -> AsyncIterator[SessionEvent]:
+        """Iterate the events; cancelling one ``__anext__`` (e.g. under ``wait_for``) loses nothing."""
+        return self
+
+    def __aiter__(self) -> Outbox:
+        return self
+
+    async def __anext__(self) -> SessionEvent:
+        # A class, not an async generator: a generator cancelled at its await would be finished for good.
+        while not self._items:
             if self.finished:
-                return
+                raise StopAsyncIteration
             self._ready.clear()
             await self._ready.wait()
+        event = self._items.popleft()
+        if isinstance(event, AudioOut):
+            self._audio -= 1
+        return event
 
     def _drop_oldest_audio(self) -> None:
         for i, event in enumerate(self._items):
@@ -161,6 +168,7 @@ class RemoteSessionHandle:
         self._events: asyncio.Queue[SessionEvent | None] = asyncio.Queue()
         self._session_id: str | None = None
         self._closed = False
+        self._events_done = False
         self._stream_ended = asyncio.Event()  # the service sent "end" (after Closed / Replaced)
         self._reader_task = asyncio.create_task(self._read_loop())
 
@@ -185,11 +193,23 @@ class RemoteSessionHandle:
     def session_id(self) -> str | None:
         return self._session_id
 
-    async def events(self) -> AsyncIterator[SessionEvent]:
-        while (event := await self._events.get()) is not None:
-            if isinstance(event, Ready):
-                self._session_id = event.session_id
-            yield event
+    def events(self) -> AsyncIterator[SessionEvent]:
+        """Iterate the events; cancelling one ``__anext__`` (e.g. under ``wait_for``) loses nothing."""
+        return self
+
+    def __aiter__(self) -> RemoteSessionHandle:
+        return self
+
+    async def __anext__(self) -> SessionEvent:
+        if self._events_done:
+            raise StopAsyncIteration
+        event = await self._events.get()  # Queue.get is cancellation-safe
+        if event is None:
+            self._events_done = True
+            raise StopAsyncIteration
+        if isinstance(event, Ready):
+            self._session_id = event.session_id
+        return event
 
     async def update(self, *, persona: str | None = None, voice: VoiceRef | None = None) -> None:
         voice_dict = (

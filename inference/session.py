@@ -99,6 +99,7 @@ class DialogueSession:
             old.outbox.put(Replaced())
             self._retire(old)
         self._cancel_timer("grace")
+        self.last_activity = time.monotonic()  # a (re)connection is activity for the idle watchdog
         if self.state == "queued":
             self.service.pool.tell_position(self)
             return
@@ -288,7 +289,7 @@ class DialogueSession:
             "tick_ms_p50": round(stats.tick_ms_p50, 3),
             "tick_ms_p99": round(stats.tick_ms_p99, 3),
             "late_ticks": stats.late_ticks,
-            "dropped_frames": self.dropped_in + self.dropped_out,
+            "dropped_frames": self._dropped(),
         }
         if self.slot is not None:
             ws = self.service.worker.slots[self.slot]
@@ -298,7 +299,7 @@ class DialogueSession:
                 "frames_in": ws.frames_in,
                 "frames_out": ws.frames_out,
                 "underruns": ws.underruns,
-                "dropped_frames": self.dropped_in + self.dropped_out + ws.dropped_in + ws.trimmed,
+                "dropped_frames": self._dropped() + ws.dropped_in + ws.trimmed,
                 "trimmed_frames": ws.trimmed,
                 "input_queue_frames": len(ws.inbox),
                 "lag_ms": (len(ws.inbox) + queued_out) * period,
@@ -307,6 +308,11 @@ class DialogueSession:
         return values
 
     # ---- internals ----------------------------------------------------------------------------
+
+    def _dropped(self) -> int:
+        """Input dropped here plus outbound audio dropped by this and earlier connections' outboxes."""
+        current = self.attachment.outbox.dropped_audio if self.attachment is not None else 0
+        return self.dropped_in + self.dropped_out + current
 
     def _ready_event(self, *, resumed: bool) -> Ready:
         return Ready(

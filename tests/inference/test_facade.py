@@ -330,3 +330,48 @@ async def test_a_queued_user_who_drops_leaves_the_queue(facade):
     await first.detach()
     moved = await second_reader.next()
     assert isinstance(moved, Queued) and moved.position == 1 and moved.queue_length == 1
+
+
+async def test_outbox_drops_the_oldest_audio_but_never_control_events():
+    from inference.client import Outbox
+
+    outbox = Outbox(max_audio=3)
+    outbox.put(Prefill(1.0, True))
+    for k in range(6):
+        outbox.put(AudioOut(bytes([k, 0]), epoch=0))
+        outbox.put(TextOut(f"[frame {k}] ", epoch=0))
+    outbox.put(Closed("client_close"))
+    outbox.finish()
+    events = [e async for e in outbox.stream()]
+    assert outbox.dropped_audio == 3
+    assert [e.pcm16[0] for e in events if isinstance(e, AudioOut)] == [3, 4, 5]
+    assert len([e for e in events if isinstance(e, TextOut)]) == 6
+    assert events[0] == Prefill(1.0, True) and events[-1] == Closed("client_close")
+
+
+async def test_a_slow_reader_sees_bounded_audio_and_a_dropped_count(facade):
+    await facade(slots=1, output_queue_frames=4, echo_delay_frames=0)
+    handle, reader, _ = await open_ready("zed")
+    await send_frames(handle, range(1, 20))  # 1.5 s in which nobody reads the events
+    audio = []
+    while True:
+        try:
+            event = await reader.next(within_s=0.05, skip_media=False)
+        except TimeoutError:
+            break
+        if isinstance(event, AudioOut):
+            audio.append(event)
+    assert 1 <= len(audio) <= 5  # what was buffered: the newest 4 (plus one produced meanwhile)
+    metrics = await reader.until(Metrics)
+    assert metrics.values["dropped_frames"] >= 10
+
+
+async def test_a_timed_out_read_does_not_end_the_event_stream():
+    from inference.client import Outbox
+
+    outbox = Outbox(max_audio=2)
+    events = outbox.stream()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(anext(events), 0.05)
+    outbox.put(Paused())
+    assert await asyncio.wait_for(anext(events), 1) == Paused()
