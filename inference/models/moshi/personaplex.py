@@ -8,6 +8,7 @@ joining slot never needs a step of its own.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,8 @@ SILENCE_TOKENS = (948, 243, 1178, 546, 1736, 1030, 1978, 2008)  # Mimi codes of 
 SINE_TOKENS = (430, 1268, 381, 1611, 1095, 1495, 56, 472)  # Mimi codes of a 440 Hz tone (user side)
 AUDIO_SILENCE_FRAMES = 6  # int(0.5 s * 12.5 Hz)
 SYSTEM_TAG = "<system>"
+DEFAULT_PERSONA = "You are a wise and friendly teacher. Answer questions or provide advice in a clear and engaging way."
+FRAME_SAMPLES = 1920
 
 
 class VoicePromptError(ValueError):
@@ -151,6 +154,21 @@ def voice_frames_from_codes(config: LMConfig, codes: np.ndarray | torch.Tensor) 
     if codes.dim() != 2 or codes.shape[0] != 8 or codes.shape[1] < 2:
         raise VoicePromptError(f"voice prompt codes must be [8, F >= 2], got {tuple(codes.shape)}")
     return [_frame(config, TEXT_PAD, codes[:, f], SINE_TOKENS) for f in range(1, codes.shape[1])]
+
+
+def iter_voice_frames_from_pcm(codec, pcm: np.ndarray, config: LMConfig) -> Iterator[PrefillFrame]:
+    """The wav path, lazily: Mimi-encode one 1920-sample frame per pass (last frame zero-padded) with a
+    private codec stream, so a long prompt costs one encode per tick instead of one long stall."""
+    n = -(-len(pcm) // FRAME_SAMPLES) * FRAME_SAMPLES
+    pcm = np.pad(np.asarray(pcm, dtype=np.float32), (0, n - len(pcm)))
+    param = next(codec.parameters())
+    state = codec.init_stream(1)
+    for index, start in enumerate(range(0, n, FRAME_SAMPLES)):
+        chunk = torch.from_numpy(pcm[start : start + FRAME_SAMPLES]).to(param.device).view(1, 1, FRAME_SAMPLES)
+        with torch.no_grad():
+            codes = codec.encode_step(chunk, state)[0, :, 0].cpu()
+        if index > 0:  # frame 0 makes no model pass (see voice_frames_from_codes)
+            yield _frame(config, TEXT_PAD, codes, SINE_TOKENS)
 
 
 def build_prefill(
