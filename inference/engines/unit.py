@@ -9,6 +9,7 @@ first. A slot absent from a tick's inputs (paused, frozen) keeps its state untou
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,16 +27,16 @@ from inference.engines.base import (
     SlotInput,
     SlotOutput,
 )
-from inference.models.minicpmo.config import CheckpointError
-from inference.models.minicpmo.duplex import UNIT_SAMPLES, DuplexRunner, DuplexSession
+from inference.models.minicpmo.config import CheckpointError, MiniCPMOConfig
+from inference.models.minicpmo.duplex import UNIT_SAMPLES, DuplexRunner, DuplexSession, window_bounds
 from inference.models.minicpmo.loading import MiniCPMOParts, load_model
 from inference.models.minicpmo.vision import FrameError, decode_frame
-from inference.models.minicpmo.vocoder import OUTPUT_RATE, SilentVocoder, VocoderState, build_vocoder
+from inference.models.minicpmo.vocoder import OUTPUT_RATE, SilentVocoder, VocoderState, build_vocoder, vocoder_kind
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SYSTEM_PROMPT = "Streaming Omni Conversation."
-DEMO_WEIGHTS_MAX_PARAMS = 100_000_000  # the real model has ~9B parameters; tiny random ones ~50M
+DEMO_WEIGHTS_MAX_BYTES = 1 << 30  # the real model is ~18 GB; tiny random checkpoints ~200 MB
 # Worst-case LLM positions one unit takes: <unit> + 10 audio + 19 decided ids + terminator/</unit>.
 AUDIO_UNIT_MAX_POSITIONS = 32
 FRAME_POSITIONS = 66  # <image> + 64 + </image>
@@ -98,7 +99,7 @@ class UnitEngine(Engine):
         self.runner: DuplexRunner | None = None
         self.vocoder = SilentVocoder()
         self._slots: dict[int, _UnitSlot] = {}
-        self.capabilities = self._capabilities(vocoder="none", demo=False, memory_s=0.0, memory_s_omni=0.0)
+        self.capabilities = self._static_capabilities()
 
     @classmethod
     def from_config(cls, config) -> UnitEngine:  # config: inference.config.InferenceConfig
@@ -106,6 +107,21 @@ class UnitEngine(Engine):
         if config.checkpoint is None:
             raise EngineError("the minicpmo engine needs PARLEY_CHECKPOINT (a MiniCPM-o 4.5 checkpoint directory)")
         return cls(Path(config.checkpoint), config.slots, device=config.device, dtype=config.dtype)
+
+    def _static_capabilities(self) -> EngineCapabilities:
+        """Capabilities known before loading (the service may announce them before warmup ends)."""
+        try:
+            cfg = MiniCPMOConfig.from_dir(self.checkpoint)
+        except CheckpointError as exc:
+            raise EngineError(f"cannot use {self.checkpoint}: {exc}") from exc
+        _, usable = window_bounds(cfg.max_position_embeddings)
+        weight_bytes = sum(f.stat().st_size for f in self.checkpoint.glob("*.safetensors"))
+        return self._capabilities(
+            vocoder=vocoder_kind(self.checkpoint, self.device),
+            demo=weight_bytes < DEMO_WEIGHTS_MAX_BYTES,
+            memory_s=float(usable // AUDIO_UNIT_MAX_POSITIONS),
+            memory_s_omni=float(usable // (AUDIO_UNIT_MAX_POSITIONS + FRAME_POSITIONS)),
+        )
 
     def _capabilities(self, *, vocoder: str, demo: bool, memory_s: float, memory_s_omni: float) -> EngineCapabilities:
         return EngineCapabilities(
@@ -137,14 +153,14 @@ class UnitEngine(Engine):
             raise EngineError(f"cannot load {self.checkpoint}: {exc}") from exc
         self.runner = DuplexRunner(self.parts)
         self.vocoder = build_vocoder(self.checkpoint, self.device)
-        params = sum(p.numel() for _, m in self.parts.modules().values() for p in m.parameters())
-        usable = self.runner.window_target
-        self.capabilities = self._capabilities(
-            vocoder=self.vocoder.name,
-            demo=params < DEMO_WEIGHTS_MAX_PARAMS,
-            memory_s=float(usable // AUDIO_UNIT_MAX_POSITIONS),
-            memory_s_omni=float(usable // (AUDIO_UNIT_MAX_POSITIONS + FRAME_POSITIONS)),
-        )
+        if self.vocoder.name != self.capabilities.extra["vocoder"]:  # e.g. the package failed to load
+            self.capabilities = dataclasses.replace(
+                self.capabilities, extra={**self.capabilities.extra, "vocoder": self.vocoder.name}
+            )
+        if self.capabilities.demo_weights and not self.device.startswith("cuda"):
+            # A tiny model on CPU is bound by per-op overhead: extra intra-op threads only add contention
+            # (4x slower units measured on a shared 2-core host). Process-wide, like every torch thread knob.
+            torch.set_num_threads(1)
         report(0.7, "warming up the unit loop")
         session = self.runner.new_session()
         self.runner.prepare(session, DEFAULT_SYSTEM_PROMPT, np.zeros(UNIT_SAMPLES, np.float32))

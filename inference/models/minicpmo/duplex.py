@@ -33,6 +33,16 @@ CODES_PER_SECOND = 25
 OUTPUT_RATE = 24000
 
 
+def window_bounds(max_positions: int) -> tuple[int, int]:
+    """(length that triggers the sliding window, length it shrinks to) for an LLM context size.
+
+    The trigger leaves room for one more omni unit; shrinking by ~1k positions at a time keeps the
+    re-rotation rare (every ~30-80 s of call) instead of once per unit.
+    """
+    window_max = max_positions - 256
+    return window_max, max(window_max // 2, window_max - 1024)
+
+
 @dataclass(frozen=True)
 class SpecialIds:
     """Token ids the loop uses, looked up in the tokenizer."""
@@ -146,9 +156,9 @@ class DuplexRunner:
         self.tok = parts.tokenizer
         self.ids = SpecialIds.from_tokenizer(parts.tokenizer)
         self.force_listen_count = force_listen_count
-        limit = parts.config.max_position_embeddings
-        self.window_max = window_max if window_max is not None else limit - 256
-        self.window_target = window_target if window_target is not None else self.window_max - 1024
+        default_max, default_target = window_bounds(parts.config.max_position_embeddings)
+        self.window_max = window_max if window_max is not None else default_max
+        self.window_target = window_target if window_target is not None else default_target
         vocab = parts.config.vocab_size
         banned = [i for i in [self.ids.tts_pad, self.ids.chunk_eos, *parts.bad_token_ids] if 0 <= i < vocab]
         self.banned = torch.tensor(sorted(set(banned)), dtype=torch.long)

@@ -109,6 +109,16 @@ class Token2WavVocoder:
         return audio
 
 
+def vocoder_kind(checkpoint_dir: Path, device: str) -> str:
+    """The vocoder ``build_vocoder`` will pick, decided without loading anything."""
+    import importlib.util
+
+    asset_dir = Path(checkpoint_dir) / ASSET_SUBDIR
+    if asset_dir.is_dir() and device.startswith("cuda") and importlib.util.find_spec("stepaudio2") is not None:
+        return Token2WavVocoder.name
+    return SilentVocoder.name
+
+
 def build_vocoder(checkpoint_dir: Path, device: str) -> SilentVocoder | Token2WavVocoder:
     """Token2Wav when the assets, the package and a GPU are all present; silence otherwise."""
     asset_dir = Path(checkpoint_dir) / ASSET_SUBDIR

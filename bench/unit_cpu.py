@@ -1,0 +1,192 @@
+"""Unit engine (MiniCPM-o 4.5 duplex) on CPU with the tiny golden checkpoint.
+
+Reports:
+1. unit latency of one session: ``UnitEngine.step`` wall time for listen units and speak units (the speak
+   units include the TTS; the vocoder is the silent one on CPU);
+2. capacity: how many concurrent sessions one model instance serves in turn within the 1 s tick budget
+   (p95 of the whole tick over speaking units, i.e. the worst case, must stay under 1000 ms);
+3. memory over N open / prepare / one unit / close cycles: process RSS and Python-heap (tracemalloc off, so
+   the run stays fast) before and after, and live session bytes at the end.
+
+The tiny model is random: it speaks on most units after the three forced listens, which is the expensive
+case. Timings on a shared 2-core machine are noisy; the numbers say what this host did, not a spec.
+
+Usage::
+
+    .venv/bin/python bench/unit_cpu.py --out bench/results/unit-cpu.json [--cycles 1000] [--max-sessions 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from inference.engines.base import SlotConfig, SlotInput, VoiceRef  # noqa: E402
+from inference.engines.unit import UnitEngine  # noqa: E402
+from inference.models.minicpmo.fill import make_checkpoint  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "minicpmo45"
+BUDGET_MS = 1000.0
+
+
+def _units(audio: np.ndarray, n: int, seed: int) -> list[np.ndarray]:
+    """n units: the espeak speech looped, with a little noise so no two units are identical."""
+    rng = np.random.default_rng(seed)
+    per = audio.shape[0] // 16000
+    return [
+        audio[(u % per) * 16000 : (u % per + 1) * 16000] + rng.normal(0, 1e-3, 16000).astype(np.float32)
+        for u in range(n)
+    ]
+
+
+def _stats(values: list[float]) -> dict:
+    if not values:
+        return {"n": 0}
+    arr = np.asarray(values)
+    return {
+        "n": len(values),
+        "median_ms": round(float(np.median(arr)), 1),
+        "p95_ms": round(float(np.percentile(arr, 95)), 1),
+        "max_ms": round(float(arr.max()), 1),
+    }
+
+
+def latency(engine: UnitEngine, voice: VoiceRef, audio: np.ndarray, units: int) -> dict:
+    engine.open_slot(0, SlotConfig(voice=voice))
+    t0 = time.perf_counter()
+    engine.step({})
+    prepare_ms = (time.perf_counter() - t0) * 1000
+    by_decision: dict[str, list[float]] = {"listen": [], "speak": []}
+    for chunk in _units(audio, units, seed=1):
+        t0 = time.perf_counter()
+        out = engine.step({0: SlotInput(audio=chunk)})[0]
+        by_decision[out.decision].append((time.perf_counter() - t0) * 1000)
+    engine.close_slot(0)
+    return {"prepare_ms": round(prepare_ms, 1), **{k: _stats(v) for k, v in by_decision.items()}}
+
+
+def capacity(engine: UnitEngine, voice: VoiceRef, audio: np.ndarray, max_sessions: int, ticks: int) -> dict:
+    rows = []
+    fits = 0
+    for n in range(1, max_sessions + 1):
+        for slot in range(n):
+            engine.open_slot(slot, SlotConfig(voice=voice))
+        engine.step({})  # all prepares
+        streams = {slot: _units(audio, ticks, seed=100 + slot) for slot in range(n)}
+        tick_ms, speak_ticks = [], []
+        for t in range(ticks):
+            t0 = time.perf_counter()
+            out = engine.step({slot: SlotInput(audio=streams[slot][t]) for slot in range(n)})
+            ms = (time.perf_counter() - t0) * 1000
+            tick_ms.append(ms)
+            if any(o.decision == "speak" for o in out.values()):
+                speak_ticks.append(ms)
+        for slot in range(n):
+            engine.close_slot(slot)
+        row = {"sessions": n, "all_ticks": _stats(tick_ms), "speaking_ticks": _stats(speak_ticks)}
+        rows.append(row)
+        p95 = row["speaking_ticks"].get("p95_ms", row["all_ticks"]["p95_ms"])
+        print(f"  {n} sessions: tick p95 {p95} ms", flush=True)
+        if p95 <= BUDGET_MS:
+            fits = n
+        else:
+            break
+    return {"budget_ms": BUDGET_MS, "max_sessions_within_budget": fits, "rows": rows}
+
+
+def memory_cycles(engine: UnitEngine, voice: VoiceRef, cycles: int) -> dict:
+    proc = psutil.Process()
+    unit = SlotInput(audio=np.zeros(16000, np.float32))
+
+    def cycle():
+        engine.open_slot(0, SlotConfig(voice=voice))
+        engine.step({})
+        engine.step({0: unit})
+        engine.close_slot(0)
+
+    for _ in range(20):  # allocator and tokenizer caches settle
+        cycle()
+    gc.collect()
+    rss_start = proc.memory_info().rss
+    samples = []
+    t0 = time.perf_counter()
+    for i in range(cycles):
+        cycle()
+        if (i + 1) % max(1, cycles // 10) == 0:
+            samples.append(proc.memory_info().rss)
+    gc.collect()
+    rss_end = proc.memory_info().rss
+    return {
+        "cycles": cycles,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "rss_start_mb": round(rss_start / 2**20, 2),
+        "rss_end_mb": round(rss_end / 2**20, 2),
+        "rss_delta_mb": round((rss_end - rss_start) / 2**20, 2),
+        "rss_every_tenth_mb": [round(s / 2**20, 2) for s in samples],
+        "session_bytes_after": engine.memory_snapshot()["sessions_bytes"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="bench/results/unit-cpu.json")
+    parser.add_argument("--checkpoint", help="existing tiny checkpoint (default: generate one in a temp dir)")
+    parser.add_argument("--units", type=int, default=30, help="units in the single-session latency run")
+    parser.add_argument("--ticks", type=int, default=10, help="ticks per capacity step")
+    parser.add_argument("--max-sessions", type=int, default=8)
+    parser.add_argument("--cycles", type=int, default=1000)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = Path(args.checkpoint) if args.checkpoint else make_checkpoint(Path(tmp) / "ckpt", data_dir=DATA)
+        engine = UnitEngine(ckpt, num_slots=args.max_sessions, device="cpu", dtype="float32")
+        t0 = time.perf_counter()
+        engine.warmup()
+        warmup_s = time.perf_counter() - t0
+        voice = VoiceRef("golden-ref", DATA / "audio8" / "ref_audio.npy")
+        audio = np.load(DATA / "turnclose10" / "user_audio.npy")
+        print("latency ...", flush=True)
+        lat = latency(engine, voice, audio, args.units)
+        print(json.dumps(lat), flush=True)
+        print("capacity ...", flush=True)
+        cap = capacity(engine, voice, audio, args.max_sessions, args.ticks)
+        print(f"memory: {args.cycles} cycles ...", flush=True)
+        mem = memory_cycles(engine, voice, args.cycles)
+        print(json.dumps(mem), flush=True)
+    result = {
+        "bench": "unit_cpu",
+        "host": {
+            "cpus": psutil.cpu_count(),
+            "load_avg_at_end": [round(x, 2) for x in psutil.getloadavg()],
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+        },
+        "model": "tiny random MiniCPM-o 4.5 (golden pack config, seed 1234), float32",
+        "warmup_s": round(warmup_s, 2),
+        "capabilities_extra": dict(engine.capabilities.extra),
+        "latency_one_session": lat,
+        "capacity": cap,
+        "memory_cycles": mem,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
