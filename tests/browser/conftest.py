@@ -113,6 +113,8 @@ def django_db_modify_db_settings(tmp_path_factory: pytest.TempPathFactory) -> No
 # bar observable; a short grace frees slots of tests that failed half-way before the next test.
 LIVE_SERVER_ENV = {
     "PARLEY_ENGINE": "echo",
+    "PARLEY_CHECKPOINT": "",  # empty counts as unset: a developer's shell must not leak in
+    "PARLEY_INFERENCE_URL": "",  # in-process service inside the live server
     "PARLEY_SLOTS": "2",
     "PARLEY_QUEUE_MAX": "4",
     "PARLEY_ECHO_PREFILL_TICKS": "15",
