@@ -21,11 +21,13 @@ pytestmark = pytest.mark.browser
 SCRIPTED_SOCKET_JS = """
 (() => {
   window.__sent = [];
+  window.__socketsOpened = 0;
   class ScriptedSocket {
     constructor(url) {
       this.url = url;
       this.readyState = ScriptedSocket.CONNECTING;
       window.__socket = this;
+      window.__socketsOpened++;
       setTimeout(() => { this.readyState = ScriptedSocket.OPEN; this.onopen?.({}); }, 10);
     }
     send(data) { window.__sent.push(JSON.parse(data)); }
@@ -160,3 +162,38 @@ def test_full_queue_fails_the_call_with_a_clear_message(channels_live_server, pa
     wait_for_state(page, "failed")
     expect(page.locator("#call-state-detail")).to_contain_text("queue is full")
     expect(page.locator("#start")).to_be_enabled()  # the user can try again
+
+
+def test_a_dropped_socket_offers_to_resume(channels_live_server, page, make_user):
+    url = channels_live_server.url
+    make_user("dropped")
+    page.add_init_script(SCRIPTED_SOCKET_JS)
+    login(page, url, "dropped")
+    open_call_page(page, url)
+    page.click("#start")
+    page.wait_for_function("() => window.__socket && window.__socket.readyState === 1")
+    server_sends(page, {"type": "session.created", "session": {"id": "sess_drop", "duplex": {"capabilities": {}}}})
+    wait_for_state(page, "live")
+
+    page.evaluate("() => { const s = window.__socket; s.readyState = 3; s.onclose({code: 1006}); }")
+    wait_for_state(page, "disconnected")
+    expect(page.locator("#call-state-detail")).to_contain_text("Start again within 30 s to resume")
+    frames = hooks(page)["framesSent"]
+    page.wait_for_timeout(300)
+    assert hooks(page)["framesSent"] == frames, "the microphone must stop with the socket"
+
+    page.click("#start")  # a new socket; the server answers with the same session, resumed
+    page.wait_for_function("() => window.__socketsOpened === 2 && window.__socket.readyState === 1")
+    server_sends(
+        page,
+        {
+            "type": "session.created",
+            "resumed": True,
+            "session": {"id": "sess_drop", "duplex": {"capabilities": {}, "persona": "The running persona."}},
+        },
+    )
+    wait_for_state(page, "live")
+    update = sent(page, "session.update")[-1]
+    assert "instructions" not in update["session"], "a resumed session keeps its persona"
+    expect(page.locator("#persona")).to_have_value("The running persona.")
+    expect(page.locator("#session-id")).to_have_text("sess_drop (resumed)")
