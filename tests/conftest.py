@@ -43,13 +43,29 @@ async def inference_service():
     await api.shutdown()
 
 
+def _live_server_child_setup() -> None:
+    """Runs in the forked daphne child before it serves.
+
+    Threads do not survive a fork: asgiref's thread-sensitive executor, if the parent already used
+    it (any earlier ``database_sync_to_async`` in this pytest run), would wait forever on a worker
+    that does not exist in the child. Give the child a fresh one, then point it at the test database.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from asgiref.sync import SyncToAsync
+    from channels.testing.live import set_database_connection
+
+    SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
+    set_database_connection()
+
+
 @pytest.fixture(scope="session")
 def channels_live_server(django_db_setup, django_db_blocker):
     """daphne serving ``webapp.asgi`` in a child process on a free port; yields ``url`` and ``ws_url``.
 
     Rows that the server must see are written by tests marked ``django_db(transaction=True)``.
     """
-    from channels.testing.live import make_application, set_database_connection
+    from channels.testing.live import make_application
     from daphne.testing import DaphneProcess
     from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
@@ -60,7 +76,7 @@ def channels_live_server(django_db_setup, django_db_blocker):
             "websocket_max_message_size": LIVE_SERVER_MAX_MESSAGE_BYTES,
             "websocket_max_frame_size": LIVE_SERVER_MAX_MESSAGE_BYTES,
         },
-        setup=set_database_connection,
+        setup=_live_server_child_setup,
     )
     with django_db_blocker.unblock():  # the forked child inherits the unblocked state
         proc.start()

@@ -15,9 +15,14 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
 
+# One test database per pytest process: concurrent runs on one machine must not flush each other's
+# tables. The name is explicit so that the live server (a forked child, channels'
+# set_database_connection) finds the same database.
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # One file per pytest process: concurrent runs on one checkout must not flush each other's
-    # tables. The live server is a forked child, so it sees the same name.
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / f"test_db_{os.getpid()}.sqlite3")}
+else:
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
+    # Persistent connections held by executor threads would block dropping the test database.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
 
 ALLOWED_HOSTS = [*ENV.allowed_hosts, "testserver"]
