@@ -150,9 +150,7 @@ class FastLM:
     ) -> torch.Tensor:
         """Codebook step k: projected hidden dep_in [R, dd] + embedding of token [R] -> logits [R, card]."""
         table = self.depformer_text_emb if k == 0 else self.depformer_emb[k - 1]
-        e = table[token.clamp(min=0)]
-        e = torch.where((token == -1)[:, None], torch.zeros((), dtype=e.dtype, device=e.device), e)
-        x = dep_in + e
+        x = ops.embed_add(dep_in, table, token)
         for j, w in enumerate(self.dep_steps[k]):
             norm1, norm2 = self.dep_norms[j]
             h = ops.rmsnorm(x, norm1, self.eps)

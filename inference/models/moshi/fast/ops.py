@@ -118,6 +118,9 @@ def decode_attention_torch(q, k_ring, v_ring, k_scale, v_scale, slot_ids, length
         keys = (keys * k_scale[slot_ids][..., None]).to(q.dtype)
         values = (values * v_scale[slot_ids][..., None]).to(q.dtype)
     valid = torch.arange(C, device=q.device).view(1, C) < lengths.view(R, 1)  # [R, C]
+    # entries past the window are never used, whatever they hold (like the kernel, which never reads them)
+    keys = torch.where(valid[:, None, :, None], keys, torch.zeros((), dtype=keys.dtype))
+    values = torch.where(valid[:, None, :, None], values, torch.zeros((), dtype=values.dtype))
     out = F.scaled_dot_product_attention(q[:, :, None], keys, values, valid[:, None, None, :])
     return out.reshape(R, H * D)
 
@@ -159,3 +162,30 @@ def depformer_attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     if use_triton(qkv):
         return _tk.depformer_attention(qkv, k_cache, v_cache, step)
     return depformer_attention_torch(qkv, k_cache, v_cache, step)
+
+
+# ---- depformer input and sampling -------------------------------------------------------------------------
+
+
+def embed_add(base: torch.Tensor, table: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """base [R, N] + table[tokens] with token -1 -> zero vector and other negatives -> row 0 (moshi embedding)."""
+    if use_triton(base):
+        return _tk.embed_add(base, table, tokens)
+    e = table[tokens.clamp(min=0)]
+    e = torch.where((tokens == -1)[:, None], torch.zeros((), dtype=e.dtype, device=e.device), e)
+    return base + e
+
+
+def sample(logits: torch.Tensor, use_sampling: bool, temp: float, top_k: int, seeds: torch.Tensor, salt: int):
+    """logits [R, V] -> [R] long. Greedy is ``argmax``; sampling is top-k + exponential race.
+
+    On CUDA the sampled case is one fused kernel with its own device RNG stream (``seeds``); elsewhere it is
+    ``gen.sample_token`` (torch's RNG). Greedy is bit-identical on both paths.
+    """
+    if not use_sampling or temp <= 0.0:
+        return torch.argmax(logits, dim=-1)
+    if use_triton(logits) and top_k > 0:
+        return _tk.sample_top_k(logits, temp, top_k, seeds, salt)
+    from inference.models.moshi.gen import sample_token
+
+    return sample_token(logits.float(), True, temp, top_k, None)

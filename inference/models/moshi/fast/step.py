@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
+from inference.models.moshi.fast import ops
 from inference.models.moshi.fast.kv import SlotKV
 from inference.models.moshi.fast.model import FastLM
-from inference.models.moshi.gen import UNGENERATED, SamplingConfig, sample_token
+from inference.models.moshi.gen import UNGENERATED, SamplingConfig
 
 
 @dataclass
@@ -97,6 +98,8 @@ class FastLockstep:
         self.lengths = torch.zeros((S,), device=device, dtype=torch.long)
         self.buffers = StepBuffers.allocate(max_rows, K, c.dim, 1 + c.dep_q, self.scratch_slot, device, dtype)
         self.dep_keys, self.dep_values = fast_lm.allocate_depformer_cache(max_rows)
+        # per-row RNG counters of the fused sampler (advanced on the device by the kernel itself)
+        self.seeds = torch.randint(0, 2**31 - 1, (max_rows,), device=device, dtype=torch.long)
         for slot in range(S):
             self.reset_slot(slot)
 
@@ -153,8 +156,8 @@ class FastLockstep:
         x = torch.where(b.use_embeddings[:rows].view(-1, 1), b.embeddings[:rows], x)
         hidden = self.lm.temporal(x, self.kv, slot_ids, pos)
         s = self.sampling
-        sampled_text = sample_token(
-            self.lm.text_logits(hidden).float(), s.use_sampling, s.temp_text, s.top_k_text, None
+        sampled_text = ops.sample(
+            self.lm.text_logits(hidden), s.use_sampling, s.temp_text, s.top_k_text, self.seeds[:rows], 0
         )
         target = cache.gather(2, target_col)[:, :, 0]  # [R, K]
         target_provided = provided.gather(2, target_col)[:, :, 0]
@@ -187,7 +190,7 @@ class FastLockstep:
         out = []
         for k in range(self.config.dep_q):
             logits = self.lm.depformer_step(k, dep_in[:, k], prev, keys, values)
-            token = sample_token(logits.float(), s.use_sampling, s.temp, s.top_k, None)
+            token = ops.sample(logits, s.use_sampling, s.temp, s.top_k, self.seeds[:rows], k + 1)
             out.append(token)
             prev = torch.where(forced_audio_mask[:, k], forced_audio[:, k], token)
         return torch.stack(out, dim=1)

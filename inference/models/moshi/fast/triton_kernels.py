@@ -398,3 +398,84 @@ def depformer_attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
         num_warps=1,
     )
     return out
+
+
+@triton.jit
+def _embed_add_kernel(base_ptr, table_ptr, token_ptr, out_ptr, base_stride, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    token = tl.load(token_ptr + row)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < N
+    base = tl.load(base_ptr + row * base_stride + offs, mask=mask, other=0.0)
+    row_of_table = tl.where(token > 0, token, 0)  # other negatives (ungenerated) read row 0
+    emb = tl.load(table_ptr + row_of_table * N + offs, mask=mask, other=0.0)
+    emb = tl.where(token == -1, 0.0, emb)  # token -1 embeds to exact zero
+    total = base.to(tl.float32) + emb.to(tl.float32)  # one rounding, as torch adds bf16
+    tl.store(out_ptr + row * N + offs, total.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def embed_add(base: torch.Tensor, table: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """base [R, N] (row stride may exceed N) + table[tokens] [R, N] -> [R, N], one launch."""
+    R, N = base.shape
+    out = torch.empty((R, N), device=base.device, dtype=base.dtype)
+    _embed_add_kernel[(R,)](base, table, tokens, out, base.stride(0), N, BLOCK=triton.next_power_of_2(N), num_warps=4)
+    return out
+
+
+@triton.jit
+def _sample_top_k_kernel(
+    logits_ptr,
+    out_ptr,
+    seed_ptr,
+    V,
+    inv_temp,
+    salt,
+    TOP_K: tl.constexpr,
+    BLOCK: tl.constexpr,
+    BISECT: tl.constexpr,
+):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < V
+    x = tl.load(logits_ptr + row * V + offs, mask=mask, other=-float("inf")).to(tl.float32) * inv_temp
+    x_max = tl.max(x, axis=0)
+    # the k-th largest logit by bisection on the value: keep = the ~top_k candidates (ties may add a few)
+    lo = tl.min(tl.where(mask, x, float("inf")), axis=0)
+    hi = x_max
+    for _ in range(BISECT):
+        mid = (lo + hi) * 0.5
+        enough = tl.sum((x >= mid).to(tl.int32), axis=0) >= TOP_K
+        lo = tl.where(enough, mid, lo)
+        hi = tl.where(enough, hi, mid)
+    keep = mask & (x >= lo)
+    p = tl.exp(x - x_max)  # unnormalised softmax: the race below does not need the normaliser
+    seed = tl.load(seed_ptr + row)
+    u = tl.rand(seed, offs + salt * BLOCK)
+    race = p / (-tl.log(tl.maximum(u, 1e-12)))  # exponential race == sampling from the renormalised top-k
+    race = tl.where(keep, race, -1.0)
+    tl.store(out_ptr + row, tl.argmax(race, axis=0).to(tl.int64))
+    tl.store(seed_ptr + row, seed + 1)  # next call of this row draws fresh numbers (stream order)
+
+
+def sample_top_k(logits: torch.Tensor, temp: float, top_k: int, seeds: torch.Tensor, salt: int) -> torch.Tensor:
+    """Sample one token per row from softmax(logits / temp) restricted to the top_k logits, in one launch.
+
+    ``seeds`` [R] int64 lives on the device and is advanced by the kernel itself, so no host sync and no
+    extra launch is needed inside a CUDA graph; ``salt`` separates the calls of one step.
+    """
+    R, V = logits.shape
+    out = torch.empty((R,), device=logits.device, dtype=torch.long)
+    block = triton.next_power_of_2(V)
+    _sample_top_k_kernel[(R,)](
+        logits,
+        out,
+        seeds,
+        V,
+        1.0 / temp,
+        salt,
+        TOP_K=min(top_k, V),
+        BLOCK=block,
+        BISECT=20,
+        num_warps=16 if block >= 16384 else 4,
+    )
+    return out
