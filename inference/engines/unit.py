@@ -225,7 +225,7 @@ class UnitEngine(Engine):
         frame_embeds = None
         if unit.image is not None:
             try:
-                frame = decode_frame(unit.image, self.parts.config.image_size)
+                frame = decode_frame(unit.image, self.parts.config.image_size, self.parts.config.vision.patch_size)
                 frame_embeds = self.parts.vision.embed_frame(frame)
             except FrameError as exc:
                 # One bad camera frame must not end the call: this unit goes on audio-only.

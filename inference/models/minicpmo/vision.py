@@ -9,6 +9,7 @@ Parameter names follow the published ``vpm.*`` / ``resampler.*`` layout.
 from __future__ import annotations
 
 import io
+import math
 
 import numpy as np
 import torch
@@ -23,17 +24,31 @@ class FrameError(ValueError):
     """A camera frame could not be decoded or has an unusable shape."""
 
 
-def decode_frame(data: bytes, size: int) -> np.ndarray:
-    """JPEG/PNG bytes -> uint8 [size, size, 3] RGB, resized (bicubic) when needed."""
+def best_frame_size(width: int, height: int, scale: int, patch: int) -> tuple[int, int]:
+    """Unsliced frame size (``max_slice_nums = 1``): area scale**2 at the frame's aspect ratio, in whole patches."""
+    ratio = width / height
+    h = int(scale / math.sqrt(ratio))
+    w = int(h * ratio)
+    return max(round(w / patch) * patch, patch), max(round(h / patch) * patch, patch)
+
+
+def decode_frame(data: bytes, scale: int, patch: int = 14) -> np.ndarray:
+    """JPEG/PNG bytes -> uint8 [H, W, 3] RGB, resized (bicubic) as the reference processor does.
+
+    A 448 x 448 frame stays as it is; a 640 x 480 webcam frame becomes 518 x 392 (37 x 28 patches).
+    """
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(io.BytesIO(data)) as img:
             img = img.convert("RGB")
-            if img.size != (size, size):
-                img = img.resize((size, size), Image.Resampling.BICUBIC)
+            if img.width < 1 or img.height < 1 or img.width * img.height > 64_000_000:
+                raise FrameError(f"camera frame has an unusable size {img.width}x{img.height}")
+            size = best_frame_size(img.width, img.height, scale, patch)
+            if img.size != size:
+                img = img.resize(size, Image.Resampling.BICUBIC)
             return np.asarray(img, dtype=np.uint8).copy()
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
         raise FrameError(f"camera frame is not a decodable image ({exc})") from exc
 
 
@@ -150,11 +165,12 @@ class VisionInput(nn.Module):
 
     @torch.inference_mode()
     def embed_frame(self, frame: np.ndarray) -> torch.Tensor:
-        """uint8 [H, W, 3] RGB frame (H = W = image_size) -> [query_num, llm_dim]."""
+        """uint8 [H, W, 3] RGB frame (sides in whole patches, see ``decode_frame``) -> [query_num, llm_dim]."""
         if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
             raise FrameError(f"frame must be uint8 [H, W, 3], got {frame.dtype} {frame.shape}")
-        if frame.shape[:2] != (self.image_size, self.image_size):
-            raise FrameError(f"frame must be {self.image_size}x{self.image_size}, got {frame.shape[:2]}")
+        patch = self.vpm.embeddings.patch_size
+        if frame.shape[0] % patch or frame.shape[1] % patch or frame.shape[0] * frame.shape[1] > (70 * patch) ** 2:
+            raise FrameError(f"frame sides must be multiples of {patch} within 70 patches, got {frame.shape[:2]}")
         dtype = self.resampler.query.dtype
         pixels = torch.from_numpy(frame).permute(2, 0, 1).float()[None]  # [1, 3, H, W]
         pixels = ((pixels / 255.0 - 0.5) / 0.5).to(device=self.resampler.query.device, dtype=dtype)

@@ -97,6 +97,8 @@ def test_long_call_slides_the_window_and_keeps_going(minicpmo_parts, minicpmo_da
     assert decisions.count(False) >= 2
     assert max(lengths) <= 120
     assert session.dropped_units > 0 and session.audio.buffer_base_frame > 0
+    # The encoder's 1500 learned positions (30 s) ran out once: its cache restarted, as the reference does.
+    assert session.audio.cached_frames == (32 - 29) * 50  # reset before unit 29 (1450 + 52 >= 1500)
     assert minicpmo_parts.llm.cache_length(session.llm_cache) == session.prompt_length + sum(session.unit_spans)
 
 
