@@ -238,3 +238,15 @@ async def test_internal_error_is_reported_and_the_session_goes_on(alice, monkeyp
     assert (error["type"], error["code"], error["event_id"]) == ("server_error", "internal_error", "a1")
     await peer.proves_alive()
     await peer.close()
+
+
+async def test_unknown_model_is_refused_with_1008(alice):
+    peer, connected, _ = await open_peer(key=alice.key, path="/v1/realtime?model=gpt-no-such-model")
+    assert connected
+    error = await peer.error()
+    assert error["code"] == "model_not_found" and error["param"] == "model"
+    assert (await peer.until("closed"))["code"] == 1008
+    again, created = await ready_peer(alice, path="/v1/realtime?model=echo")
+    assert created["session"]["model"] == "echo"
+    await again.proves_alive()
+    await again.close()
