@@ -55,6 +55,8 @@ class ClientStats:
     received: dict[int, float] = field(default_factory=dict)  # frame index -> perf_counter of its echo
     errors: dict[str, int] = field(default_factory=dict)
     last_metrics: dict = field(default_factory=dict)
+    max_out_wait_ms: float = 0.0  # the service's own view: audio waiting for the web tier to take it
+    max_in_wait_ms: float = 0.0  # the service's own view: input waiting in the inbox for a tick
     failed: str | None = None
 
 
@@ -69,6 +71,12 @@ def note_echoes(pcm16: bytes, stats: ClientStats, now: float) -> None:
         value = int(samples[start])
         if value > 0 and value - 1 in stats.sent and value - 1 not in stats.received:
             stats.received[value - 1] = now
+
+
+def note_metrics(values: dict, stats: ClientStats) -> None:
+    stats.last_metrics = values
+    stats.max_out_wait_ms = max(stats.max_out_wait_ms, float(values.get("out_wait_ms_max", 0.0)))
+    stats.max_in_wait_ms = max(stats.max_in_wait_ms, float(values.get("in_wait_ms_max", 0.0)))
 
 
 async def paced_send(frames: int, send, stats: ClientStats) -> None:
@@ -115,7 +123,7 @@ async def ws_client(url: str, key: str, frames: int, delay_frames: int, stats: C
                     if kind == "response.output_audio.delta":
                         note_echoes(base64.b64decode(event["delta"]), stats, now)
                     elif kind == "session.metrics":
-                        stats.last_metrics = event.get("metrics") or event
+                        note_metrics(event.get("metrics") or {}, stats)
                     elif kind == "error":
                         code = event["error"]["code"]
                         stats.errors[code] = stats.errors.get(code, 0) + 1
@@ -242,15 +250,17 @@ def start_daphne(args, var_dir: Path) -> tuple[subprocess.Popen, str, list[str]]
 async def run_ws_clients(args, url: str, keys: list[str], server_pid: int) -> tuple[list[ClientStats], dict]:
     frames = int(args.seconds / FRAME_S)
     stats = [ClientStats() for _ in range(args.clients)]
-    sampler = CpuSampler(server_pid)
-    sampling = asyncio.create_task(sampler.run())
+    sampler, client_sampler = CpuSampler(server_pid), CpuSampler(os.getpid())
+    sampling = [asyncio.create_task(sampler.run()), asyncio.create_task(client_sampler.run())]
     try:
         await asyncio.gather(
             *(ws_client(url, keys[i], frames, args.delay_frames, stats[i]) for i in range(args.clients))
         )
     finally:
-        sampling.cancel()
-    return stats, {"server_process": "daphne", **sampler.summary()}
+        for task in sampling:
+            task.cancel()
+    clients_cpu = client_sampler.summary()["cpu_percent_mean"]
+    return stats, {"server_process": "daphne", **sampler.summary(), "bench_clients_cpu_percent_mean": clients_cpu}
 
 
 def run_via_ws(args) -> tuple[list[ClientStats], dict]:
@@ -293,7 +303,7 @@ async def facade_client(user: str, frames: int, delay_frames: int, stats: Client
             if isinstance(event, AudioOut):
                 note_echoes(event.pcm16, stats, time.perf_counter())
             elif isinstance(event, Metrics):
-                stats.last_metrics = event.values
+                note_metrics(event.values, stats)
             elif isinstance(event, ErrorEvent):
                 stats.errors[event.code] = stats.errors.get(event.code, 0) + 1
 
@@ -375,9 +385,17 @@ def summarize(args, stats: list[ClientStats], cpu: dict) -> dict:
             "max": round(float(lat.max()), 2),
         },
         "server_cpu": cpu,
+        # The service's own view, per client: the worst wait of input in the inbox (for a tick) and
+        # of output in the outbox (for the web tier to take it).
+        "service_in_wait_ms_max": _spread([s.max_in_wait_ms for s in stats]),
+        "service_out_wait_ms_max": _spread([s.max_out_wait_ms for s in stats]),
         "errors": errors,
         "last_session_metrics": next((s.last_metrics for s in stats if s.last_metrics), {}),
     }
+
+
+def _spread(values: list[float]) -> dict:
+    return {"median_client": round(float(np.median(values)), 1), "worst_client": round(max(values), 1)}
 
 
 def print_table(result: dict) -> None:
@@ -392,6 +410,14 @@ def print_table(result: dict) -> None:
         ),
         ("server-added ms p50 / p90 / p99 / max", f"{lat['p50']} / {lat['p90']} / {lat['p99']} / {lat['max']}"),
         (f"CPU of {cpu['server_process']}", f"mean {cpu['cpu_percent_mean']}%  max(1 s) {cpu['cpu_percent_max_1s']}%"),
+        (
+            "in-wait ms max: median / worst client",
+            "{median_client} / {worst_client}".format(**result["service_in_wait_ms_max"]),
+        ),
+        (
+            "out-wait ms max: median / worst client",
+            "{median_client} / {worst_client}".format(**result["service_out_wait_ms_max"]),
+        ),
         ("errors", result["errors"] or "none"),
         ("host CPUs / load avg (1 min)", f"{result['host']['cpus']} / {result['host']['load_avg_1m_after']}"),
     ]

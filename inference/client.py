@@ -15,6 +15,7 @@ import contextlib
 import itertools
 import json
 import socket
+import time
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, get_args
@@ -43,15 +44,20 @@ CLOSE_DRAIN_S = 2.0
 
 
 class Outbox:
-    """Events for one connection: control events are never dropped, audio beyond the bound drops the oldest."""
+    """Events for one connection: control events are never dropped, audio beyond the bound drops the oldest.
+
+    It also measures how long audio waits here for the connection to take it (the web tier's send
+    path), which ``session.metrics`` reports as ``out_wait_ms_max``.
+    """
 
     def __init__(self, max_audio: int):
         self.max_audio = max_audio
-        self._items: deque[SessionEvent] = deque()
+        self._items: deque[tuple[SessionEvent, float]] = deque()  # (event, monotonic time put)
         self._audio = 0
         self._ready = asyncio.Event()
         self.finished = False
         self.dropped_audio = 0
+        self._max_wait_s = 0.0
 
     def put(self, event: SessionEvent) -> None:
         if self.finished:
@@ -60,18 +66,23 @@ class Outbox:
             if self._audio >= self.max_audio:
                 self._drop_oldest_audio()
             self._audio += 1
-        self._items.append(event)
+        self._items.append((event, time.monotonic()))
         self._ready.set()
 
     def drop_epoch_before(self, epoch: int) -> None:
         """Barge-in: forget audio and text of older epochs that were not sent yet."""
-        kept = [e for e in self._items if not (isinstance(e, AudioOut | TextOut) and e.epoch < epoch)]
+        kept = [item for item in self._items if not (isinstance(item[0], AudioOut | TextOut) and item[0].epoch < epoch)]
         self._items = deque(kept)
-        self._audio = sum(isinstance(e, AudioOut) for e in kept)
+        self._audio = sum(isinstance(event, AudioOut) for event, _ in kept)
 
     def finish(self) -> None:
         self.finished = True
         self._ready.set()
+
+    def take_max_wait_ms(self) -> float:
+        """The longest wait of an audio event since the last call (ms)."""
+        wait, self._max_wait_s = self._max_wait_s, 0.0
+        return round(wait * 1000.0, 1)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -90,13 +101,14 @@ class Outbox:
                 raise StopAsyncIteration
             self._ready.clear()
             await self._ready.wait()
-        event = self._items.popleft()
+        event, put_at = self._items.popleft()
         if isinstance(event, AudioOut):
             self._audio -= 1
+            self._max_wait_s = max(self._max_wait_s, time.monotonic() - put_at)
         return event
 
     def _drop_oldest_audio(self) -> None:
-        for i, event in enumerate(self._items):
+        for i, (event, _) in enumerate(self._items):
             if isinstance(event, AudioOut):
                 del self._items[i]
                 self._audio -= 1

@@ -303,11 +303,19 @@ class DialogueSession:
                 "trimmed_frames": ws.trimmed,
                 "input_queue_frames": len(ws.inbox),
                 "lag_ms": (len(ws.inbox) + queued_out) * period,
+                "in_wait_ms_max": self._take_in_wait_ms(ws),
+                "out_wait_ms_max": self.attachment.outbox.take_max_wait_ms() if self.attachment is not None else 0.0,
                 "unplayed_ms": round(max(0.0, self.sent_audio_ms - self.played_ms), 1) if self.played_ms else 0.0,
             }
         return values
 
     # ---- internals ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _take_in_wait_ms(ws) -> float:
+        """Longest inbox wait since the last Metrics (the worker writes it; a lost update is harmless)."""
+        wait, ws.max_in_wait_s = ws.max_in_wait_s, 0.0
+        return round(wait * 1000.0, 1)
 
     def _dropped(self) -> int:
         """Input dropped here plus outbound audio dropped by this and earlier connections' outboxes."""

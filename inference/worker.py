@@ -31,7 +31,7 @@ from inference.metrics import TimingRing
 logger = logging.getLogger(__name__)
 
 CLOSE_ATTEMPTS = 3
-TRIM_AFTER_TICKS = 12  # about 1 s at 80 ms: long enough to ride out jitter, short enough to notice
+TRIM_WINDOW_TICKS = 12  # about 1 s at 80 ms: long enough to see jitter, short enough to cut lag quickly
 
 
 class SlotListener(Protocol):
@@ -46,7 +46,7 @@ class WorkerSlot:
     """The worker's view of one slot. Counters are written by the worker thread only."""
 
     index: int
-    inbox: deque[np.ndarray]
+    inbox: deque[tuple[np.ndarray, float]]  # (chunk, time.monotonic() when pushed)
     listener: SlotListener | None = None
     loop: asyncio.AbstractEventLoop | None = None
     opened: bool = False
@@ -61,7 +61,9 @@ class WorkerSlot:
     underruns: int = 0
     dropped_in: int = 0  # input discarded while prefilling (all but the newest chunk)
     trimmed: int = 0  # chunks dropped to remove a standing input queue (latency)
-    standing_ticks: int = 0
+    window_ticks: int = 0  # takes in the current trim window
+    window_min: int = 1 << 30  # smallest inbox depth after a take in the current window
+    max_in_wait_s: float = 0.0  # longest wait of a chunk in the inbox; read and reset by the session
     close_attempts: int = 0
     pending_close: list[Callable[[], None]] = field(default_factory=list)
 
@@ -141,7 +143,7 @@ class EngineWorker:
         """Queue one input chunk; returns False when the inbox was full and its oldest chunk was dropped."""
         inbox = self.slots[slot].inbox
         full = len(inbox) == inbox.maxlen
-        inbox.append(chunk)  # deque(maxlen) drops the oldest itself; append is atomic in CPython
+        inbox.append((chunk, time.monotonic()))  # deque(maxlen) drops the oldest itself; atomic in CPython
         return not full
 
     def stats(self) -> WorkerStats:
@@ -210,7 +212,7 @@ class EngineWorker:
             elif s.prefilling:
                 s.prefilling = False  # prefill done: the slot takes input from the next tick
                 if s.prefill_reported:  # a backlog left by a real prefill is trimmed at the first take
-                    s.standing_ticks = TRIM_AFTER_TICKS - 1
+                    s.window_ticks = TRIM_WINDOW_TICKS - 1
                 if out is None:
                     out = SlotOutput(audio=np.zeros(0, dtype=np.float32), progress=1.0)
             if out is None:
@@ -231,19 +233,23 @@ class EngineWorker:
 
     def _take_input(self, s: WorkerSlot) -> SlotInput:
         try:
-            audio = s.inbox.popleft()
+            audio, pushed_at = s.inbox.popleft()
             s.frames_in += 1
+            s.max_in_wait_s = max(s.max_in_wait_s, time.monotonic() - pushed_at)
         except IndexError:
             audio = self._silence
             s.underruns += 1
-        # A chunk still waiting after this tick's take is a standing queue: pure added latency, since
-        # input and clock run at the same rate it never drains by itself. When it has stood for
-        # TRIM_AFTER_TICKS ticks in a row, drop one chunk (client clock drift or a past burst).
-        s.standing_ticks = s.standing_ticks + 1 if s.inbox else 0
-        if s.standing_ticks >= TRIM_AFTER_TICKS:
-            s.inbox.popleft()
-            s.trimmed += 1
-            s.standing_ticks = 0
+        # Chunks that stay queued after every take of a whole window are a standing queue: pure added
+        # latency which, with input and clock at the same rate, never drains by itself (a past burst,
+        # client clock drift). At the end of each window drop exactly that standing part (the
+        # window's minimum depth); the part that comes and goes is jitter, and is kept.
+        s.window_min = min(s.window_min, len(s.inbox))
+        s.window_ticks += 1
+        if s.window_ticks >= TRIM_WINDOW_TICKS:
+            for _ in range(s.window_min):
+                s.inbox.popleft()
+                s.trimmed += 1
+            s.window_ticks, s.window_min = 0, 1 << 30
         slot_input = SlotInput(audio=audio, image=s.image, force_listen=s.force_listen)
         s.image, s.force_listen = None, False
         return slot_input
@@ -260,7 +266,8 @@ class EngineWorker:
     def _cmd_open(self, s: WorkerSlot, config: SlotConfig, listener: SlotListener, loop) -> None:
         s.listener, s.loop = listener, loop
         s.frozen = s.failed = False
-        s.frames_in = s.frames_out = s.underruns = s.dropped_in = s.trimmed = s.standing_ticks = 0
+        s.frames_in = s.frames_out = s.underruns = s.dropped_in = s.trimmed = s.window_ticks = 0
+        s.window_min = 1 << 30
         try:
             self.engine.open_slot(s.index, config)
         except Exception as exc:  # noqa: BLE001 - the session gets engine_failed, the worker goes on
@@ -302,6 +309,7 @@ class EngineWorker:
         s.frozen = frozen
         if frozen:
             s.inbox.clear()  # a resumed slot starts from fresh audio, not from stale frames
+            s.window_ticks, s.window_min = 0, 1 << 30
 
     def _cmd_cancel(self, s: WorkerSlot) -> None:
         if s.opened and not s.failed:

@@ -171,7 +171,7 @@ async def test_inbox_overflow_drops_the_oldest(worker_factory):
     worker = worker_factory(EchoEngine(1))
     accepted = [worker.push(0, chunk(k / 10)) for k in range(6)]  # slot not open: nobody consumes
     assert accepted == [True] * 4 + [False] * 2
-    assert [round(float(c[0]) * 10) for c in worker.slots[0].inbox] == [2, 3, 4, 5]
+    assert [round(float(c[0]) * 10) for c, _ in worker.slots[0].inbox] == [2, 3, 4, 5]
 
 
 class SlowEcho(EchoEngine):
