@@ -47,6 +47,7 @@ def test_layout_config_tokenizer_and_mimi(moshiko):
     assert codes.shape == (1, 8, 3) and int(codes.max()) < info.lm.card
 
 
+@pytest.mark.reference
 def test_reference_moshi_loads_it_and_agrees(moshiko, tmp_path):
     codes = user_codes(4, (8, 30))
     expected = run_reference(moshiko, codes, tmp_path)
