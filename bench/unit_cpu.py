@@ -14,6 +14,9 @@ case. Timings on a shared 2-core machine are noisy; the numbers say what this ho
 Usage::
 
     .venv/bin/python bench/unit_cpu.py --out bench/results/unit-cpu.json [--cycles 1000] [--max-sessions 8]
+
+The same loop runs on a GPU for comparison (``--device cuda --dtype bfloat16``); there the memory section
+also reads ``torch.cuda.memory_allocated`` before and after the cycles, which must be equal.
 """
 
 from __future__ import annotations
@@ -119,6 +122,8 @@ def memory_cycles(engine: UnitEngine, voice: VoiceRef, cycles: int) -> dict:
     for _ in range(20):  # allocator and tokenizer caches settle
         cycle()
     gc.collect()
+    cuda = engine.device.startswith("cuda")
+    cuda_start = torch.cuda.memory_allocated() if cuda else None
     rss_start = proc.memory_info().rss
     samples = []
     t0 = time.perf_counter()
@@ -128,7 +133,10 @@ def memory_cycles(engine: UnitEngine, voice: VoiceRef, cycles: int) -> dict:
             samples.append(proc.memory_info().rss)
     gc.collect()
     rss_end = proc.memory_info().rss
+    cuda_end = torch.cuda.memory_allocated() if cuda else None
     return {
+        "cuda_allocated_start_bytes": cuda_start,
+        "cuda_allocated_end_bytes": cuda_end,
         "cycles": cycles,
         "seconds": round(time.perf_counter() - t0, 1),
         "rss_start_mb": round(rss_start / 2**20, 2),
@@ -147,11 +155,13 @@ def main() -> int:
     parser.add_argument("--ticks", type=int, default=10, help="ticks per capacity step")
     parser.add_argument("--max-sessions", type=int, default=8)
     parser.add_argument("--cycles", type=int, default=1000)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = Path(args.checkpoint) if args.checkpoint else make_checkpoint(Path(tmp) / "ckpt", data_dir=DATA)
-        engine = UnitEngine(ckpt, num_slots=args.max_sessions, device="cpu", dtype="float32")
+        engine = UnitEngine(ckpt, num_slots=args.max_sessions, device=args.device, dtype=args.dtype)
         t0 = time.perf_counter()
         engine.warmup()
         warmup_s = time.perf_counter() - t0
@@ -174,7 +184,8 @@ def main() -> int:
             "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(),
         },
-        "model": "tiny random MiniCPM-o 4.5 (golden pack config, seed 1234), float32",
+        "model": f"tiny random MiniCPM-o 4.5 (golden pack config, seed 1234), {args.dtype} on {args.device}",
+        "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
         "warmup_s": round(warmup_s, 2),
         "capabilities_extra": dict(engine.capabilities.extra),
         "latency_one_session": lat,
