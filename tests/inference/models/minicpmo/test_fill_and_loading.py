@@ -127,3 +127,28 @@ def test_broken_config_and_missing_files_are_typed_errors(minicpmo_checkpoint, t
     (ckpt / "model.safetensors").write_bytes(b"\x00" * 64)
     with pytest.raises(CheckpointError, match="model.safetensors"):
         load_model(ckpt)
+
+
+def test_make_checkpoint_command(minicpmo_checkpoint, tmp_path, capsys):
+    from inference.__main__ import main as inference_main
+
+    out = tmp_path / "cli-ckpt"
+    assert inference_main(["make-minicpmo-checkpoint", "--out", str(out), "--seed", "7"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in minicpmo_checkpoint.iterdir())
+    a = load_file(out / "model.safetensors")["resampler.query"]
+    b = load_file(minicpmo_checkpoint / "model.safetensors")["resampler.query"]
+    assert a.shape == b.shape and not np.array_equal(a, b)  # another seed, other weights
+    assert inference_main(["make-minicpmo-checkpoint", "--out", str(tmp_path / "x"), "--data-dir", str(tmp_path)]) == 2
+    assert "missing config.json" in capsys.readouterr().out
+
+
+def test_vocoder_falls_back_to_silence_of_the_right_length(minicpmo_checkpoint, tmp_path):
+    from inference.models.minicpmo.vocoder import SilentVocoder, build_vocoder, vocoder_kind
+
+    (tmp_path / "assets" / "token2wav").mkdir(parents=True)
+    assert vocoder_kind(tmp_path, "cpu") == "none"  # assets alone are not enough without a GPU
+    assert isinstance(build_vocoder(minicpmo_checkpoint, "cpu"), SilentVocoder)
+    voc = SilentVocoder()
+    audio = voc.synthesize(voc.new_state(None), list(range(25)), end_of_turn=False)
+    assert audio.shape == (24000,) and audio.dtype == np.float32 and not audio.any()
+    assert voc.synthesize(voc.new_state(None), [], end_of_turn=True).shape == (0,)
