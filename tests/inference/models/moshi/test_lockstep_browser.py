@@ -1,0 +1,98 @@
+"""Acceptance: a browser call on the lockstep engine with a tiny random PersonaPlex checkpoint.
+
+Chromium's fake microphone (espeak-ng speech) feeds a daphne live server whose in-process inference service
+runs ``PARLEY_ENGINE=personaplex`` on a ``make-checkpoint --preset tiny-personaplex`` directory (what the first
+``make run`` serves). The call goes live after the persona prefill; the random model's audio plays and its
+inner monologue fills the transcript; the demo banner says the weights are random.
+
+Browser tests run in their own pytest invocation: ``pytest -m browser tests/inference/models/moshi``.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from types import SimpleNamespace
+
+import pytest
+from playwright.sync_api import expect
+
+from inference.models.moshi.make_checkpoint import make_checkpoint
+from tests.browser.conftest import (  # noqa: F401 - fixtures shared with tests/browser
+    _allow_orm_under_playwright,
+    browser_type_launch_args,
+    django_db_modify_db_settings,
+    fake_mic_wav,
+    make_user,
+)
+from tests.browser.pages import hooks, login, open_call_page, wait_for, wait_for_state
+
+pytestmark = pytest.mark.browser
+
+START_TIMEOUT_MS = 90_000
+
+
+@pytest.fixture(scope="module")
+def lockstep_live_server(tmp_path_factory, django_db_setup, django_db_blocker):
+    """A daphne live server whose inference service runs the lockstep engine on a tiny checkpoint."""
+    from channels.testing.live import make_application, set_database_connection
+    from daphne.testing import DaphneProcess
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+    checkpoint = make_checkpoint("tiny-personaplex", tmp_path_factory.mktemp("lockstep-browser") / "ckpt", 0)
+    env = {
+        "PARLEY_ENGINE": "personaplex",
+        "PARLEY_CHECKPOINT": str(checkpoint),
+        "PARLEY_INFERENCE_URL": "",
+        "PARLEY_SLOTS": "2",
+        "PARLEY_DISCONNECT_GRACE_S": "10",
+    }
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    proc = DaphneProcess(
+        "127.0.0.1", partial(make_application, static_wrapper=ASGIStaticFilesHandler), setup=set_database_connection
+    )
+    try:
+        with django_db_blocker.unblock():  # the forked child inherits the unblocked state
+            proc.start()
+        if not proc.ready.wait(timeout=30):
+            raise RuntimeError("the daphne live server did not start within 30 s")
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    yield SimpleNamespace(url=f"http://127.0.0.1:{proc.port.value}")
+    proc.terminate()
+    proc.join(timeout=10)
+
+
+def test_browser_call_on_the_lockstep_engine(lockstep_live_server, browser, make_user):  # noqa: F811
+    url = lockstep_live_server.url
+    make_user("lockstepcaller")
+    context = browser.new_context()
+    page = context.new_page()
+    login(page, url, "lockstepcaller")
+    open_call_page(page, url)
+    page.click("#start")
+    wait_for_state(page, "live", timeout_ms=START_TIMEOUT_MS)
+    h = hooks(page)
+    caps = h["capabilities"]
+    assert (caps["engine"], caps["family"], caps["chunk_period_ms"]) == ("personaplex", "lockstep", 80)
+    assert caps["demo_weights"] is True
+    expect(page.locator("#banner-demo")).to_be_visible()
+    wait_for(page, "p.playedMs > 2000 && p.transcript.length > 0", timeout_ms=START_TIMEOUT_MS)
+    h = hooks(page)
+    assert h["framesSent"] > 20 and h["receivedRms"] > 0
+    assert h["errors"] == []
+    page.click("#pause")
+    wait_for_state(page, "paused")
+    page.click("#resume")
+    wait_for_state(page, "live")
+    played = hooks(page)["playedMs"]
+    wait_for(page, f"p.playedMs > {played + 1000}", timeout_ms=START_TIMEOUT_MS)
+    page.click("#stop")
+    wait_for_state(page, "closed")
+    assert hooks(page)["errors"] == []
+    context.close()
