@@ -33,7 +33,26 @@ _NON_LM_KEYS = (
     "parley_demo",
 )
 # LMModel kwargs that carry no weights and no behaviour we need (accepted and ignored).
-_IGNORED_LM_KEYS = ("depformer_context", "causal", "depformer_causal", "quantize", "gradient_checkpointing")
+_IGNORED_LM_KEYS = ("depformer_context", "extra_heads_dim", "quantize", "gradient_checkpointing")
+# LMModel kwargs accepted only with the value that means "feature off" (what the published models use).
+_NEUTRAL_LM_VALUES: dict[str, Any] = {
+    "causal": True,
+    "depformer_causal": True,
+    "norm_emb": False,
+    "text_card_out": None,
+    "demux_second_text_stream": False,
+    "demux_second_stream": False,
+    "depformer_weights_per_step_schedule": None,
+    "depformer_low_rank_embeddings": None,
+    "depformer_norm": None,
+    "existing_text_end_padding_id": 0,
+    "extra_heads_num_heads": 0,
+    "kv_repeat": 1,
+    "depformer_kv_repeat": 1,
+    "cross_attention": False,
+    "conditioners": None,
+    "fuser": None,
+}
 
 
 class CheckpointError(ValueError):
@@ -155,6 +174,11 @@ class LMConfig:
         for key, value in kwargs.items():
             if key in known:
                 values[key] = value
+            elif key in _NEUTRAL_LM_VALUES:
+                if value != _NEUTRAL_LM_VALUES[key]:
+                    neutral = _NEUTRAL_LM_VALUES[key]
+                    raise CheckpointError(f"config.json: {key}={value!r} is not supported (only {neutral!r})")
+                extra[key] = value
             elif key in _IGNORED_LM_KEYS:
                 extra[key] = value
             else:

@@ -72,6 +72,8 @@ def test_truncated_file(ckpt):
         (lambda c: c.update(delays=[0, 1]), "expected 17 delays"),
         (lambda c: c.update(dim=65), "not divisible"),
         (lambda c: c.update(norm="layer_norm"), "unsupported norm"),
+        (lambda c: c.update(extra_heads_num_heads=2), "extra_heads_num_heads=2 is not supported"),
+        (lambda c: c.update(causal=False), "causal=False is not supported"),
         (lambda c: c.update(moshi_name="nope.safetensors"), "nope.safetensors does not exist"),
         (lambda c: c.update(moshi_name="hf://kyutai/x/model.safetensors"), "not a local file name"),
         (lambda c: c.update(lm_gen_config=[1]), "lm_gen_config must be an object"),
