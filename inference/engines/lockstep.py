@@ -31,6 +31,7 @@ from inference.models.moshi.config import CheckpointError, CheckpointInfo, read_
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
 from inference.models.moshi.personaplex import (
     DEFAULT_PERSONA,
+    MAX_VOICE_FRAMES,
     SILENCE_TOKENS,
     PrefillFrame,
     VoicePromptError,
@@ -210,6 +211,8 @@ class LockstepEngine(Engine):
                 from inference.models.moshi.audio_prep import load_voice_wav
 
                 pcm = load_voice_wav(path)
+                if len(pcm) > MAX_VOICE_FRAMES * FRAME_SAMPLES:
+                    raise VoicePromptError(f"{path}: voice prompt longer than {MAX_VOICE_FRAMES * FRAME_MS // 1000} s")
                 voice_count = max(0, -(-len(pcm) // FRAME_SAMPLES) - 1)
                 voice_iter = iter_voice_frames_from_pcm(self.codec, pcm, lm_config)
             elif path is not None:

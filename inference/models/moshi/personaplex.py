@@ -24,6 +24,7 @@ AUDIO_SILENCE_FRAMES = 6  # int(0.5 s * 12.5 Hz)
 SYSTEM_TAG = "<system>"
 DEFAULT_PERSONA = "You are a wise and friendly teacher. Answer questions or provide advice in a clear and engaging way."
 FRAME_SAMPLES = 1920
+MAX_VOICE_FRAMES = 750  # 60 s: a longer prompt only delays the session start (the reference's voices are ~10 s)
 
 
 class VoicePromptError(ValueError):
@@ -103,7 +104,9 @@ def load_voice_prompt(path: str | Path, config: LMConfig, ct: int) -> VoicePromp
     emb, cache = data["embeddings"], data["cache"]
     if not isinstance(emb, torch.Tensor) or emb.dim() != 4 or tuple(emb.shape[1:]) != (1, 1, config.dim):
         raise VoicePromptError(f"{path}: embeddings must be [E, 1, 1, {config.dim}], got {_shape(emb)}")
-    if emb.shape[0] < 1 or not emb.dtype.is_floating_point or not torch.isfinite(emb).all():
+    if not 1 <= emb.shape[0] <= MAX_VOICE_FRAMES:
+        raise VoicePromptError(f"{path}: {emb.shape[0]} voice frames; 1..{MAX_VOICE_FRAMES} are accepted")
+    if not emb.dtype.is_floating_point or not torch.isfinite(emb).all():
         raise VoicePromptError(f"{path}: embeddings must be a non-empty finite float tensor")
     if not isinstance(cache, torch.Tensor) or tuple(cache.shape) != (1, config.num_codebooks, ct):
         raise VoicePromptError(f"{path}: cache must be [1, {config.num_codebooks}, {ct}], got {_shape(cache)}")
