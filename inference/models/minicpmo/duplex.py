@@ -161,7 +161,7 @@ class DuplexRunner:
         self.window_target = window_target if window_target is not None else default_target
         vocab = parts.config.vocab_size
         banned = [i for i in [self.ids.tts_pad, self.ids.chunk_eos, *parts.bad_token_ids] if 0 <= i < vocab]
-        self.banned = torch.tensor(sorted(set(banned)), dtype=torch.long)
+        self.banned = torch.tensor(sorted(set(banned)), dtype=torch.long, device=parts.device)
         self.terminators = {self.ids.listen, self.ids.chunk_eos, self.ids.chunk_tts_eos}
 
     # -- prepare -------------------------------------------------------------------------------------------
@@ -219,7 +219,7 @@ class DuplexRunner:
         if raw == self.ids.chunk_eos:
             return raw
         scores = logits.clone()
-        scores[self.banned.to(scores.device)] = -torch.inf
+        scores[self.banned] = -torch.inf
         history = session.generated_tokens[-TEXT_REPETITION_WINDOW:]
         if history:
             seen = torch.tensor(sorted(set(history)), dtype=torch.long, device=scores.device)

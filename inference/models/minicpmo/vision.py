@@ -76,7 +76,8 @@ class NaViTEmbeddings(nn.Module):
         x = self.patch_embedding(pixels)  # [B, D, H/p, W/p]
         grid_h, grid_w = x.shape[-2:]
         x = x.flatten(2).transpose(1, 2)  # [B, N, D]
-        return x + self.position_embedding(self.position_ids(grid_h, grid_w))
+        ids = self.position_ids(grid_h, grid_w).to(self.position_embedding.weight.device)
+        return x + self.position_embedding(ids)
 
 
 class SiglipTower(nn.Module):
