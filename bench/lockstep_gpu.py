@@ -36,9 +36,9 @@ from inference.models.moshi.fast.codec import GraphedMimi  # noqa: E402
 from inference.models.moshi.fast.graphs import GraphedLockstep  # noqa: E402
 from inference.models.moshi.fast.kv import SlotKV  # noqa: E402
 from inference.models.moshi.fast.model import FastLM  # noqa: E402
-from inference.models.moshi.fast.session import live_forced  # noqa: E402
+from inference.models.moshi.fast.session import live_forced, prefill_steps_within  # noqa: E402
 from inference.models.moshi.fast.step import FastLockstep  # noqa: E402
-from inference.models.moshi.fast.tuning import tune_attention  # noqa: E402
+from inference.models.moshi.fast.tuning import check_fused_gemv, tune_attention  # noqa: E402
 from inference.models.moshi.gen import SamplingConfig  # noqa: E402
 from inference.models.moshi.lm import MoshiLM  # noqa: E402
 from inference.models.moshi.loading import load_lm_state  # noqa: E402
@@ -419,6 +419,8 @@ def run_config(dep_q: int, args, results: dict) -> None:
     del lm_ref
     free_memory()
     fl = FastLM(lm)
+    entry["fused_small_gemv"] = check_fused_gemv(fl)
+    log(f"   fused small-batch depformer GEMVs: {entry['fused_small_gemv']}")
     if dep_q == 16 and args.check_frames:
         entry["graph_equals_eager"] = {}
         for fp8 in (True, False):
@@ -476,9 +478,19 @@ def run_config(dep_q: int, args, results: dict) -> None:
             for fname in ("30s", "full"):
                 rt[f"B{B}_{fname}"] = realtime_ticks(gl, gm, B, fills[fname], args.ticks)
                 log(f"   realtime B={B} {fname}: {rt[f'B{B}_{fname}']}")
-        if n_slots > 128:
-            rt["B128_full_with_join_prefill4"] = realtime_ticks(gl, gm, 128, fills["full"], args.ticks, 4)
-            log(f"   realtime B=128 full + 4 prefill passes/tick: {rt['B128_full_with_join_prefill4']}")
+        if n_slots > 128:  # a session joins while 128 run: its prefill passes fill the spare time of each tick
+            passes = prefill_steps_within(
+                budget_ms=75.0,
+                live_tick_ms=rt["B128_full"]["p99"],
+                prefill_step_ms=entry["ours"][1]["fresh"]["p99"],
+                pending=82,
+            )
+            results["join_prefill"] = {"passes_per_tick": passes, "budget_ms": 75.0}
+            if passes:
+                key = f"B128_full_with_join_prefill{passes}"
+                rt[key] = realtime_ticks(gl, gm, 128, fills["full"], args.ticks, passes)
+                results["join_prefill"]["ticks_for_82_passes"] = -(-82 // passes)
+                log(f"   realtime B=128 full + {passes} prefill passes/tick: {rt[key]}")
         results["realtime"] = rt
         largest = [int(k.split("_")[0][1:]) for k, v in rt.items() if v["realtime"] and k.endswith("_full")]
         results["largest_realtime_sessions_full_context"] = max(largest) if largest else 0
@@ -486,6 +498,31 @@ def run_config(dep_q: int, args, results: dict) -> None:
     del gl, ls, fl, lm
     free_memory()
     save(results, args)
+
+
+def summarize(results: dict) -> dict:
+    """The issue's targets, each with the measured number it is judged on (full context is the worst case)."""
+    out = {}
+    for key, entry in results["configs"].items():
+        ratios = entry.get("ratio_ours_over_reference", {})
+        for B, limit in ((1, 0.5), (64, 0.6)):
+            r = ratios.get(B)
+            if r:
+                out[f"{key}_B{B}_ratio"] = {
+                    "limit": limit,
+                    **r,
+                    "met_fresh": r["fresh"] <= limit,
+                    "met_full_context": r["full"] <= limit,
+                }
+        if "graph_equals_eager" in entry:
+            out[f"{key}_greedy_graph_equals_eager_200_frames"] = all(
+                v["equal"] for mode in entry["graph_equals_eager"].values() for v in mode.values()
+            )
+    rt = results.get("realtime", {})
+    for name in ("B128_full", "B128_30s"):
+        if name in rt:
+            out[f"dep_q16_{name}_p99_ms"] = {"p99": rt[name]["p99"], "limit": FRAME_MS, "met": rt[name]["realtime"]}
+    return out
 
 
 def save(results: dict, args) -> None:
@@ -538,6 +575,7 @@ def main() -> int:
             log(traceback.format_exc())
             free_memory()
         save(results, args)
+    results["targets"] = summarize(results)
     results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     save(results, args)
     log(json.dumps({k: v for k, v in results.items() if k != "configs"}, default=str)[:3000])

@@ -108,11 +108,24 @@ def test_triton_kernels_match_their_torch_twins(fp8):
     assert (q.float() - q_twin.float()).abs().max() <= 0.0625
     lengths = torch.tensor([700, 1, 300, 64, 65], device="cuda")
     reference = ops.decode_attention_torch(q, k_ring, v_ring, scales[0], scales[1], slots, lengths).float()
-    for splits in (1, 4, 32):
-        out = ops.decode_attention(q, k_ring, v_ring, scales[0], scales[1], slots, lengths, splits).float()
+    for launch in (ops.AttentionLaunch(1, 64), ops.AttentionLaunch(4, 128, 8), ops.AttentionLaunch(32, 32)):
+        out = ops.decode_attention(q, k_ring, v_ring, scales[0], scales[1], slots, lengths, launch).float()
         rel = (out - reference).norm() / reference.norm()
-        assert rel < 1e-2, f"splits={splits}: relative error {rel}"
+        assert rel < 1e-2, f"{launch}: relative error {rel}"
     x = torch.randn(R, 4096, device="cuda", dtype=dt)
     alpha = 1 + 0.1 * torch.randn(4096, device="cuda")
     rel = (ops.rmsnorm(x, alpha, 1e-8).float() - ops.rmsnorm_torch(x, alpha, 1e-8).float()).norm() / x.float().norm()
     assert rel < 1e-2
+    for kwargs in ({}, {"norm_alpha": alpha[:1024]}, {"gate": True}):
+        for rows in (1, 3):
+            xin = torch.randn(rows, 2048 if kwargs.get("gate") else 1024, device="cuda", dtype=dt)
+            w = torch.randn(3072, 1024, device="cuda", dtype=dt) / 32
+            res = torch.randn(rows, 3072, device="cuda", dtype=dt)
+            fused = ops.small_gemv(xin, w, residual=res, **kwargs).float()
+            ref = xin
+            if "norm_alpha" in kwargs:
+                ref = ops.rmsnorm_torch(xin, kwargs["norm_alpha"], 1e-8)
+            if kwargs.get("gate"):
+                ref = ops.silu_mul_torch(xin)
+            ref = (res + ref @ w.t()).float()
+            assert (fused - ref).norm() / ref.norm() < 1e-2, f"small_gemv {list(kwargs)} rows={rows}"

@@ -50,6 +50,8 @@ class FastLM:
     Args:
         lm: the loaded model whose parameters are borrowed (same device and dtype are used).
     Attributes:
+        fused_gemv_max_rows: depformer batches of at most this many rows run the fused small-GEMV kernels on
+            CUDA (0 disables them); larger batches use cuBLAS, whose tensor-core GEMMs win there.
         attention_launch: per bucket size, how the decode attention kernel is launched; buckets not in the
             map use ``default_attention_launch`` (``tuning.tune_attention`` fills it at warm-up).
     """
@@ -61,6 +63,7 @@ class FastLM:
         self.dtype = lm.text_emb.weight.dtype
         self.eps = 1e-8 if c.norm == "rms_norm_f32" else 1e-5
         self.attention_launch: dict[int, ops.AttentionLaunch] = {}
+        self.fused_gemv_max_rows = 4  # depformer batches up to this size use the fused small-GEMV kernels
         # embeddings: one flat table for the n_q audio streams so the column embedding is one gather
         self.audio_emb = torch.cat([e.weight for e in lm.emb], dim=0)  # [n_q * (card+1), d]
         self.text_emb = lm.text_emb.weight  # [text_card+1, d]
@@ -151,8 +154,16 @@ class FastLM:
         """Codebook step k: projected hidden dep_in [R, dd] + embedding of token [R] -> logits [R, card]."""
         table = self.depformer_text_emb if k == 0 else self.depformer_emb[k - 1]
         x = ops.embed_add(dep_in, table, token)
+        fused = ops.use_triton(x) and x.shape[0] <= self.fused_gemv_max_rows
         for j, w in enumerate(self.dep_steps[k]):
             norm1, norm2 = self.dep_norms[j]
+            if fused:  # 5 launches per layer instead of 8: norm and gate folded into the GEMVs
+                qkv = ops.small_gemv(x, w.in_proj, norm_alpha=norm1, eps=self.eps)
+                attn = ops.depformer_attention(qkv, k_cache[j], v_cache[j], k)
+                x = ops.small_gemv(attn, w.out_proj_t.t(), residual=x)
+                h = ops.small_gemv(x, w.gate_in, norm_alpha=norm2, eps=self.eps)
+                x = ops.small_gemv(h, w.gate_out_t.t(), gate=True, residual=x)
+                continue
             h = ops.rmsnorm(x, norm1, self.eps)
             attn = ops.depformer_attention(h @ w.in_proj.t(), k_cache[j], v_cache[j], k)
             x = torch.addmm(x, attn, w.out_proj_t)

@@ -189,3 +189,15 @@ def sample(logits: torch.Tensor, use_sampling: bool, temp: float, top_k: int, se
     from inference.models.moshi.gen import sample_token
 
     return sample_token(logits.float(), True, temp, top_k, None)
+
+
+def small_gemv(x, weight, *, norm_alpha=None, eps: float = 1e-8, gate: bool = False, residual=None):
+    """f(x) @ weight.T (+ residual), f = identity, RMSNorm or SiLU gate; one kernel on CUDA (few rows)."""
+    if use_triton(x):
+        return _tk.small_gemv(x, weight, norm_alpha=norm_alpha, eps=eps, gate=gate, residual=residual)
+    if norm_alpha is not None:
+        x = rmsnorm_torch(x, norm_alpha, eps)
+    if gate:
+        x = silu_mul_torch(x)
+    y = x @ weight.t()
+    return y if residual is None else residual + y

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 from collections.abc import Sequence
 
 import torch
@@ -18,14 +19,17 @@ from inference.models.moshi.fast import ops
 from inference.models.moshi.fast.kv import SlotKV
 from inference.models.moshi.fast.model import FastLM, default_attention_launch
 
+logger = logging.getLogger(__name__)
+
 
 def candidate_launches(rows: int, heads: int) -> list[ops.AttentionLaunch]:
     base = default_attention_launch(rows, heads).splits
     splits = sorted({s for s in (base, 2 * base, 4 * base) if s <= 32})
-    return [
-        ops.AttentionLaunch(splits=s, block_n=b, warps=w)
-        for s, b, w in itertools.product(splits, (32, 64, 128), (4, 8))
-    ]
+    if rows < 32:  # attention is a small part of a small bucket's tick: a short search
+        grid = itertools.product(splits, (32, 64, 128), (4, 8), (2,))
+    else:  # at full context the ring read is most of the tick: search pipelining depth too
+        grid = itertools.product(splits, (64, 128), (4, 8), (2, 3, 4))
+    return [ops.AttentionLaunch(splits=s, block_n=b, warps=w, stages=st) for s, b, w, st in grid]
 
 
 @torch.no_grad()
@@ -49,7 +53,11 @@ def tune_attention(fl: FastLM, kv: SlotKV, buckets: Sequence[int], repeats: int 
         best = None
         for launch in candidate_launches(rows, H):
             args = (q, kv.keys[0], kv.values[0], kv.key_scale(0), kv.value_scale(0), slot_ids, lengths, launch)
-            ops.decode_attention(*args)  # compile
+            try:
+                ops.decode_attention(*args)  # compile
+            except Exception:  # noqa: BLE001 - a launch the compiler rejects (e.g. out of shared memory) is skipped
+                logger.warning("attention.launch_skipped", extra={"launch": dataclasses.asdict(launch)})
+                continue
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             times = []
             for _ in range(repeats):
@@ -68,3 +76,29 @@ def tune_attention(fl: FastLM, kv: SlotKV, buckets: Sequence[int], repeats: int 
             "ring_TBps": round(ring_bytes / (best[1] * 1e-3) / 1e12, 2),
         }
     return report
+
+
+@torch.no_grad()
+def check_fused_gemv(fl: FastLM) -> bool:
+    """Run the fused small-GEMV kernels once on the depformer's real weights against plain torch.
+
+    Returns whether they are used: on a mismatch or a compile failure ``fl.fused_gemv_max_rows`` is set to 0
+    and the depformer falls back to cuBLAS for every batch size.
+    """
+    if not ops.use_triton(fl.depformer_in) or fl.fused_gemv_max_rows == 0:
+        return False
+    w = fl.dep_steps[0][0]
+    norm1, _ = fl.dep_norms[0]
+    x = torch.randn(2, w.in_proj.shape[1], device=fl.device, dtype=fl.dtype)
+    try:
+        got = ops.small_gemv(x, w.in_proj, norm_alpha=norm1, eps=fl.eps).float()
+    except Exception:  # noqa: BLE001 - any compiler or launch failure means: do not use the fused path
+        logger.warning("fused_gemv.disabled", exc_info=True)
+        fl.fused_gemv_max_rows = 0
+        return False
+    want = (ops.rmsnorm_torch(x, norm1, fl.eps) @ w.in_proj.t()).float()
+    if not bool(((got - want).norm() / want.norm()) < 1e-2):
+        logger.warning("fused_gemv.mismatch")
+        fl.fused_gemv_max_rows = 0
+        return False
+    return True
