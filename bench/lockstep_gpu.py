@@ -378,7 +378,8 @@ def profile_eager_step(ls: FastLockstep, B: int, fill: int) -> dict:
         elif any(k in low for k in ("gemm", "gemv", "nvjet", "xmma", "cutlass", "splitk", "matmul")):
             fam = "gemm"
         elif any(
-            k in low for k in ("topk", "softmax", "exponential", "argmax", "sort", "radix", "bitonic", "distribution")
+            k in low
+            for k in ("sample", "topk", "softmax", "exponential", "argmax", "sort", "radix", "bitonic", "distribution")
         ):
             fam = "sampling"
         else:
