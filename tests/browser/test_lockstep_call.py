@@ -5,7 +5,7 @@ runs ``PARLEY_ENGINE=personaplex`` on a ``make-checkpoint --preset tiny-personap
 ``make run`` serves). The call goes live after the persona prefill; the random model's audio plays and its
 inner monologue fills the transcript; the demo banner says the weights are random.
 
-Browser tests run in their own pytest invocation: ``pytest -m browser tests/inference/models/moshi``.
+Browser tests run in their own pytest invocation: ``pytest -m browser tests/browser``.
 """
 
 from __future__ import annotations
@@ -18,13 +18,6 @@ import pytest
 from playwright.sync_api import expect
 
 from inference.models.moshi.make_checkpoint import make_checkpoint
-from tests.browser.conftest import (  # noqa: F401 - fixtures shared with tests/browser
-    _allow_orm_under_playwright,
-    browser_type_launch_args,
-    django_db_modify_db_settings,
-    fake_mic_wav,
-    make_user,
-)
 from tests.browser.pages import hooks, login, open_call_page, wait_for, wait_for_state
 
 pytestmark = pytest.mark.browser
