@@ -43,20 +43,23 @@ async def inference_service():
     await api.shutdown()
 
 
-def _live_server_child_setup() -> None:
+def _live_server_child_setup(database_name: str) -> None:
     """Runs in the forked daphne child before it serves.
 
     Threads do not survive a fork: asgiref's thread-sensitive executor, if the parent already used
     it (any earlier ``database_sync_to_async`` in this pytest run), would wait forever on a worker
-    that does not exist in the child. Give the child a fresh one, then point it at the test database.
+    that does not exist in the child. Give the child a fresh one, then point it at the database the
+    parent's tests use (the name it really opened, not a TEST setting that may have changed since).
     """
     from concurrent.futures import ThreadPoolExecutor
 
     from asgiref.sync import SyncToAsync
-    from channels.testing.live import set_database_connection
+    from django.conf import settings
 
     SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
-    set_database_connection()
+    # New connections (one per executor thread) are made from settings.DATABASES. The inherited
+    # main-thread connection is left alone: closing it would close the parent's socket too.
+    settings.DATABASES["default"]["NAME"] = database_name
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +71,7 @@ def channels_live_server(django_db_setup, django_db_blocker):
     from channels.testing.live import make_application
     from daphne.testing import DaphneProcess
     from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+    from django.db import connection
 
     proc = DaphneProcess(
         "127.0.0.1",
@@ -76,7 +80,7 @@ def channels_live_server(django_db_setup, django_db_blocker):
             "websocket_max_message_size": LIVE_SERVER_MAX_MESSAGE_BYTES,
             "websocket_max_frame_size": LIVE_SERVER_MAX_MESSAGE_BYTES,
         },
-        setup=_live_server_child_setup,
+        setup=partial(_live_server_child_setup, connection.settings_dict["NAME"]),
     )
     with django_db_blocker.unblock():  # the forked child inherits the unblocked state
         proc.start()

@@ -9,13 +9,19 @@ django_asgi_app = get_asgi_application()  # before importing anything that touch
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from webapp.conversations.auth import BearerKeyAuthMiddleware, OriginPolicyMiddleware  # noqa: E402
 from webapp.conversations.routing import websocket_urlpatterns  # noqa: E402
 
+# make run serves plain daphne: with DEBUG on, static files come from the app itself (as runserver
+# does); production serves STATIC_ROOT from the front proxy.
+http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
+
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": http_app,
         "websocket": OriginPolicyMiddleware(
             AuthMiddlewareStack(BearerKeyAuthMiddleware(URLRouter(websocket_urlpatterns)))
         ),

@@ -245,6 +245,10 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                 await self._on_session_event(event)
                 if self.finished:
                     return
+            # The stream ended without Closed/Replaced: the session is gone; say so rather than hang.
+            self.finished = True
+            await self._reject(p.ProtocolError("internal_error", "The session ended.", error_type="server_error"))
+            await self._close(CloseCode.SERVER_ERROR)
         except ParleyError as exc:
             await self._reject(exc)
         except Exception:  # an unexpected fault ends this socket, not the server

@@ -159,7 +159,7 @@ class Peer:
     async def prime(self, payload: bytes | None = None, *, binary: bool = False) -> None:
         """Start the session's audio with one chunk (default: 80 ms of 24 kHz pcm16 silence) and wait for output.
 
-        The slot opens at the first audio; see test_first_audio_is_not_lost for why tests prime.
+        The slot opens at the first audio; priming puts the echo of what follows on the steady clock.
         """
         await self.append(payload if payload is not None else bytes(FRAME * 2), binary=binary)
         await self.audio_frames(1)

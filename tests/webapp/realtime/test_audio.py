@@ -30,7 +30,6 @@ async def test_base64_round_trip_and_response_lifecycle(alice):
     await peer.close()
 
 
-@pytest.mark.xfail(reason="inference: audio appended before the slot has opened is cleared by the open command")
 async def test_first_audio_is_not_lost(alice):
     peer, _ = await ready_peer(alice)
     signal = tone(FRAME * 4)
