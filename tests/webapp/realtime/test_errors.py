@@ -1,6 +1,7 @@
 """Every error code that applies today: the bad input, the error event, then proof the session goes on."""
 
 import base64
+import dataclasses
 
 import numpy as np
 import pytest
@@ -250,3 +251,29 @@ async def test_unknown_model_is_refused_with_1008(alice):
     assert created["session"]["model"] == "echo"
     await again.proves_alive()
     await again.close()
+
+
+class VideoEcho(EchoEngine):
+    """The echo engine declaring video input (it ignores the frames), to reach the image checks."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.capabilities = dataclasses.replace(self.capabilities, video=True)
+
+
+async def test_invalid_image_on_a_video_engine(alice, inference_service):
+    await inference_service(engine_instance=VideoEcho(2))
+    peer, created = await ready_peer(alice)
+    assert created["session"]["duplex"]["capabilities"]["video"] is True
+    await peer.prime()
+    error = await rejected(peer, {"type": "input_image.append", "image": "%%%", "event_id": "img-1"})
+    assert (error["code"], error["param"], error["event_id"]) == ("invalid_image", "image", "img-1")
+    gif = base64.b64encode(b"GIF89a" + bytes(16)).decode()
+    assert (await rejected(peer, {"type": "input_image.append", "image": gif}))["code"] == "invalid_image"
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(32)).decode()
+    await peer.send({"type": "input_image.append", "image": png, "event_id": "img-ok"})
+    await peer.proves_alive()
+    assert not any(
+        isinstance(e, dict) and e["type"] == "error" and e["error"]["event_id"] == "img-ok" for e in peer.seen
+    )
+    await peer.close()
