@@ -109,13 +109,13 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         try:
             p.check_size(text_data if text_data is not None else bytes_data or b"", settings.PARLEY_MAX_EVENT_BYTES)
             if text_data is None:
-                await self._require_ready()
+                self._require_ready()
                 await self._append_audio(p.split_binary_frame(bytes_data or b""))
                 return
             event = p.parse_client_event(text_data)
             event_id = event.event_id
             if not isinstance(event, p.SessionClose):
-                await self._require_ready()
+                self._require_ready()
             await self._dispatch(event)
         except (p.ProtocolError, ParleyError) as exc:
             await self._reject(exc, event_id)
@@ -125,7 +125,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                 p.ProtocolError("internal_error", "Internal error.", error_type="server_error"), event_id
             )
 
-    async def _require_ready(self) -> None:
+    def _require_ready(self) -> None:
         if not self.ready:
             raise p.ProtocolError("session_not_ready", "Wait for session.created before sending this event.")
 
@@ -296,12 +296,17 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         view.voice = event.voice if event.voice is not None else view.voice
         self.ready = True
         await self._emit([self.events.session_created()])
+        logger.info(
+            "realtime.session_ready",
+            extra={"session_id": event.session_id, "user_id": self.user.pk, "resumed": event.resumed},
+        )
         await database_sync_to_async(services.conversation_open)(
             user=self.user, session_id=event.session_id, engine=event.capabilities.engine
         )
 
     async def _on_closed(self, event: Closed) -> None:
         self.finished = True
+        logger.info("realtime.session_closed", extra={"session_id": self.view.session_id, "reason": event.reason})
         failed = event.reason == "engine_failed"
         outgoing: list[Outgoing] = self.events.end_response("failed" if failed else "completed")
         if failed:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
 from django.utils import timezone
 
 from inference.contracts import VoiceRef
@@ -16,12 +17,19 @@ from webapp.conversations.models import Conversation
 from webapp.personas.selectors import persona_get_for, voice_get_for
 
 
+@transaction.atomic
 def conversation_open(*, user: AbstractBaseUser, session_id: str, engine: str) -> Conversation:
     """The row of a session that became live on a socket (new, resumed or taken over)."""
     conversation, created = Conversation.objects.get_or_create(
         session_id=session_id, defaults={"user": user, "engine": engine}
     )
-    if not created and conversation.status != Conversation.Status.OPEN:
+    if created:
+        # A user has at most one live session, so an older row still unfinished belongs to a session
+        # that ended while no socket was there to hear it (grace expired while detached, or a restart).
+        Conversation.objects.filter(user=user, ended_at__isnull=True).exclude(pk=conversation.pk).update(
+            status=Conversation.Status.CLOSED, close_reason="superseded", ended_at=timezone.now()
+        )
+    elif conversation.status != Conversation.Status.OPEN:
         conversation.status = Conversation.Status.OPEN
         conversation.save(update_fields=["status"])
     return conversation

@@ -146,3 +146,19 @@ async def test_stock_client_events_are_accepted(alice):
     await peer.proves_alive()
     assert not any(isinstance(e, dict) and e["type"] == "error" for e in peer.seen)
     await peer.close()
+
+
+async def test_after_the_grace_period_a_new_session_starts_and_the_old_row_is_closed(inference_service):
+    await inference_service(disconnect_grace_s=0.5)
+    alice = await make_account("alice")
+    first, created = await ready_peer(alice)
+    await first.prime()
+    await first.close()
+    await asyncio.sleep(1.0)  # the grace period passes with no socket attached
+    second, fresh = await ready_peer(alice)
+    assert fresh["session"]["id"] != created["session"]["id"] and "resumed" not in fresh
+    old = await conversation(created["session"]["id"])
+    assert (old.status, old.close_reason) == (Conversation.Status.CLOSED, "superseded") and old.ended_at
+    assert (await conversation(fresh["session"]["id"])).status == Conversation.Status.OPEN
+    await second.proves_alive()
+    await second.close()
