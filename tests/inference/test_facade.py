@@ -6,7 +6,6 @@ import asyncio
 import threading
 
 import pytest
-from event_helpers import EventReader, pcm16_frame, send_frames
 
 from inference import api
 from inference.contracts import (
@@ -26,6 +25,7 @@ from inference.contracts import (
     VoiceRef,
 )
 from inference.engines.echo import EchoEngine
+from tests.inference.event_helpers import EventReader, pcm16_frame, send_frames
 
 
 async def open_ready(user: str, **kwargs) -> tuple[object, EventReader, Ready]:

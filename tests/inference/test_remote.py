@@ -12,10 +12,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from event_helpers import EventReader, pcm16_frame, send_frames
 
 from inference import api, wire
 from inference.contracts import AudioOut, Closed, ParleyError, Prefill, Ready, Replaced, SessionRequest, TextOut
+from tests.inference.event_helpers import EventReader, pcm16_frame, send_frames
 
 ROOT = Path(__file__).resolve().parents[2]
 

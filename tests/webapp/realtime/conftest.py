@@ -1,7 +1,8 @@
 """Fixtures of the realtime consumer tests."""
 
 import pytest
-from realtime_helpers import Account, make_account
+
+from tests.webapp.realtime.realtime_helpers import Account, make_account
 
 
 @pytest.fixture

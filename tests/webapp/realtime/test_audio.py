@@ -4,7 +4,8 @@ import re
 
 import numpy as np
 import pytest
-from realtime_helpers import FRAME, assert_echo, from_pcm16, ready_peer, to_pcm16, tone
+
+from tests.webapp.realtime.realtime_helpers import FRAME, assert_echo, from_pcm16, ready_peer, to_pcm16, tone
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,7 +1,8 @@
 """Authentication and origin rules of the /v1/realtime handshake, and session.created."""
 
 import pytest
-from realtime_helpers import ALLOWED_ORIGIN, open_peer, ready_peer, session_cookie_for
+
+from tests.webapp.realtime.realtime_helpers import ALLOWED_ORIGIN, open_peer, ready_peer, session_cookie_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 from channels.db import database_sync_to_async
-from realtime_helpers import FRAME, make_account, open_peer, ready_peer, to_pcm16, tone
 
+from tests.webapp.realtime.realtime_helpers import FRAME, make_account, open_peer, ready_peer, to_pcm16, tone
 from webapp.conversations.models import Conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)

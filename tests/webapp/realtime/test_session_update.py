@@ -2,8 +2,8 @@
 
 import pytest
 from channels.db import database_sync_to_async
-from realtime_helpers import ready_peer
 
+from tests.webapp.realtime.realtime_helpers import ready_peer
 from webapp.personas.models import Persona, Voice
 
 pytestmark = pytest.mark.django_db(transaction=True)

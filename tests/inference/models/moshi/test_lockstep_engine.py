@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
-from moshi_lm_helpers import PERSONAPLEX_DATA
 
 from inference.config import InferenceConfig
 from inference.engines.base import EngineError, SlotConfig, SlotInput, VoiceRef
@@ -19,6 +18,7 @@ from inference.models.moshi.mimi import MimiConfig, load_mimi
 from inference.models.moshi.personaplex import DEFAULT_PERSONA, persona_tokens
 from inference.models.moshi.replay import replay
 from inference.models.moshi.text import TextDetokenizer
+from tests.inference.models.moshi.moshi_lm_helpers import PERSONAPLEX_DATA
 
 GOLDEN = json.loads((PERSONAPLEX_DATA / "golden.json").read_text())
 

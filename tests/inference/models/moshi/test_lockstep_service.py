@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
-from moshi_lm_helpers import PERSONAPLEX_DATA
 
 from inference import api
 from inference.contracts import AudioOut, Prefill, Ready, SessionRequest, TextOut, VoiceRef
+from tests.inference.models.moshi.moshi_lm_helpers import PERSONAPLEX_DATA
 
 
 async def test_personaplex_session_prefills_then_talks():

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from moshi_lm_helpers import make_lm_dir, user_codes
 
 from inference.models.moshi.config import read_checkpoint_dir
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
 from inference.models.moshi.loading import load_lm
 from inference.models.moshi.replay import live_steps
+from tests.inference.models.moshi.moshi_lm_helpers import make_lm_dir, user_codes
 
 T = 90
 

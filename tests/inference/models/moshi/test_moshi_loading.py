@@ -6,12 +6,12 @@ import json
 
 import pytest
 import torch
-from moshi_lm_helpers import make_lm_dir
 from safetensors.torch import load_file, save_file
 
 from inference.models.moshi.config import CheckpointError, LMConfig, read_checkpoint_dir
 from inference.models.moshi.loading import load_lm
 from inference.models.moshi.make_checkpoint import random_lm_state_dict
+from tests.inference.models.moshi.moshi_lm_helpers import make_lm_dir
 
 
 @pytest.fixture

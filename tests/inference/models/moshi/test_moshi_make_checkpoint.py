@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
-from moshi_lm_helpers import ROOT, run_reference, user_codes
 
 from inference.models.moshi.config import read_checkpoint_dir
 from inference.models.moshi.mimi import MimiConfig, load_mimi
 from inference.models.moshi.replay import replay
+from tests.inference.models.moshi.moshi_lm_helpers import ROOT, run_reference, user_codes
 
 
 def make(preset: str, out, seed: int):

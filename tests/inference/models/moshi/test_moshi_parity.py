@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from moshi_lm_helpers import make_lm_dir, run_reference, user_codes
 
 from inference.models.moshi.config import read_checkpoint_dir
 from inference.models.moshi.replay import replay
+from tests.inference.models.moshi.moshi_lm_helpers import make_lm_dir, run_reference, user_codes
 
 pytestmark = pytest.mark.reference
 

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
-from moshi_lm_helpers import PERSONAPLEX_DATA, ROOT
 
 from inference.models.moshi.config import read_checkpoint_dir
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
@@ -30,6 +29,7 @@ from inference.models.moshi.personaplex import (
 )
 from inference.models.moshi.replay import live_steps, replay, run_prefill
 from inference.models.moshi.text import TextDetokenizer
+from tests.inference.models.moshi.moshi_lm_helpers import PERSONAPLEX_DATA, ROOT
 
 DATA = PERSONAPLEX_DATA
 GOLDEN = json.loads((DATA / "golden.json").read_text())
