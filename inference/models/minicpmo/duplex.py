@@ -168,8 +168,9 @@ class DuplexRunner:
 
     def prompt_ids(self, system_prompt: str) -> tuple[list[int], list[int]]:
         """The two prepare token lists around the reference-audio embeddings."""
-        prefix = self.tok.encode(f"<|im_start|>system\n{system_prompt}\n<|audio_start|>", add_special_tokens=False)
-        return list(prefix), [self.ids.audio_end, self.ids.im_end]
+        # The persona is user text: control tokens spelled inside it stay plain text, never specials.
+        body = self.tok.encode(f"system\n{system_prompt}\n", add_special_tokens=False, split_special_tokens=True)
+        return [self.ids.im_start, *body, self.ids.audio_start], [self.ids.audio_end, self.ids.im_end]
 
     def new_session(self) -> DuplexSession:
         """An empty session (call ``prepare`` next)."""
