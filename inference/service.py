@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -43,7 +44,11 @@ class InferenceService:
     def __init__(self, config: InferenceConfig, engine: Engine | None = None, *, warmed: bool = False):
         self.config = config
         self.engine = engine if engine is not None else build_engine(config)
-        self.capabilities: EngineCapabilities = self.engine.capabilities
+        # Clients see the engine's capabilities plus this service's limits (spec: capabilities.max_session_s).
+        engine_caps = self.engine.capabilities
+        self.capabilities: EngineCapabilities = dataclasses.replace(
+            engine_caps, extra={**engine_caps.extra, "max_session_s": config.max_session_s}
+        )
         self.warmed = warmed
         self.loop: asyncio.AbstractEventLoop | None = None
         self.worker: EngineWorker = None  # type: ignore[assignment]  # set by start()

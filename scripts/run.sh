@@ -20,4 +20,6 @@ fi
 
 $PY manage.py migrate --noinput -v 0
 $PY manage.py bootstrap --url "http://$HOST:$PORT/"
-exec .venv/bin/daphne -b "$HOST" -p "$PORT" webapp.asgi:application
+# Above the 1 MiB event limit, so oversized events get event_too_large instead of a 1009 close.
+exec .venv/bin/daphne -b "$HOST" -p "$PORT" --websocket-max-message-size 4194304 --websocket-max-frame-size 4194304 \
+  webapp.asgi:application

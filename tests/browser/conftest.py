@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.live_server import run_live_server
+
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # Words long enough that the looping fake microphone is mostly speech, with natural short gaps.
 FAKE_MIC_TEXT = "hello, how are you today? I would like to talk about the weather and the news."
@@ -96,18 +98,6 @@ def screenshot_dir() -> Path | None:
     return path
 
 
-@pytest.fixture(scope="session")
-def django_db_modify_db_settings(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """A test database file of this session's own: a unit-test run at the same time (CI, a
-    developer's second terminal) would otherwise create and destroy the same var/test_db.sqlite3
-    under the live server's feet."""
-    from django.conf import settings
-
-    database = settings.DATABASES["default"]
-    if database["ENGINE"] == "django.db.backends.sqlite3":
-        database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "browser_test_db.sqlite3")
-
-
 # The inference service runs inside the live server process and reads PARLEY_* at start.
 # Two slots make the queue reachable with three callers; a simulated prefill makes the progress
 # bar observable; a short grace frees slots of tests that failed half-way before the next test.
@@ -123,23 +113,7 @@ LIVE_SERVER_ENV = {
 
 
 @pytest.fixture(scope="session")
-def _live_server_forking(django_db_setup, django_db_blocker):
-    """Prepare the parent for the fork of the daphne live server (see the override below)."""
-    saved = {name: os.environ.get(name) for name in LIVE_SERVER_ENV}
-    os.environ.update(LIVE_SERVER_ENV)
-    # The child inherits pytest-django's database blocker: forked while blocked, every login in
-    # the server fails. Unblock around the fork only.
-    django_db_blocker.unblock()
-    yield django_db_blocker
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-
-
-@pytest.fixture(scope="session")
-def channels_live_server(_live_server_forking, channels_live_server):
-    """The shared daphne live server (tests/conftest.py), forked with the settings above."""
-    _live_server_forking.restore()
-    return channels_live_server
+def channels_live_server(django_db_setup, django_db_blocker):
+    """The browser suite's daphne live server, with the inference settings above."""
+    with run_live_server(django_db_blocker, LIVE_SERVER_ENV) as server:
+        yield server

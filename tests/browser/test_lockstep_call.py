@@ -10,15 +10,12 @@ Browser tests run in their own pytest invocation: ``pytest -m browser tests/brow
 
 from __future__ import annotations
 
-import os
-from functools import partial
-from types import SimpleNamespace
-
 import pytest
 from playwright.sync_api import expect
 
 from inference.models.moshi.make_checkpoint import make_checkpoint
 from tests.browser.pages import hooks, login, open_call_page, wait_for, wait_for_state
+from tests.live_server import run_live_server
 
 pytestmark = pytest.mark.browser
 
@@ -28,10 +25,6 @@ START_TIMEOUT_MS = 90_000
 @pytest.fixture(scope="module")
 def lockstep_live_server(tmp_path_factory, django_db_setup, django_db_blocker):
     """A daphne live server whose inference service runs the lockstep engine on a tiny checkpoint."""
-    from channels.testing.live import make_application, set_database_connection
-    from daphne.testing import DaphneProcess
-    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-
     checkpoint = make_checkpoint("tiny-personaplex", tmp_path_factory.mktemp("lockstep-browser") / "ckpt", 0)
     env = {
         "PARLEY_ENGINE": "personaplex",
@@ -40,25 +33,8 @@ def lockstep_live_server(tmp_path_factory, django_db_setup, django_db_blocker):
         "PARLEY_SLOTS": "2",
         "PARLEY_DISCONNECT_GRACE_S": "10",
     }
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    proc = DaphneProcess(
-        "127.0.0.1", partial(make_application, static_wrapper=ASGIStaticFilesHandler), setup=set_database_connection
-    )
-    try:
-        with django_db_blocker.unblock():  # the forked child inherits the unblocked state
-            proc.start()
-        if not proc.ready.wait(timeout=30):
-            raise RuntimeError("the daphne live server did not start within 30 s")
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-    yield SimpleNamespace(url=f"http://127.0.0.1:{proc.port.value}")
-    proc.terminate()
-    proc.join(timeout=10)
+    with run_live_server(django_db_blocker, env) as server:
+        yield server
 
 
 def test_browser_call_on_the_lockstep_engine(lockstep_live_server, browser, make_user):  # noqa: F811
