@@ -1,6 +1,6 @@
-"""Benchmark and sanity-check the native Mimi on a CUDA device (not collected by pytest; run by hand).
+"""Benchmark and sanity-check the native Mimi on a CUDA device (run by hand on a GPU machine).
 
-    .venv/bin/python tests/inference/models/mimi/bench_mimi_gpu.py --out mimi_gpu.json
+    .venv/bin/python bench/mimi_gpu.py --out mimi_gpu.json
 
 Full-size (published) config with random weights, fp32, TF32 off. Reports, per batch size: eager ms per
 encode_step / decode_step, CUDA-graphed ms for one encode+decode tick, and checks on the device that streaming
