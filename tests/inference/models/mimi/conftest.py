@@ -1,6 +1,6 @@
 """Fixtures for the Mimi codec tests: the golden tiny Mimi, a second random tiny Mimi, test audio, reference runs.
 
-Data: `tests/data/mimi/` holds the PersonaPlex golden pack's tiny Mimi (`mimi.safetensors`, `mimi_config.json`),
+Data: `tests/data/personaplex/` is the PersonaPlex golden pack: its `ckpt/` holds the tiny Mimi (`mimi.safetensors`, `mimi_config.json`),
 its `voice_prompt.wav` and the reference's codes for it. Everything else is generated in the test session.
 """
 
@@ -22,7 +22,7 @@ from inference.audio.loudness import normalize_loudness
 from inference.models.moshi.mimi import MimiCodec, MimiConfig, load_mimi, random_mimi_state_dict
 
 REPO = Path(__file__).resolve().parents[4]
-DATA = REPO / "tests" / "data" / "mimi"
+DATA = REPO / "tests" / "data" / "personaplex"
 REF_PYTHON = REPO / ".venv-moshi-ref" / "bin" / "python"
 REF_RUNNER = Path(__file__).with_name("mimi_ref_runner.py")
 FRAME = 1920
@@ -41,12 +41,12 @@ def _single_thread():
 
 @pytest.fixture(scope="session")
 def tiny_config() -> MimiConfig:
-    return MimiConfig.from_dict(json.loads((DATA / "mimi_config.json").read_text()))
+    return MimiConfig.from_dict(json.loads((DATA / "ckpt" / "mimi_config.json").read_text()))
 
 
 @pytest.fixture(scope="session")
 def golden_codec(tiny_config) -> MimiCodec:
-    return load_mimi(DATA / "mimi.safetensors", tiny_config, num_codebooks=8)
+    return load_mimi(DATA / "ckpt" / "mimi.safetensors", tiny_config, num_codebooks=8)
 
 
 @pytest.fixture(scope="session")
@@ -117,7 +117,7 @@ def run_reference(weights: Path, config: MimiConfig, pcm: torch.Tensor, codes: t
 @pytest.fixture(scope="session")
 def golden_reference(tmp_path_factory, tiny_config, test_audio, random_codes) -> dict:
     workdir = tmp_path_factory.mktemp("ref_golden")
-    return run_reference(DATA / "mimi.safetensors", tiny_config, test_audio, random_codes, workdir)
+    return run_reference(DATA / "ckpt" / "mimi.safetensors", tiny_config, test_audio, random_codes, workdir)
 
 
 @pytest.fixture(scope="session")

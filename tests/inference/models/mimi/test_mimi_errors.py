@@ -13,14 +13,14 @@ from safetensors.torch import load_file, save_file
 from inference.models.moshi.mimi import MimiCodec, MimiConfig, MimiConfigError, MimiInputError, load_mimi
 from inference.models.moshi.mimi_loading import MimiLoadError
 
-DATA = Path(__file__).resolve().parents[4] / "tests" / "data" / "mimi"
+DATA = Path(__file__).resolve().parents[4] / "tests" / "data" / "personaplex"
 FRAME = 1920
 SOME_KEY = "decoder_transformer.transformer.layers.1.linear2.weight"
 
 
 @pytest.fixture(scope="module")
 def golden_state() -> dict[str, torch.Tensor]:
-    return load_file(str(DATA / "mimi.safetensors"))
+    return load_file(str(DATA / "ckpt" / "mimi.safetensors"))
 
 
 def save(tmp_path: Path, state: dict[str, torch.Tensor], name: str = "mimi.safetensors") -> Path:
@@ -65,12 +65,12 @@ def test_config_that_does_not_fit_the_file_names_the_first_mismatch(tiny_config)
     bigger = copy.deepcopy(tiny_config)
     bigger.transformer.dim_feedforward = 256
     with pytest.raises(MimiLoadError, match=r"linear1.weight' has shape \[128, 64\], the config expects \[256, 64\]"):
-        load_mimi(DATA / "mimi.safetensors", bigger)
+        load_mimi(DATA / "ckpt" / "mimi.safetensors", bigger)
 
 
 def test_truncated_file_names_the_file(tmp_path, tiny_config):
     path = tmp_path / "truncated.safetensors"
-    data = (DATA / "mimi.safetensors").read_bytes()
+    data = (DATA / "ckpt" / "mimi.safetensors").read_bytes()
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(MimiLoadError, match=r"truncated.safetensors.*not a readable safetensors file"):
         load_mimi(path, tiny_config)
@@ -94,7 +94,7 @@ def test_unknown_layout_is_refused(tmp_path, tiny_config):
 
 
 def test_transformers_layout_with_a_missing_projection_names_it(tmp_path, tiny_config, kyutai_to_hf):
-    hf = kyutai_to_hf(load_file(str(DATA / "mimi.safetensors")), tiny_config.transformer.num_heads)
+    hf = kyutai_to_hf(load_file(str(DATA / "ckpt" / "mimi.safetensors")), tiny_config.transformer.num_heads)
     del hf["encoder_transformer.layers.1.self_attn.v_proj.weight"]
     with pytest.raises(MimiLoadError, match=r"encoder_transformer.transformer.layers.1.self_attn.v_proj.weight"):
         load_mimi(save(tmp_path, hf), tiny_config)
@@ -104,7 +104,7 @@ def test_transformers_layout_with_a_missing_projection_names_it(tmp_path, tiny_c
 
 
 def golden_config_dict() -> dict:
-    return json.loads((DATA / "mimi_config.json").read_text())
+    return json.loads((DATA / "ckpt" / "mimi_config.json").read_text())
 
 
 def test_config_round_trips_and_knows_the_published_mimi():

@@ -12,7 +12,7 @@ import torch
 
 from inference.audio.loudness import LoudnessError, integrated_loudness, normalize_loudness
 
-DATA = Path(__file__).resolve().parents[4] / "tests" / "data" / "mimi"
+DATA = Path(__file__).resolve().parents[4] / "tests" / "data" / "personaplex"
 FRAME = 1920
 
 

@@ -18,7 +18,7 @@ import torch
 from inference.models.moshi.mimi import MimiCodec, MimiConfig
 
 REPO = Path(__file__).resolve().parents[4]
-DATA = REPO / "tests" / "data" / "mimi"
+DATA = REPO / "tests" / "data" / "personaplex"
 
 pytestmark = pytest.mark.reference
 
@@ -112,7 +112,7 @@ def test_long_stream_past_the_attention_window_matches_the_reference(
     frames = 140
     pcm = torch.from_numpy(chirp(frames * FRAME, seed=11))[None, None]
     codes = torch.randint(0, 2048, (1, 8, frames), generator=torch.Generator().manual_seed(1))
-    ref = reference(DATA / "mimi.safetensors", tiny_config, pcm, codes, tmp_path)
+    ref = reference(DATA / "ckpt" / "mimi.safetensors", tiny_config, pcm, codes, tmp_path)
     assert torch.equal(stream_encode(golden_codec, pcm), ref["codes_stream"])
     torch.testing.assert_close(stream_decode(golden_codec, codes), ref["pcm_stream"], rtol=0, atol=1e-4)
     assert ref["pcm_stream"].abs().max() > 1e-2

@@ -10,7 +10,7 @@ import torch
 from inference.models.moshi.mimi import MimiCodec, MimiConfigError, load_mimi
 
 FRAME = 1920
-DATA = Path(__file__).resolve().parents[4] / "tests" / "data" / "mimi"
+DATA = Path(__file__).resolve().parents[4] / "tests" / "data" / "personaplex"
 
 
 def stream_encode(codec: MimiCodec, pcm: torch.Tensor, state=None) -> torch.Tensor:
@@ -108,13 +108,13 @@ def test_reset_of_one_side_keeps_the_other(golden_codec, test_audio):
 
 
 def test_fewer_codebooks_give_the_leading_codes(golden_codec, test_audio, tiny_config):
-    codec4 = load_mimi(DATA / "mimi.safetensors", tiny_config, num_codebooks=4)
+    codec4 = load_mimi(DATA / "ckpt" / "mimi.safetensors", tiny_config, num_codebooks=4)
     assert codec4.num_codebooks == 4
     codes4 = stream_encode(codec4, test_audio)
     assert torch.equal(codes4, golden_codec.encode(test_audio)[:, :4])
     pcm = stream_decode(codec4, codes4)
     torch.testing.assert_close(pcm, codec4.decode(codes4), rtol=0, atol=1e-4)
-    all16 = load_mimi(DATA / "mimi.safetensors", tiny_config, num_codebooks=16).encode(test_audio)
+    all16 = load_mimi(DATA / "ckpt" / "mimi.safetensors", tiny_config, num_codebooks=16).encode(test_audio)
     assert all16.shape == (2, 16, 28) and torch.equal(all16[:, :8], golden_codec.encode(test_audio))
 
 
