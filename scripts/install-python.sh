@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Python environments. .venv holds the app (and the test tools with `test`); .venv-moshi-ref holds the
 # reference implementation moshi 0.2.13 that the parity tests compare against. moshi pins an older torch,
-# so it gets its own venv, installed without its dependency pins (see docs/architecture.md).
+# so it gets its own venv, installed without its dependency pins (moshi 0.2.13 declares torch<2.10 but runs on 2.13).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

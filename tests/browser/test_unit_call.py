@@ -10,18 +10,17 @@ This module starts its own daphne live server (the shared one runs the echo engi
 
 from __future__ import annotations
 
-import os
-from functools import partial
-from types import SimpleNamespace
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.browser.pages import hooks, login, open_call_page, wait_for, wait_for_state
+from tests.live_server import run_live_server
 
 pytestmark = pytest.mark.browser
 
-DATA_DIR = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "minicpmo45"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "minicpmo45"
 # Loading and warming the model in the server's worker comes before the first unit.
 START_TIMEOUT_MS = 90_000
 UNIT_TIMEOUT_MS = 30_000
@@ -30,38 +29,18 @@ UNIT_TIMEOUT_MS = 30_000
 @pytest.fixture(scope="module")
 def unit_live_server(tmp_path_factory, django_db_setup, django_db_blocker):
     """A daphne live server whose inference service runs the unit engine on a tiny checkpoint."""
-    from channels.testing.live import make_application, set_database_connection
-    from daphne.testing import DaphneProcess
-    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-
     from inference.models.minicpmo.fill import make_checkpoint
 
     checkpoint = make_checkpoint(tmp_path_factory.mktemp("minicpmo-browser"), data_dir=DATA_DIR)
     env = {
         "PARLEY_ENGINE": "minicpmo",
         "PARLEY_CHECKPOINT": str(checkpoint),
+        "PARLEY_INFERENCE_URL": "",
         "PARLEY_SLOTS": "2",
         "PARLEY_DISCONNECT_GRACE_S": "10",
     }
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    proc = DaphneProcess(
-        "127.0.0.1", partial(make_application, static_wrapper=ASGIStaticFilesHandler), setup=set_database_connection
-    )
-    try:
-        with django_db_blocker.unblock():  # the forked child inherits the unblocked state
-            proc.start()
-        if not proc.ready.wait(timeout=30):
-            raise RuntimeError("the daphne live server did not start within 30 s")
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-    yield SimpleNamespace(url=f"http://127.0.0.1:{proc.port.value}")
-    proc.terminate()
-    proc.join(timeout=10)
+    with run_live_server(django_db_blocker, env) as server:
+        yield server
 
 
 def _start(page, url: str, username: str, make_user) -> None:
