@@ -211,6 +211,13 @@ class FastLockstep:
         rows = pad_to or n
         if not 0 < n <= rows <= self.max_rows:
             raise ValueError(f"{n} rows do not fit a bucket of {rows} (max {self.max_rows})")
+        K = self.config.num_codebooks
+        if tuple(forced.shape) != (n, K) or tuple(forced_mask.shape) != (n, K):
+            raise ValueError(
+                f"forced and forced_mask must be [{n}, {K}], got {tuple(forced.shape)}, {tuple(forced_mask.shape)}"
+            )
+        if not slot_ids.is_cuda:  # host inputs are checked here; a bad index inside a graph would kill the context
+            self._check_host_rows(slot_ids, forced, forced_mask)
         b = self.buffers
         b.slot_ids[:n].copy_(slot_ids, non_blocking=True)
         b.slot_ids[n:rows].fill_(self.scratch_slot)
@@ -224,6 +231,16 @@ class FastLockstep:
         else:
             b.use_embeddings[:rows].fill_(False)
         return rows
+
+    def _check_host_rows(self, slot_ids: torch.Tensor, forced: torch.Tensor, forced_mask: torch.Tensor) -> None:
+        c = self.config
+        ids = slot_ids.tolist()
+        if any(not 0 <= s < self.num_slots for s in ids) or len(set(ids)) != len(ids):
+            raise ValueError(f"slot ids must be distinct and in 0..{self.num_slots - 1}, got {ids}")
+        limit = torch.tensor([c.text_card] + [c.card] * c.n_q).view(1, -1)
+        bad = forced_mask.cpu() & ((forced.cpu() < 0) | (forced.cpu() > limit))
+        if bool(bad.any()):
+            raise ValueError("forced tokens out of range (text 0..text_card, audio 0..card)")
 
     def step_eager(self, slot_ids, forced, forced_mask, embeddings=None, use_embeddings=None):
         """Run one tick without graphs; returns (tokens [n, 1 + dep_q], valid [n]) views of the buffers."""

@@ -119,8 +119,18 @@ def test_out_of_range_slots_and_oversized_batches_are_refused(tiny):
     with pytest.raises(ValueError):
         ls.restore_token_cache(0, torch.zeros(3, 3, dtype=torch.long))
     K = lm.config.num_codebooks
+    zeros, none = torch.zeros(1, K, dtype=torch.long), torch.zeros(1, K, dtype=torch.bool)
     with pytest.raises(ValueError):
         ls.load_rows(torch.arange(3), torch.zeros(3, K, dtype=torch.long), torch.zeros(3, K, dtype=torch.bool))
+    with pytest.raises(ValueError):  # slot 2 does not exist (2 slots)
+        ls.step_eager(torch.tensor([2]), zeros, none)
+    with pytest.raises(ValueError):  # the same slot twice in one tick
+        ls.step_eager(torch.tensor([0, 0]), zeros.expand(2, K), none.expand(2, K))
+    with pytest.raises(ValueError):  # wrong shape
+        ls.step_eager(torch.tensor([0]), torch.zeros(1, 3, dtype=torch.long), none)
+    with pytest.raises(ValueError):  # an audio code past the codebook (forced)
+        ls.step_eager(torch.tensor([0]), zeros + 5000, ~none)
+    ls.step_eager(torch.tensor([0]), zeros + 5000, none)  # not forced: ignored
 
 
 def test_fp8_quantisation_error_and_windowed_attention_reads_only_filled_entries():
