@@ -1,17 +1,20 @@
 """The lockstep engine: Moshi / PersonaPlex sessions as slots of one batch, one 80 ms frame per tick.
 
-Each tick: batched Mimi encode of the live slots' audio -> one ``LockstepGen.step`` over all slots (live slots
-forced with their user codes, joining slots with their next prefill frame, everyone else frozen by the
-execution mask) -> batched Mimi decode of the agent codes. A joining PersonaPlex slot's prefill (voice prompt,
-persona) rides along in the shared step, plus extra prefill-only steps while the tick stays within
-``prefill_budget_ms``, so it never stalls the slots already talking for more than that budget.
+Each tick is one backend pass over the active slots (``lockstep_backends``): batched Mimi encode of the live
+slots' audio -> one LM step (live slots forced with their user codes, joining slots with their next prefill
+frame; every other slot frozen) -> batched Mimi decode of the agent codes. A joining PersonaPlex slot's prefill
+(voice prompt, persona) rides along in the shared pass, plus extra prefill-only passes while the tick stays
+within ``prefill_budget_ms``, so it never stalls the slots already talking for more than that budget.
+
+This module decides what a tick does; the backend (eager ``LockstepGen`` on CPU, the graphed fast path on CUDA,
+chosen in ``lockstep_backends.choose_backend``) does the device work.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,12 +30,12 @@ from inference.engines.base import (
     SlotInput,
     SlotOutput,
 )
+from inference.engines.lockstep_backends import BACKENDS, LockstepBackend, StepRows, choose_backend
 from inference.models.moshi.config import CheckpointError, CheckpointInfo, read_checkpoint_dir
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
 from inference.models.moshi.personaplex import (
     DEFAULT_PERSONA,
     MAX_VOICE_FRAMES,
-    SILENCE_TOKENS,
     PrefillFrame,
     VoicePromptError,
     build_prefill,
@@ -75,8 +78,10 @@ class LockstepEngine(Engine):
         device: torch device string.
         dtype: ``float32`` or ``bfloat16`` for the LM (Mimi runs in float32).
         greedy: argmax decoding instead of the checkpoint's sampling defaults.
-        prefill_budget_ms: a tick may spend up to this long on extra prefill-only steps.
+        prefill_budget_ms: a tick may spend up to this long (from its start) on extra prefill-only passes.
         seed: sampling RNG seed.
+        backend: ``auto`` (the fast path on CUDA, eager on CPU), ``eager`` or ``fast``.
+        kv_fp8: fast path KV rings in fp8; None means on for bfloat16 on CUDA.
     """
 
     def __init__(
@@ -89,11 +94,15 @@ class LockstepEngine(Engine):
         greedy: bool = False,
         prefill_budget_ms: float = 30.0,
         seed: int = 0,
+        backend: str = "auto",
+        kv_fp8: bool | None = None,
     ):
         if num_slots < 1:
             raise EngineError("num_slots must be >= 1")
         if dtype not in DTYPES:
             raise EngineError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        if backend not in BACKENDS:
+            raise EngineError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         try:
             self.info: CheckpointInfo = read_checkpoint_dir(checkpoint)
         except CheckpointError as exc:
@@ -104,9 +113,12 @@ class LockstepEngine(Engine):
         self.greedy = greedy
         self.prefill_budget_ms = prefill_budget_ms
         self.seed = seed
+        self.requested_backend = backend
+        self.kv_fp8 = kv_fp8
         self.capabilities = self._capabilities()
         self._slots: dict[int, _Slot] = {}
-        self.gen: LockstepGen | None = None
+        self.backend: LockstepBackend | None = None
+        self._prefill_pass_ms = 0.0  # measured cost of one prefill-only pass (warm-up, then every such pass)
 
     @classmethod
     def from_config(cls, config) -> LockstepEngine:  # config: inference.config.InferenceConfig
@@ -114,6 +126,18 @@ class LockstepEngine(Engine):
         if config.checkpoint is None:
             raise EngineError("the lockstep engine needs PARLEY_CHECKPOINT (a Moshi / PersonaPlex checkpoint dir)")
         return cls(Path(config.checkpoint), config.slots, device=config.device, dtype=config.dtype)
+
+    @property
+    def gen(self) -> LockstepGen | None:
+        """The eager backend's generation state (None before warm-up or on the fast path)."""
+        return getattr(self.backend, "gen", None)
+
+    @property
+    def codec(self):
+        """The Mimi codec (after warm-up)."""
+        if self.backend is None:
+            raise EngineError("the codec is loaded by warmup()")
+        return self.backend.codec
 
     def _capabilities(self) -> EngineCapabilities:
         lm = self.info.lm
@@ -136,7 +160,7 @@ class LockstepEngine(Engine):
     # ---- lifecycle -------------------------------------------------------------------------------
 
     def warmup(self, progress: ProgressFn | None = None) -> None:
-        """Load the LM, Mimi and tokenizer, then run two throw-away ticks over every slot."""
+        """Load the LM, Mimi and tokenizer, build the backend and warm it (graphs captured on CUDA)."""
         import sentencepiece as spm
 
         from inference.models.moshi.loading import load_lm
@@ -153,44 +177,44 @@ class LockstepEngine(Engine):
             lm = load_lm(info.moshi_weights, info.lm, device=self.device, dtype=self.dtype)
             report(0.5, "loading Mimi")
             mimi_config = MimiConfig.from_dict(info.mimi_config) if info.mimi_config else MimiConfig.kyutai_default()
-            self.codec = load_mimi(info.mimi_weights, mimi_config, num_codebooks=8, device=self.device)
+            codec = load_mimi(info.mimi_weights, mimi_config, num_codebooks=8, device=self.device)
             self.tokenizer = spm.SentencePieceProcessor(model_file=str(info.tokenizer))
         except (CheckpointError, MimiLoadError, OSError, RuntimeError) as exc:
             raise EngineError(f"cannot load {info.directory}: {exc}") from exc
         self.detokenizer = TextDetokenizer(self.tokenizer)
         sampling = SamplingConfig.from_lm_gen_config(info.lm_gen_config, greedy=self.greedy)
-        generator = torch.Generator(device=self.device).manual_seed(self.seed)
-        self.gen = LockstepGen(lm, self.num_slots, sampling, generator)
-        self.mimi_state = self.codec.init_stream(self.num_slots)
-        B, K = self.num_slots, info.lm.num_codebooks
-        self._user_mask = torch.zeros(B, K, dtype=torch.bool, device=self.device)
-        self._user_mask[:, K - 8 :] = True
-        self._silence_codes = torch.tensor(SILENCE_TOKENS, device=self.device).view(1, 8).expand(B, 8)
-        report(0.8, "warming up the step")
-        everyone = torch.ones(B, dtype=torch.bool, device=self.device)
-        for _ in range(2):
-            codes = self.codec.encode_step(torch.zeros(B, 1, FRAME_SAMPLES, device=self.device), self.mimi_state)
-            forced = torch.zeros(B, K, dtype=torch.long, device=self.device)
-            forced[:, K - 8 :] = codes[:, :, 0]
-            out = self.gen.step(forced, self._user_mask, everyone)
-            self.codec.decode_step(
-                self._agent_codes(out.tokens, out.valid)[:, :, None], self.mimi_state, validate=False
-            )
-        self.gen.reset(everyone)
-        self.mimi_state.reset(everyone.cpu())
+        backend = choose_backend(
+            self.requested_backend, lm, codec, self.num_slots, sampling, kv_fp8=self.kv_fp8, seed=self.seed
+        )
+        report(0.7, f"warming up the {backend.name} step")
+        backend.warmup()
+        self._prefill_pass_ms = self._time_prefill_pass(backend)
+        self.backend = backend
         if info.demo_weights:
             logger.warning("lockstep.demo_weights %s", DEMO_NOTICE)
-        report(1.0, f"{self.capabilities.engine} ready")
+        logger.info("lockstep.ready", extra={"backend": backend.name, "prefill_pass_ms": self._prefill_pass_ms})
+        report(1.0, f"{self.capabilities.engine} ready ({backend.name} path)")
+
+    def _time_prefill_pass(self, backend: LockstepBackend) -> float:
+        """Time a one-row prefill-like pass on slot 0 (the first budget estimate), then reset slot 0."""
+        K = self.info.lm.num_codebooks
+        rows = StepRows([0], torch.zeros(1, K, dtype=torch.long), torch.zeros(1, K, dtype=torch.bool))
+        backend.step(rows)
+        started = time.perf_counter()
+        backend.step(rows)
+        elapsed = (time.perf_counter() - started) * 1000.0
+        backend.reset_slot(0)
+        return elapsed
 
     def open_slot(self, slot: int, config: SlotConfig) -> None:
         """Reset the slot's rows and queue its prefill (PersonaPlex: voice prompt, persona; Moshi: none)."""
         self._check_slot(slot)
-        if self.gen is None:
+        if self.backend is None:
             raise EngineError("open_slot() before warmup()")
         if slot in self._slots:
             raise EngineError(f"slot {slot} is already open")
         prefill, total = self._make_prefill(config)
-        self._reset_rows([slot])
+        self.backend.reset_slot(slot)
         self._slots[slot] = _Slot(prefill=prefill, prefill_total=total)
 
     def close_slot(self, slot: int) -> None:
@@ -199,6 +223,7 @@ class LockstepEngine(Engine):
         self._slots.pop(slot, None)
 
     def _make_prefill(self, config: SlotConfig) -> tuple[Iterator[PrefillFrame] | None, int]:
+        assert self.backend is not None
         lm_config = self.info.lm
         if not lm_config.personaplex:
             return None, 0  # Moshiko has no system prompt: live from the first tick
@@ -214,14 +239,17 @@ class LockstepEngine(Engine):
                 if len(pcm) > MAX_VOICE_FRAMES * FRAME_SAMPLES:
                     raise VoicePromptError(f"{path}: voice prompt longer than {MAX_VOICE_FRAMES * FRAME_MS // 1000} s")
                 voice_count = max(0, -(-len(pcm) // FRAME_SAMPLES) - 1)
-                voice_iter = iter_voice_frames_from_pcm(self.codec, pcm, lm_config)
+                voice_iter = iter_voice_frames_from_pcm(self.backend.codec, pcm, lm_config)
             elif path is not None:
-                assert self.gen is not None
-                voice_frames = voice_frames_from_prompt(lm_config, load_voice_prompt(path, lm_config, self.gen.ct))
+                prompt = load_voice_prompt(path, lm_config, self.backend.ct)
+                voice_frames = voice_frames_from_prompt(lm_config, prompt)
                 voice_count = len(voice_frames)
             ids = persona_tokens(self.tokenizer, config.persona or DEFAULT_PERSONA)
         except ValueError as exc:  # VoicePromptError, AudioPrepError, LoudnessError, empty persona
             raise EngineError(f"cannot prepare the session: {exc}") from exc
+        if any(not 0 <= i < lm_config.text_card for i in ids):
+            # a tokenizer larger than the model's text vocabulary; inside a CUDA graph this would kill the context
+            raise EngineError(f"persona token ids must be below the model's text_card {lm_config.text_card}")
         rest = build_prefill(lm_config, voice=voice_frames, persona_ids=ids).frames
         frames: Iterator[PrefillFrame] = iter(rest) if voice_iter is None else _chain(voice_iter, rest)
         return frames, len(rest) + (voice_count if voice_iter is not None else 0)
@@ -230,53 +258,38 @@ class LockstepEngine(Engine):
 
     def step(self, inputs: Mapping[int, SlotInput]) -> dict[int, SlotOutput]:
         """One tick: live slots in ``inputs`` get a frame each; prefilling slots advance; others stay frozen."""
-        if self.gen is None:
+        if self.backend is None:
             raise EngineError("step() before warmup()")
         started = time.perf_counter()
-        B, K, dev = self.num_slots, self.info.lm.num_codebooks, self.device
         for slot in inputs:
             if slot not in self._slots:
                 raise EngineError(f"step() got input for slot {slot}, which is not open")
         live = [s for s in inputs if self._slots[s].live]
         prefilling = [s for s, st in self._slots.items() if not st.live]
-        outputs: dict[int, SlotOutput] = {}
-        forced = torch.zeros(B, K, dtype=torch.long)
-        mask = torch.zeros(B, K, dtype=torch.bool)
-        exec_mask = torch.zeros(B, dtype=torch.bool)
-        step_out = None
         # live slots left out of this tick (paused, detached): their codec rows must not move either
-        frozen = [s for s, st in self._slots.items() if st.live and s not in inputs]
-        saved = _save_rows(self.mimi_state, frozen) if live and frozen else None
+        frozen = [s for s, st in self._slots.items() if st.live and s not in inputs] if live else []
+        pcm = torch.from_numpy(np.stack([self._check_audio(s, inputs[s].audio) for s in live])) if live else None
+        outputs: dict[int, SlotOutput] = {}
+        # the joining slots' next prefill frame rides along in the live pass
+        result, finished = self._pass(live, prefilling, pcm, frozen)
         if live:
-            pcm = torch.zeros(B, 1, FRAME_SAMPLES)
-            for s in live:
-                pcm[s, 0] = torch.from_numpy(self._check_audio(s, inputs[s].audio))
-            codes = self.codec.encode_step(pcm.to(dev), self.mimi_state)[:, :, 0].cpu()  # [B, 8]
-            for s in live:
-                forced[s, K - 8 :], mask[s, K - 8 :], exec_mask[s] = codes[s], True, True
-        # the joining slots' next prefill frame rides along in the same batched step
-        finished = self._step_with_prefill(forced, mask, exec_mask, prefilling, live_in_step=bool(live))
-        if live:
-            step_out = self._last_out
-        # extra prefill-only steps while the tick has budget left
-        while prefilling and any(not self._slots[s].live for s in prefilling if s in self._slots):
+            assert result is not None and result.pcm is not None
+            pcm_out = result.pcm.numpy()
+            tokens = result.tokens[:, 0].tolist()
+            valid = result.valid.tolist()
+            for row, s in enumerate(live):
+                text = self.detokenizer.piece(tokens[row]) if valid[row] else ""
+                outputs[s] = SlotOutput(audio=pcm_out[row].astype(np.float32, copy=True), text=text)
+        # extra prefill-only passes while the tick has budget left
+        while any(s in self._slots and not self._slots[s].live for s in prefilling):
             elapsed_ms = (time.perf_counter() - started) * 1000.0
-            if elapsed_ms + self._last_step_ms > self.prefill_budget_ms:
+            if elapsed_ms + self._prefill_pass_ms > self.prefill_budget_ms:
                 break
-            zero = torch.zeros(B, K, dtype=torch.long)
-            finished += self._step_with_prefill(
-                zero, torch.zeros(B, K, dtype=torch.bool), torch.zeros(B, dtype=torch.bool), prefilling, False
-            )
-        if live and step_out is not None:
-            agent = self._agent_codes(step_out.tokens, step_out.valid)
-            pcm_out = self.codec.decode_step(agent[:, :, None], self.mimi_state, validate=False)[:, 0].cpu().numpy()
-            if saved is not None:
-                _restore_rows(self.mimi_state, saved)
-            tokens = step_out.tokens[:, 0].cpu().tolist()
-            valid = step_out.valid.cpu().tolist()
-            for s in live:
-                text = self.detokenizer.piece(tokens[s]) if valid[s] else ""
-                outputs[s] = SlotOutput(audio=pcm_out[s].astype(np.float32, copy=True), text=text)
+            t0 = time.perf_counter()
+            result, done = self._pass([], prefilling, None, [])
+            if result is not None:  # backend passes return once done on the device: this is the real cost
+                self._prefill_pass_ms = (time.perf_counter() - t0) * 1000.0
+            finished += done
         for s in prefilling:
             st = self._slots.get(s)
             if st is None:
@@ -288,12 +301,22 @@ class LockstepEngine(Engine):
                 outputs[s] = SlotOutput(audio=np.zeros(0, dtype=np.float32), prefilling=True, progress=progress)
         return outputs
 
-    def _step_with_prefill(self, forced, mask, exec_mask, prefilling: list[int], live_in_step: bool) -> list[int]:
-        """One batched LM step; prefilling slots contribute their next frame. Returns slots whose prefill ended."""
-        assert self.gen is not None
-        B, dim, dev = self.num_slots, self.info.lm.dim, self.device
-        embeddings = torch.zeros(B, 1, dim)
-        use_emb = torch.zeros(B, dtype=torch.bool)
+    def _pass(self, live: list[int], prefilling: list[int], pcm, frozen: Sequence[int]):
+        """One backend pass: ``live`` rows (user codes from ``pcm``) then each prefilling slot's next frame.
+
+        Returns (the pass's result or None when no row ran, slots whose prefill ended).
+        """
+        assert self.backend is not None
+        K, dim = self.info.lm.num_codebooks, self.info.lm.dim
+        slots = list(live)
+        forced = [torch.zeros(K, dtype=torch.long) for _ in live]
+        masks = []
+        for _ in live:
+            mask = torch.zeros(K, dtype=torch.bool)
+            mask[K - 8 :] = True
+            masks.append(mask)
+        embeddings = [torch.zeros(dim) for _ in live]
+        use_embeddings = [False for _ in live]
         restores: list[tuple[int, torch.Tensor]] = []
         finished: list[int] = []
         for s in prefilling:
@@ -304,45 +327,30 @@ class LockstepEngine(Engine):
             if frame is None:
                 finished.append(s)
                 continue
-            forced[s], mask[s], exec_mask[s] = frame.forced, frame.forced_mask, True
-            if frame.embedding is not None:
-                embeddings[s], use_emb[s] = frame.embedding, True
+            slots.append(s)
+            forced.append(frame.forced)
+            masks.append(frame.forced_mask)
+            embeddings.append(frame.embedding.reshape(dim) if frame.embedding is not None else torch.zeros(dim))
+            use_embeddings.append(frame.embedding is not None)
             if frame.restore_cache_after is not None:
                 restores.append((s, frame.restore_cache_after))
             st.prefill_done += 1
-        if bool(exec_mask.any()) or live_in_step:
-            t0 = time.perf_counter()
-            self._last_out = self.gen.step(
-                forced.to(dev), mask.to(dev), exec_mask.to(dev), embeddings.to(dev, self.dtype), use_emb.to(dev)
-            )
-            self._last_step_ms = (time.perf_counter() - t0) * 1000.0
+        result = None
+        if slots:
+            rows = StepRows(slots, torch.stack(forced), torch.stack(masks), num_live=len(live))
+            if any(use_embeddings):
+                rows.embeddings, rows.use_embeddings = torch.stack(embeddings), torch.tensor(use_embeddings)
+            result = self.backend.step(rows, pcm, frozen)
         for s, cache in restores:
-            self.gen.restore_token_cache(s, cache)
+            self.backend.restore_token_cache(s, cache)
         for s in finished:
             self._slots[s].live = True
             # the live audio starts from fresh codec streams, as the reference resets Mimi after the prompts
-            mask_rows = torch.zeros(B, dtype=torch.bool)
-            mask_rows[s] = True
-            self.mimi_state.reset(mask_rows)
-        return finished
-
-    _last_out = None
-    _last_step_ms = 0.0
+            # (after this tick's decode, so the first live frame meets a fresh decoder too)
+            self.backend.reset_codec(s)
+        return result, finished
 
     # ---- helpers ----------------------------------------------------------------------------------
-
-    def _agent_codes(self, tokens: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Agent codebooks 0..7 [B, 8]; rows without a valid frame, or holding non-codec ids, become silence."""
-        agent = tokens[:, 1:9]
-        ok = valid.view(-1, 1) & (agent >= 0) & (agent < self.codec.cardinality)
-        return torch.where(ok, agent, self._silence_codes.to(agent))
-
-    def _reset_rows(self, slots: list[int]) -> None:
-        assert self.gen is not None
-        mask = torch.zeros(self.num_slots, dtype=torch.bool)
-        mask[slots] = True
-        self.gen.reset(mask.to(self.device))
-        self.mimi_state.reset(mask)
 
     def _check_audio(self, slot: int, audio: np.ndarray) -> np.ndarray:
         if not isinstance(audio, np.ndarray) or audio.shape != (FRAME_SAMPLES,):
@@ -357,43 +365,9 @@ class LockstepEngine(Engine):
 
     def memory_snapshot(self) -> dict[str, float]:
         """KV ring and weight bytes of the LM."""
-        if self.gen is None:
+        if self.backend is None:
             return {}
-        kv = self.gen.kv.keys.numel() * self.gen.kv.keys.element_size() * 2
-        weights = sum(p.numel() * p.element_size() for p in self.gen.lm.parameters())
-        return {"lm_kv_bytes": float(kv), "lm_weight_bytes": float(weights)}
-
-
-def _state_tensors(obj, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor inside a codec stream state, with a stable path (the state is plain objects and lists)."""
-    if isinstance(obj, torch.Tensor):
-        yield path, obj
-    elif isinstance(obj, list | tuple):
-        for i, item in enumerate(obj):
-            yield from _state_tensors(item, f"{path}[{i}]")
-    elif hasattr(obj, "__dict__") and not isinstance(obj, torch.nn.Module):
-        for name, value in vars(obj).items():
-            yield from _state_tensors(value, f"{path}.{name}")
-
-
-def _save_rows(state, rows: list[int]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Copies of the given batch rows of every per-row tensor of a Mimi stream state.
-
-    Mimi has no execution mask, so a frozen slot's rows are saved before a batched codec call and put back
-    after it; the slot then resumes exactly where it paused.
-    """
-    B = state.batch_size
-    index = torch.tensor(rows, dtype=torch.long)
-    saved = {p: t[index.to(t.device)].clone() for p, t in _state_tensors(state) if t.dim() and t.shape[0] == B}
-    return index, saved
-
-
-def _restore_rows(state, saved: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> None:
-    index, values = saved
-    tensors = dict(_state_tensors(state))
-    for path, value in values.items():
-        target = tensors[path]
-        target[index.to(target.device)] = value
+        return self.backend.memory_snapshot()
 
 
 def _chain(first: Iterator[PrefillFrame], rest: list[PrefillFrame]) -> Iterator[PrefillFrame]:

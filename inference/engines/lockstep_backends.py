@@ -1,0 +1,412 @@
+"""Steppers of the lockstep engine: the device work of one tick, behind one small interface.
+
+``LockstepEngine`` decides *what* a tick does (which slots are live, which prefill frame each joining slot
+feeds, which paused slots must stay frozen); a ``LockstepBackend`` does it on the device:
+
+- ``EagerBackend``: today's native path, ``gen.LockstepGen`` over the whole batch with an execution mask and
+  the eager Mimi codec. The CPU default.
+- ``FastBackend``: the fast path of ``inference.models.moshi.fast``: per-slot state stepped over the active rows
+  only, one CUDA graph per batch bucket, Triton kernels, fp8 KV rings (bf16), graphed batched Mimi. On CPU the
+  same objects run their plain-torch twins eagerly, which is what the CPU tests drive.
+
+``choose_backend`` is the one place that picks between them.
+
+One backend ``step`` is one LM pass over a set of rows, live rows first: the live rows' audio is encoded, their
+user codes forced, the pass runs (prefill rows ride along), the live rows' agent codes are decoded, and tokens
+and PCM come back to the host in one go. Codec rows of paused slots are saved and put back around the codec
+calls, because Mimi has no execution mask.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from inference.models.moshi.config import LMConfig
+from inference.models.moshi.gen import LockstepGen, SamplingConfig
+from inference.models.moshi.lm import MoshiLM
+from inference.models.moshi.mimi import MimiCodec
+from inference.models.moshi.personaplex import SILENCE_TOKENS
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "eager", "fast")
+USER_CODEBOOKS = 8
+
+
+@dataclass
+class StepRows:
+    """One LM pass's inputs, one row per slot; the first ``num_live`` rows are live slots.
+
+    Attributes:
+        slots: slot of each row, distinct.
+        forced: [n, K] long host tensor; live rows' user columns are filled by the backend from their audio.
+        forced_mask: [n, K] bool host tensor (live rows: the user columns).
+        embeddings: [n, dim] float host tensor replacing token embeddings where ``use_embeddings``, or None.
+        use_embeddings: [n] bool host tensor, or None.
+        num_live: how many leading rows are live (their audio is in ``step``'s ``pcm``).
+    """
+
+    slots: list[int]
+    forced: torch.Tensor
+    forced_mask: torch.Tensor
+    embeddings: torch.Tensor | None = None
+    use_embeddings: torch.Tensor | None = None
+    num_live: int = 0
+
+
+@dataclass
+class StepResult:
+    """One pass's outputs on the host: tokens [n, 1 + dep_q], valid [n], pcm [num_live, frame] (or None)."""
+
+    tokens: torch.Tensor
+    valid: torch.Tensor
+    pcm: torch.Tensor | None
+
+
+class LockstepBackend(abc.ABC):
+    """The device side of the lockstep engine for ``num_slots`` slots.
+
+    Attributes:
+        name: ``eager`` or ``fast``.
+        codec: the Mimi codec (also used eagerly, with a private stream, for ``.wav`` voice prompts).
+        ct: token ring length (``max_delay + 3``).
+    """
+
+    name: str
+    codec: MimiCodec
+    ct: int
+
+    def __init__(self, lm: MoshiLM, codec: MimiCodec, num_slots: int):
+        self.lm = lm
+        self.config: LMConfig = lm.config
+        self.codec = codec
+        self.num_slots = num_slots
+        self.device = lm.text_emb.weight.device
+        self.dtype = lm.text_emb.weight.dtype
+        self.ct = self.config.max_delay + 3
+        self.silence = torch.tensor(SILENCE_TOKENS, device=self.device, dtype=torch.long).view(1, USER_CODEBOOKS)
+
+    @abc.abstractmethod
+    def warmup(self) -> None:
+        """Compile / capture / touch everything the first real tick needs; every slot starts fresh after."""
+
+    @abc.abstractmethod
+    def reset_slot(self, slot: int) -> None:
+        """A new session in ``slot``: fresh token ring, KV and codec streams for that slot only."""
+
+    @abc.abstractmethod
+    def reset_codec(self, slot: int) -> None:
+        """Fresh codec streams for ``slot`` (its live audio starts after the prefill)."""
+
+    @abc.abstractmethod
+    def restore_token_cache(self, slot: int, cache: torch.Tensor) -> None:
+        """Overwrite the slot's token ring with a voice prompt's saved ring [K, CT]."""
+
+    @abc.abstractmethod
+    def step(self, rows: StepRows, pcm: torch.Tensor | None = None, frozen: Sequence[int] = ()) -> StepResult:
+        """One pass over ``rows``; ``pcm`` [num_live, frame] host float32 is the live rows' audio.
+
+        Slots in ``frozen`` (live but paused this tick) keep their codec streams exactly as they were.
+        Returns only once the results are on the host (so the caller's wall clock measures the device work).
+        """
+
+    @abc.abstractmethod
+    def slot_state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(token ring [K, CT], provided mask [K, CT], model passes since reset) of ``slot``, on the host."""
+
+    @abc.abstractmethod
+    def memory_snapshot(self) -> dict[str, float]:
+        """KV ring and weight bytes of the LM."""
+
+    def agent_codes(self, tokens: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Agent codebooks [n, 8] of a pass; rows without a valid frame, or holding non-codec ids, become silence."""
+        agent = tokens[:, 1 : 1 + USER_CODEBOOKS]
+        ok = valid.view(-1, 1) & (agent >= 0) & (agent < self.codec.cardinality)
+        return torch.where(ok, agent, self.silence.expand_as(agent))
+
+    def _user_columns(self) -> slice:
+        K = self.config.num_codebooks
+        return slice(K - USER_CODEBOOKS, K)
+
+
+class EagerBackend(LockstepBackend):
+    """``LockstepGen`` over the whole batch (execution mask) and the eager Mimi codec over every row.
+
+    Args:
+        lm: the loaded model.
+        codec: the Mimi codec on the same device.
+        num_slots: batch size.
+        sampling: decoding settings.
+        seed: sampling RNG seed.
+    """
+
+    name = "eager"
+
+    def __init__(self, lm: MoshiLM, codec: MimiCodec, num_slots: int, sampling: SamplingConfig, seed: int = 0):
+        super().__init__(lm, codec, num_slots)
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.gen = LockstepGen(lm, num_slots, sampling, generator)
+        self.mimi_state = codec.init_stream(num_slots)
+
+    def warmup(self) -> None:
+        B, K, F = self.num_slots, self.config.num_codebooks, self.codec.frame_size
+        everyone = list(range(B))
+        mask = torch.zeros(B, K, dtype=torch.bool)
+        mask[:, self._user_columns()] = True
+        rows = StepRows(everyone, torch.zeros(B, K, dtype=torch.long), mask, num_live=B)
+        for _ in range(2):
+            self.step(rows, torch.zeros(B, F))
+        for slot in everyone:
+            self.reset_slot(slot)
+
+    def reset_slot(self, slot: int) -> None:
+        mask = _one_hot(slot, self.num_slots)
+        self.gen.reset(mask.to(self.device))
+        self.mimi_state.reset(mask)
+
+    def reset_codec(self, slot: int) -> None:
+        self.mimi_state.reset(_one_hot(slot, self.num_slots))
+
+    def restore_token_cache(self, slot: int, cache: torch.Tensor) -> None:
+        self.gen.restore_token_cache(slot, cache)
+
+    @torch.no_grad()
+    def step(self, rows: StepRows, pcm: torch.Tensor | None = None, frozen: Sequence[int] = ()) -> StepResult:
+        B, K, dev = self.num_slots, self.config.num_codebooks, self.device
+        index = torch.tensor(rows.slots, dtype=torch.long)
+        live = index[: rows.num_live]
+        forced = torch.zeros(B, K, dtype=torch.long)
+        mask = torch.zeros(B, K, dtype=torch.bool)
+        exec_mask = torch.zeros(B, dtype=torch.bool)
+        forced[index], mask[index], exec_mask[index] = rows.forced, rows.forced_mask, True
+        embeddings = use_embeddings = None
+        if rows.embeddings is not None and rows.use_embeddings is not None:
+            embeddings = torch.zeros(B, 1, self.config.dim)
+            use_embeddings = torch.zeros(B, dtype=torch.bool)
+            embeddings[index, 0], use_embeddings[index] = rows.embeddings.float(), rows.use_embeddings
+            embeddings, use_embeddings = embeddings.to(dev, self.dtype), use_embeddings.to(dev)
+        forced = forced.to(dev)
+        saved = None
+        if rows.num_live:
+            assert pcm is not None, "live rows need their audio"
+            saved = _save_rows(self.mimi_state, list(frozen)) if frozen else None
+            frame = torch.zeros(B, 1, self.codec.frame_size)
+            frame[live, 0] = pcm
+            codes = self.codec.encode_step(frame.to(dev), self.mimi_state)[:, :, 0]  # [B, 8]
+            live_dev = live.to(dev)
+            forced[live_dev, self._user_columns()] = codes[live_dev]
+        out = self.gen.step(forced, mask.to(dev), exec_mask.to(dev), embeddings, use_embeddings)
+        pcm_out = None
+        if rows.num_live:
+            agent = self.agent_codes(out.tokens, out.valid)  # every row: idle rows decode silence
+            decoded = self.codec.decode_step(agent[:, :, None], self.mimi_state, validate=False)[:, 0]
+            if saved is not None:
+                _restore_rows(self.mimi_state, saved)
+            pcm_out = decoded[live.to(dev)].cpu()
+        index_dev = index.to(dev)
+        return StepResult(out.tokens[index_dev].cpu(), out.valid[index_dev].cpu(), pcm_out)
+
+    def slot_state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        return self.gen.cache[slot].cpu(), self.gen.provided[slot].cpu(), int(self.gen.lengths[slot])
+
+    def memory_snapshot(self) -> dict[str, float]:
+        kv = self.gen.kv.keys.numel() * self.gen.kv.keys.element_size() * 2
+        weights = sum(p.numel() * p.element_size() for p in self.lm.parameters())
+        return {"lm_kv_bytes": float(kv), "lm_weight_bytes": float(weights)}
+
+
+class FastBackend(LockstepBackend):
+    """The fast path: per-slot state, a row step over the active slots only, graphs and Triton on CUDA.
+
+    Warm-up follows the fast path's recipe: ``FastLM`` -> ``FastLockstep`` -> attention tuning per bucket ->
+    fused-GEMV self-check -> capture of every bucket -> ``GraphedMimi`` capture. On CPU tuning and capture are
+    no-ops and the same ``GraphedLockstep.step`` / ``GraphedMimi`` calls run the torch twins eagerly.
+
+    Args:
+        lm: the loaded model.
+        codec: the Mimi codec on the same device.
+        num_slots: sessions served; a pass has at most this many rows.
+        sampling: decoding settings.
+        kv_fp8: fp8 e4m3 KV rings (half the memory; numerics differ from the eager path).
+        seed: seeds the fused sampler's per-row RNG counters (CUDA); the CPU twin samples with torch's RNG.
+    """
+
+    name = "fast"
+
+    def __init__(
+        self,
+        lm: MoshiLM,
+        codec: MimiCodec,
+        num_slots: int,
+        sampling: SamplingConfig,
+        *,
+        kv_fp8: bool = False,
+        seed: int = 0,
+    ):
+        from inference.models.moshi.fast.codec import GraphedMimi
+        from inference.models.moshi.fast.graphs import DEFAULT_BUCKETS, GraphedLockstep
+        from inference.models.moshi.fast.model import FastLM
+        from inference.models.moshi.fast.step import FastLockstep
+
+        super().__init__(lm, codec, num_slots)
+        self.fast_lm = FastLM(lm)
+        self.lockstep = FastLockstep(self.fast_lm, num_slots, max_rows=num_slots, sampling=sampling, kv_fp8=kv_fp8)
+        seeds = torch.Generator().manual_seed(seed)
+        self.lockstep.seeds.copy_(torch.randint(0, 2**31 - 1, self.lockstep.seeds.shape, generator=seeds))
+        self.graphed = GraphedLockstep(self.lockstep, DEFAULT_BUCKETS)
+        self.mimi = GraphedMimi(codec, num_slots)
+        self.tuning: dict[int, dict] = {}
+        self.fused_gemv = False
+
+    def warmup(self) -> None:
+        from inference.models.moshi.fast.tuning import check_fused_gemv, tune_attention
+
+        self.tuning = tune_attention(self.fast_lm, self.lockstep.kv, self.graphed.buckets)
+        self.fused_gemv = check_fused_gemv(self.fast_lm)
+        self.graphed.capture()  # CUDA: every bucket, on the scratch slot only
+        self.mimi.capture()  # CUDA: encode and decode over all rows; streams fresh afterwards
+        B, K, F = self.num_slots, self.config.num_codebooks, self.codec.frame_size
+        mask = torch.zeros(B, K, dtype=torch.bool)
+        mask[:, self._user_columns()] = True
+        rows = StepRows(list(range(B)), torch.zeros(B, K, dtype=torch.long), mask, num_live=B)
+        for _ in range(2):  # the engine's own tick once more (index copies, host transfers), then a clean slate
+            self.step(rows, torch.zeros(B, F))
+        for slot in range(B):
+            self.reset_slot(slot)
+        logger.info(
+            "lockstep.fast_ready",
+            extra={"graphs": sorted(self.graphed.graphs), "mimi_graphed": self.mimi_graphed, "fused": self.fused_gemv},
+        )
+
+    @property
+    def mimi_graphed(self) -> bool:
+        return self.mimi._encode_graph is not None and self.mimi._decode_graph is not None
+
+    def reset_slot(self, slot: int) -> None:
+        self.lockstep.reset_slot(slot)
+        self.mimi.reset_slot(slot)
+
+    def reset_codec(self, slot: int) -> None:
+        self.mimi.reset_slot(slot)
+
+    def restore_token_cache(self, slot: int, cache: torch.Tensor) -> None:
+        self.lockstep.restore_token_cache(slot, cache)
+
+    @torch.no_grad()
+    def step(self, rows: StepRows, pcm: torch.Tensor | None = None, frozen: Sequence[int] = ()) -> StepResult:
+        dev, n_live = self.device, rows.num_live
+        # Slot ids go to the device: the engine only hands over open, distinct slots, so the fast path's host
+        # re-check (and the sync it would take on device-side user codes) is not needed.
+        ids = torch.tensor(rows.slots, dtype=torch.long).to(dev)
+        forced, mask = rows.forced.to(dev), rows.forced_mask.to(dev)
+        embeddings = use_embeddings = None
+        if rows.embeddings is not None and rows.use_embeddings is not None:
+            embeddings = rows.embeddings.to(dev, self.dtype)
+            use_embeddings = rows.use_embeddings.to(dev)
+        saved = None
+        if n_live:
+            assert pcm is not None, "live rows need their audio"
+            saved = _save_rows(self.mimi.state, list(frozen)) if frozen else None
+            codes = self.mimi.encode(pcm.to(dev).view(n_live, 1, -1), ids[:n_live])  # [n_live, 8]
+            forced[:n_live, self._user_columns()] = codes
+        tokens, valid = self.graphed.step(ids, forced, mask, embeddings, use_embeddings)  # buffer views
+        pcm_out = None
+        if n_live:
+            agent = self.agent_codes(tokens[:n_live], valid[:n_live])
+            decoded = self.mimi.decode(agent, ids[:n_live])[:, 0]  # [n_live, frame]
+            if saved is not None:
+                _restore_rows(self.mimi.state, saved)
+            pcm_out = decoded.cpu()
+        return StepResult(tokens.cpu(), valid.cpu(), pcm_out)
+
+    def slot_state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        ls = self.lockstep
+        return ls.cache[slot].cpu(), ls.provided[slot].cpu(), int(ls.lengths[slot])
+
+    def memory_snapshot(self) -> dict[str, float]:
+        kv = self.lockstep.kv
+        tensors = kv.keys + kv.values + (kv.key_scales or []) + (kv.value_scales or [])
+        ring = sum(t.numel() * t.element_size() for t in tensors)
+        # FastLM borrows the LM's weights, except two stacked copies (audio embeddings, depformer inputs)
+        copies = (self.fast_lm.audio_emb, self.fast_lm.depformer_in)
+        weights = sum(p.numel() * p.element_size() for p in (*self.lm.parameters(), *copies))
+        return {"lm_kv_bytes": float(ring), "lm_weight_bytes": float(weights)}
+
+
+def choose_backend(
+    requested: str,
+    lm: MoshiLM,
+    codec: MimiCodec,
+    num_slots: int,
+    sampling: SamplingConfig,
+    *,
+    kv_fp8: bool | None = None,
+    seed: int = 0,
+) -> LockstepBackend:
+    """The one place that picks the stepper: ``auto`` is the fast path on CUDA and the eager path on CPU.
+
+    Args:
+        requested: ``auto``, ``eager`` or ``fast``.
+        kv_fp8: fp8 KV rings for the fast path; None means on for bfloat16 on CUDA (serving), off otherwise
+            (float32 keeps the fast path token-exact against the eager one).
+
+    Raises:
+        ValueError: an unknown backend name.
+    """
+    if requested not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {requested!r}")
+    device = lm.text_emb.weight.device
+    dtype = lm.text_emb.weight.dtype
+    name = requested if requested != "auto" else ("fast" if device.type == "cuda" else "eager")
+    if name == "eager":
+        return EagerBackend(lm, codec, num_slots, sampling, seed=seed)
+    if kv_fp8 is None:
+        kv_fp8 = device.type == "cuda" and dtype == torch.bfloat16
+    return FastBackend(lm, codec, num_slots, sampling, kv_fp8=kv_fp8, seed=seed)
+
+
+# ---- codec rows of paused slots ------------------------------------------------------------------------
+
+
+def _one_hot(slot: int, size: int) -> torch.Tensor:
+    mask = torch.zeros(size, dtype=torch.bool)
+    mask[slot] = True
+    return mask
+
+
+def _state_tensors(obj, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor inside a codec stream state, with a stable path (the state is plain objects and lists)."""
+    if isinstance(obj, torch.Tensor):
+        yield path, obj
+    elif isinstance(obj, list | tuple):
+        for i, item in enumerate(obj):
+            yield from _state_tensors(item, f"{path}[{i}]")
+    elif hasattr(obj, "__dict__") and not isinstance(obj, torch.nn.Module):
+        for name, value in vars(obj).items():
+            yield from _state_tensors(value, f"{path}.{name}")
+
+
+def _save_rows(state, rows: list[int]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Copies of the given batch rows of every per-row tensor of a Mimi stream state.
+
+    Mimi has no execution mask, so a frozen slot's rows are saved before a batched codec call and put back
+    after it (in place: a captured graph keeps using the same tensors); the slot then resumes exactly where it
+    paused.
+    """
+    B = state.batch_size
+    index = torch.tensor(rows, dtype=torch.long)
+    saved = {p: t[index.to(t.device)].clone() for p, t in _state_tensors(state) if t.dim() and t.shape[0] == B}
+    return index, saved
+
+
+def _restore_rows(state, saved: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> None:
+    index, values = saved
+    tensors = dict(_state_tensors(state))
+    for path, value in values.items():
+        target = tensors[path]
+        target[index.to(target.device)] = value
