@@ -8,7 +8,9 @@ PY=${PYTHON:-python3}
 stamp() { sha256sum pyproject.toml scripts/install-python.sh | sha256sum | cut -c1-16; }
 if [[ ! -x .venv/bin/python ]]; then $PY -m venv .venv; fi
 extras=""; [[ "${1:-}" == "test" ]] && extras="[test]"
-if [[ "$(cat .venv/.parley-installed 2>/dev/null)" != "$(stamp)$extras" ]]; then
+installed=$(cat .venv/.parley-installed 2>/dev/null || true)
+# A test install already holds everything `run` needs.
+if [[ "$installed" != "$(stamp)$extras" && "$installed" != "$(stamp)[test]" ]]; then
   echo "installing Python packages into .venv ..."
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e ".$extras"
