@@ -69,6 +69,9 @@ def tune_attention(fl: FastLM, kv: SlotKV, buckets: Sequence[int], repeats: int 
             ms = sorted(times)[len(times) // 2]
             if best is None or ms < best[1]:
                 best = (launch, ms)
+        if best is None:  # every candidate was rejected: the bucket keeps default_attention_launch
+            logger.warning("attention.tuning_failed", extra={"rows": rows})
+            continue
         fl.attention_launch[rows] = best[0]
         report[rows] = {
             "launch": dataclasses.asdict(best[0]),
