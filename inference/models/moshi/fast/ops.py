@@ -176,11 +176,19 @@ def embed_add(base: torch.Tensor, table: torch.Tensor, tokens: torch.Tensor) -> 
     return base + e
 
 
-def sample(logits: torch.Tensor, use_sampling: bool, temp: float, top_k: int, seeds: torch.Tensor, salt: int):
+def sample(
+    logits: torch.Tensor,
+    use_sampling: bool,
+    temp: float,
+    top_k: int,
+    seeds: torch.Tensor,
+    salt: int,
+    generator: torch.Generator | None = None,
+):
     """logits [R, V] -> [R] long. Greedy is ``argmax``; sampling is top-k + exponential race.
 
     On CUDA the sampled case is one fused kernel with its own device RNG stream (``seeds``); elsewhere it is
-    ``gen.sample_token`` (torch's RNG). Greedy is bit-identical on both paths.
+    ``gen.sample_token`` with ``generator`` (torch's global RNG when None). Greedy is bit-identical on both paths.
     """
     if not use_sampling or temp <= 0.0:
         return torch.argmax(logits, dim=-1)
@@ -188,7 +196,7 @@ def sample(logits: torch.Tensor, use_sampling: bool, temp: float, top_k: int, se
         return _tk.sample_top_k(logits, temp, top_k, seeds, salt)
     from inference.models.moshi.gen import sample_token
 
-    return sample_token(logits.float(), True, temp, top_k, None)
+    return sample_token(logits.float(), True, temp, top_k, generator)
 
 
 def small_gemv(x, weight, *, norm_alpha=None, eps: float = 1e-8, gate: bool = False, residual=None):

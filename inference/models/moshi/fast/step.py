@@ -100,6 +100,9 @@ class FastLockstep:
         self.dep_keys, self.dep_values = fast_lm.allocate_depformer_cache(max_rows)
         # per-row RNG counters of the fused sampler (advanced on the device by the kernel itself)
         self.seeds = torch.randint(0, 2**31 - 1, (max_rows,), device=device, dtype=torch.long)
+        # RNG of the torch sampler (CPU, or CUDA without Triton): None is torch's global RNG. Leave it None under
+        # CUDA graphs (a private generator is not graph-safe unless registered with the graph).
+        self.generator: torch.Generator | None = None
         for slot in range(S):
             self.reset_slot(slot)
 
@@ -157,7 +160,7 @@ class FastLockstep:
         hidden = self.lm.temporal(x, self.kv, slot_ids, pos)
         s = self.sampling
         sampled_text = ops.sample(
-            self.lm.text_logits(hidden), s.use_sampling, s.temp_text, s.top_k_text, self.seeds[:rows], 0
+            self.lm.text_logits(hidden), s.use_sampling, s.temp_text, s.top_k_text, self.seeds[:rows], 0, self.generator
         )
         target = cache.gather(2, target_col)[:, :, 0]  # [R, K]
         target_provided = provided.gather(2, target_col)[:, :, 0]
@@ -190,7 +193,7 @@ class FastLockstep:
         out = []
         for k in range(self.config.dep_q):
             logits = self.lm.depformer_step(k, dep_in[:, k], prev, keys, values)
-            token = ops.sample(logits, s.use_sampling, s.temp, s.top_k, self.seeds[:rows], k + 1)
+            token = ops.sample(logits, s.use_sampling, s.temp, s.top_k, self.seeds[:rows], k + 1, self.generator)
             out.append(token)
             prev = torch.where(forced_audio_mask[:, k], forced_audio[:, k], token)
         return torch.stack(out, dim=1)
