@@ -32,6 +32,7 @@ from inference.engines.base import (
 )
 from inference.engines.lockstep_backends import BACKENDS, LockstepBackend, StepRows, choose_backend
 from inference.models.moshi.config import CheckpointError, CheckpointInfo, read_checkpoint_dir
+from inference.models.moshi.fast.step import FastLockstep
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
 from inference.models.moshi.personaplex import (
     DEFAULT_PERSONA,
@@ -80,7 +81,7 @@ class LockstepEngine(Engine):
         greedy: argmax decoding instead of the checkpoint's sampling defaults.
         prefill_budget_ms: a tick may spend up to this long (from its start) on extra prefill-only passes.
         seed: sampling RNG seed.
-        backend: ``auto`` (the fast path on CUDA, eager on CPU), ``eager`` or ``fast``.
+        backend: ``auto`` (= ``fast``: graphed on CUDA, torch twins on CPU) or ``eager`` (the native reference).
         kv_fp8: fast path KV rings in fp8; None means on for bfloat16 on CUDA.
     """
 
@@ -128,9 +129,9 @@ class LockstepEngine(Engine):
         return cls(Path(config.checkpoint), config.slots, device=config.device, dtype=config.dtype)
 
     @property
-    def gen(self) -> LockstepGen | None:
-        """The eager backend's generation state (None before warm-up or on the fast path)."""
-        return getattr(self.backend, "gen", None)
+    def gen(self) -> LockstepGen | FastLockstep | None:
+        """The backend's generation state: ``cache`` / ``provided`` / ``lengths`` per slot (None before warm-up)."""
+        return None if self.backend is None else self.backend.state
 
     @property
     def codec(self):

@@ -138,7 +138,7 @@ def test_moshiko_fast_backend_equals_eager_backend(moshiko_dir):
 def test_fast_backend_on_cpu_is_the_graph_free_fast_path_and_keeps_slots_apart(moshiko_dir):
     engine = make_engine(moshiko_dir, "fast", 30.0)
     backend = engine.backend
-    assert isinstance(backend, FastBackend) and engine.gen is None
+    assert isinstance(backend, FastBackend) and engine.gen is backend.lockstep
     assert backend.graphed.graphs == {} and not backend.mimi_graphed  # CPU: torch twins, eagerly
     assert backend.graphed.buckets == (1, 2) and not backend.lockstep.kv.fp8
     assert engine.memory_snapshot()["lm_kv_bytes"] > 0
@@ -170,5 +170,22 @@ def test_backend_choice_and_bad_names(moshiko_dir):
         LockstepEngine(moshiko_dir, 1, backend="turbo")
     engine = LockstepEngine(moshiko_dir, 1)
     engine.warmup()
-    assert isinstance(engine.backend, EagerBackend)  # auto on CPU: the eager path
-    assert engine.gen is engine.backend.gen
+    assert isinstance(engine.backend, FastBackend)  # auto: the fast path on CPU too (measured faster here)
+    eager = LockstepEngine(moshiko_dir, 1, backend="eager")
+    eager.warmup()
+    assert isinstance(eager.backend, EagerBackend) and eager.gen is eager.backend.gen
+
+
+def test_fast_backend_sampling_follows_the_engine_seed(moshiko_dir):
+    def sampled_text(seed: int) -> list[str]:
+        engine = LockstepEngine(moshiko_dir, 1, seed=seed, backend="fast")
+        engine.warmup()
+        engine.open_slot(0, SlotConfig())
+        engine.step({})
+        audio = speech_like(5, 25)
+        return [engine.step({0: SlotInput(audio=audio[i * 1920 : (i + 1) * 1920])})[0].text for i in range(25)]
+
+    first = sampled_text(7)
+    torch.manual_seed(123)  # the global RNG must not matter
+    assert sampled_text(7) == first
+    assert sampled_text(8) != first
