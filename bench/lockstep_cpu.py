@@ -10,9 +10,13 @@ whole engine ticks (Mimi encode -> LM step -> Mimi decode, text detokenisation) 
 Ticks are paced to the 80 ms clock (as the worker does) so the CPU is not kept artificially hot. Prints a table
 and writes ``bench/results/lockstep-cpu.json``.
 
+``--backend eager|fast`` picks the engine's stepper instead of its CPU default (``auto``): the eager
+``LockstepGen`` path, or the GPU fast path's objects on CPU (torch twins of its kernels, no graphs); results go to
+``bench/results/lockstep-cpu-<backend>.json``.
+
 Usage::
 
-    .venv/bin/python bench/lockstep_cpu.py [--preset tiny-personaplex] [--ticks 250]
+    .venv/bin/python bench/lockstep_cpu.py [--preset tiny-personaplex] [--ticks 250] [--backend eager|fast]
 """
 
 from __future__ import annotations
@@ -84,12 +88,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="tiny-personaplex", choices=["tiny-personaplex", "tiny-moshiko"])
     parser.add_argument("--ticks", type=int, default=250, help="measured ticks per phase (80 ms each)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "lockstep-cpu.json")
+    parser.add_argument("--backend", default="auto", choices=["auto", "eager", "fast"], help="the engine's stepper")
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/lockstep-cpu[-BACKEND].json")
     args = parser.parse_args()
+    suffix = "" if args.backend == "auto" else f"-{args.backend}"
+    args.out = args.out or ROOT / "bench" / "results" / f"lockstep-cpu{suffix}.json"
 
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = make_checkpoint(args.preset, Path(tmp) / "ckpt", 0)
-        engine = LockstepEngine(ckpt, 3)
+        engine = LockstepEngine(ckpt, 3, backend=args.backend)
         t0 = time.perf_counter()
         engine.warmup()
         warmup_s = time.perf_counter() - t0
@@ -114,6 +121,7 @@ def main() -> int:
     result = {
         "what": "LockstepEngine ticks, 2 live sessions (+1 joining), tiny random checkpoint, CPU fp32",
         "preset": args.preset,
+        "backend": args.backend,
         "machine": {
             "cpu": platform.processor() or platform.machine(),
             "torch": torch.__version__,
