@@ -309,16 +309,7 @@ class LockstepEngine(Engine):
         """
         assert self.backend is not None
         K, dim = self.info.lm.num_codebooks, self.info.lm.dim
-        slots = list(live)
-        forced = [torch.zeros(K, dtype=torch.long) for _ in live]
-        masks = []
-        for _ in live:
-            mask = torch.zeros(K, dtype=torch.bool)
-            mask[K - 8 :] = True
-            masks.append(mask)
-        embeddings = [torch.zeros(dim) for _ in live]
-        use_embeddings = [False for _ in live]
-        restores: list[tuple[int, torch.Tensor]] = []
+        frames: list[tuple[int, PrefillFrame]] = []
         finished: list[int] = []
         for s in prefilling:
             st = self._slots.get(s)
@@ -328,20 +319,27 @@ class LockstepEngine(Engine):
             if frame is None:
                 finished.append(s)
                 continue
-            slots.append(s)
-            forced.append(frame.forced)
-            masks.append(frame.forced_mask)
-            embeddings.append(frame.embedding.reshape(dim) if frame.embedding is not None else torch.zeros(dim))
-            use_embeddings.append(frame.embedding is not None)
-            if frame.restore_cache_after is not None:
-                restores.append((s, frame.restore_cache_after))
+            frames.append((s, frame))
             st.prefill_done += 1
         result = None
-        if slots:
-            rows = StepRows(slots, torch.stack(forced), torch.stack(masks), num_live=len(live))
-            if any(use_embeddings):
-                rows.embeddings, rows.use_embeddings = torch.stack(embeddings), torch.tensor(use_embeddings)
+        n_live = len(live)
+        if live or frames:
+            # live rows in bulk (their user columns are filled on the device from this tick's codes), then one
+            # row per prefill frame: no per-live-row host work, which matters at 100+ slots
+            forced = torch.zeros(n_live + len(frames), K, dtype=torch.long)
+            mask = torch.zeros(n_live + len(frames), K, dtype=torch.bool)
+            mask[:n_live, K - 8 :] = True
+            for row, (_, frame) in enumerate(frames, start=n_live):
+                forced[row], mask[row] = frame.forced, frame.forced_mask
+            rows = StepRows(list(live) + [s for s, _ in frames], forced, mask, num_live=n_live)
+            if any(frame.embedding is not None for _, frame in frames):
+                rows.embeddings = torch.zeros(len(rows.slots), dim)
+                rows.use_embeddings = torch.zeros(len(rows.slots), dtype=torch.bool)
+                for row, (_, frame) in enumerate(frames, start=n_live):
+                    if frame.embedding is not None:
+                        rows.embeddings[row], rows.use_embeddings[row] = frame.embedding.reshape(dim), True
             result = self.backend.step(rows, pcm, frozen)
+        restores = [(s, f.restore_cache_after) for s, f in frames if f.restore_cache_after is not None]
         for s, cache in restores:
             self.backend.restore_token_cache(s, cache)
         for s in finished:
