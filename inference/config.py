@@ -31,6 +31,8 @@ class InferenceConfig:
         max_session_s: hard limit on a session's duration.
         device: torch device string for model engines.
         dtype: torch dtype name for model engines.
+        lockstep_backend: lockstep engines' stepper: ``auto`` (the fast path: CUDA graphs + Triton on a GPU,
+            its torch twins on CPU) or ``eager`` (the plain reference-shaped step).
         inference_url: None = in-process service; ``unix:///path.sock`` = remote service.
         echo_delay_frames: echo engine: frames between an input frame and its echo.
         echo_prefill_ticks: echo engine: ticks of simulated prefill after a slot opens.
@@ -48,6 +50,7 @@ class InferenceConfig:
     max_session_s: float = 3600.0
     device: str = "cpu"
     dtype: str = "float32"
+    lockstep_backend: str = "auto"
     inference_url: str | None = None
     echo_delay_frames: int = 3
     echo_prefill_ticks: int = 0
@@ -66,6 +69,8 @@ class InferenceConfig:
             raise ConfigError("echo_delay_frames and echo_prefill_ticks must be >= 0")
         if self.input_queue_frames < 1 or self.output_queue_frames < 1:
             raise ConfigError("input_queue_frames and output_queue_frames must be >= 1")
+        if self.lockstep_backend not in ("auto", "eager", "fast"):
+            raise ConfigError(f"PARLEY_LOCKSTEP_BACKEND must be auto, eager or fast, got {self.lockstep_backend!r}")
         if self.inference_url is not None and not self.inference_url.startswith("unix://"):
             raise ConfigError(f"PARLEY_INFERENCE_URL must be unix:///path/to.sock, got {self.inference_url!r}")
 

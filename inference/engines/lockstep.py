@@ -6,8 +6,9 @@ frame; every other slot frozen) -> batched Mimi decode of the agent codes. A joi
 (voice prompt, persona) rides along in the shared pass, plus extra prefill-only passes while the tick stays
 within ``prefill_budget_ms``, so it never stalls the slots already talking for more than that budget.
 
-This module decides what a tick does; the backend (eager ``LockstepGen`` on CPU, the graphed fast path on CUDA,
-chosen in ``lockstep_backends.choose_backend``) does the device work.
+This module decides what a tick does; the backend does the device work: by default the fast path (CUDA graphs
+and Triton kernels on a GPU, their torch twins on CPU), or the eager ``LockstepGen`` it is tested against
+(``PARLEY_LOCKSTEP_BACKEND=eager``); ``lockstep_backends.choose_backend`` picks.
 """
 
 from __future__ import annotations
@@ -126,7 +127,13 @@ class LockstepEngine(Engine):
         """Build from the service configuration (checkpoint, slots, device, dtype)."""
         if config.checkpoint is None:
             raise EngineError("the lockstep engine needs PARLEY_CHECKPOINT (a Moshi / PersonaPlex checkpoint dir)")
-        return cls(Path(config.checkpoint), config.slots, device=config.device, dtype=config.dtype)
+        return cls(
+            Path(config.checkpoint),
+            config.slots,
+            device=config.device,
+            dtype=config.dtype,
+            backend=config.lockstep_backend,
+        )
 
     @property
     def gen(self) -> LockstepGen | FastLockstep | None:
