@@ -9,7 +9,3 @@ class EngineNotAvailable(RuntimeError):
 
 class WireError(Exception):
     """A malformed frame on the service socket; the connection is dropped, nothing else."""
-
-
-class ServiceStopped(RuntimeError):
-    """The inference service was shut down while a call was in flight."""

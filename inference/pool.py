@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from inference.contracts import ParleyError
 from inference.worker import EngineWorker
@@ -18,13 +18,6 @@ if TYPE_CHECKING:
 
 QUEUE_NOTIFY_PERIOD_S = 3.0
 DEFAULT_SESSION_S = 120.0  # wait estimate before any session has finished
-
-
-class PoolMember(Protocol):
-    """What the pool needs from a session."""
-
-    def admitted(self, slot: int) -> None: ...
-    def queue_position(self, position: int, queue_length: int, estimated_wait_s: float) -> None: ...
 
 
 class SlotPool:

@@ -29,8 +29,6 @@ FORCE_LISTEN_COUNT = 3
 TEXT_REPETITION_PENALTY = 1.05
 TEXT_REPETITION_WINDOW = 512
 LENGTH_PENALTY = 1.1  # on <|turn_eos|>
-CODES_PER_SECOND = 25
-OUTPUT_RATE = 24000
 
 
 def window_bounds(max_positions: int) -> tuple[int, int]:
@@ -98,11 +96,6 @@ class UnitResult:
     tts_codes: list[int]
     raw_top2_margins: list[float]
     kv_len: int | None = None  # filled by finalize
-
-    @property
-    def audio_samples(self) -> int:
-        """Samples of 24 kHz audio the codes stand for (25 codes per second)."""
-        return len(self.tts_codes) * OUTPUT_RATE // CODES_PER_SECOND
 
 
 @dataclass
@@ -344,7 +337,3 @@ class DuplexRunner:
             drop += session.unit_spans.popleft()
             session.dropped_units += 1
         llm.drop_span(session.llm_cache, session.prompt_length, drop)
-
-    def remembered_units(self, session: DuplexSession) -> int:
-        """Units still in the LLM context."""
-        return len(session.unit_spans)

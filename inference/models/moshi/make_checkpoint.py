@@ -10,7 +10,6 @@ Every LM parameter is drawn from an explicit ``torch.Generator`` (reference doc 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import io
 import json
 from pathlib import Path
@@ -84,18 +83,6 @@ def random_lm_state_dict(config: LMConfig, seed: int) -> dict[str, torch.Tensor]
         else:
             state[key] = noise / (shape[-1] ** 0.5)
     return state
-
-
-def lm_kwargs_for_config(config: LMConfig) -> dict:
-    """The config.json LM keyword arguments of ``config`` (Kyutai naming)."""
-    out = {}
-    for f in dataclasses.fields(config):
-        if f.name == "extra":
-            continue
-        value = getattr(config, f.name)
-        out[f.name] = list(value) if isinstance(value, tuple) else value
-    out.update(config.extra)
-    return out
 
 
 def write_lm_checkpoint(out: Path, lm_kwargs: dict, seed: int, *, demo: bool = True) -> LMConfig:
