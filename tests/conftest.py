@@ -7,8 +7,6 @@ pytest-asyncio tests must run in separate pytest invocations (stack-notes §4).
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 from django.conf import settings
 
@@ -30,9 +28,7 @@ async def inference_service():
     """
 
     async def start(**overrides):
-        result = api.start(engine="echo", **overrides)
-        if inspect.isawaitable(result):
-            await result
+        await api.start(engine="echo", **overrides)
 
     await start()
     yield start
