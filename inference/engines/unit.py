@@ -27,8 +27,9 @@ from inference.engines.base import (
     SlotInput,
     SlotOutput,
 )
+from inference.models.minicpmo.audio_encoder import UNIT_SAMPLES
 from inference.models.minicpmo.config import CheckpointError, MiniCPMOConfig
-from inference.models.minicpmo.duplex import UNIT_SAMPLES, DuplexRunner, DuplexSession, window_bounds
+from inference.models.minicpmo.duplex import DuplexRunner, DuplexSession, window_bounds
 from inference.models.minicpmo.loading import MiniCPMOParts, load_model
 from inference.models.minicpmo.vision import FrameError, decode_frame
 from inference.models.minicpmo.vocoder import OUTPUT_RATE, SilentVocoder, VocoderState, build_vocoder, vocoder_kind

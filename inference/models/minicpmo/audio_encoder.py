@@ -186,8 +186,12 @@ class WhisperEncoder(nn.Module):
         return self.layer_norm(x), new_kv
 
 
-class AudioProjector(nn.Module):
-    """Linear -> ReLU -> Linear from encoder width to LLM width (``audio_projection_layer.*``)."""
+class ReluProjector(nn.Module):
+    """Linear -> ReLU -> Linear from one width to another.
+
+    The audio projector (encoder width -> LLM width, ``audio_projection_layer.*``) and the TTS projectors (LLM
+    width -> TTS width, ``tts.projector_semantic.*`` / ``tts.projector_spk.*``) share this shape.
+    """
 
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
@@ -204,7 +208,7 @@ class StreamingAudioInput(nn.Module):
     def __init__(self, cfg: AudioConfig, llm_dim: int, pool_step: int):
         super().__init__()
         self.apm = WhisperEncoder(cfg)
-        self.audio_projection_layer = AudioProjector(cfg.d_model, llm_dim)
+        self.audio_projection_layer = ReluProjector(cfg.d_model, llm_dim)
         self.pool_step = pool_step
         self.front_end = MelFrontEnd(cfg.num_mel_bins)
 

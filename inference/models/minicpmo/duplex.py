@@ -22,7 +22,6 @@ from inference.models.minicpmo.audio_encoder import AudioStreamState
 from inference.models.minicpmo.loading import MiniCPMOParts
 from inference.models.minicpmo.tts import MIN_NEW_CODES, TTSState
 
-UNIT_SAMPLES = 16000
 MAX_STEPS_PER_UNIT = 20  # max_new_speak_tokens_per_chunk: at most 19 ids are decided per unit
 MAX_UNIT_CHARS = 28
 FORCE_LISTEN_COUNT = 3

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from inference.models.minicpmo.audio_encoder import UNIT_SAMPLES
 from inference.models.minicpmo.config import CheckpointError
-from inference.models.minicpmo.duplex import FORCE_LISTEN_COUNT, UNIT_SAMPLES, DuplexRunner, UnitResult
+from inference.models.minicpmo.duplex import FORCE_LISTEN_COUNT, DuplexRunner, UnitResult
 from inference.models.minicpmo.loading import load_model
 from inference.models.minicpmo.vision import FrameError
 

@@ -18,6 +18,7 @@ from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
 from transformers import DynamicCache, LlamaConfig, LlamaModel
 
+from inference.models.minicpmo.audio_encoder import ReluProjector
 from inference.models.minicpmo.config import TTSConfig
 
 TEMPERATURE = 0.8
@@ -49,18 +50,6 @@ class TTSState:
         return total
 
 
-class SemanticProjector(nn.Module):
-    """Linear -> ReLU -> Linear from LLM width to TTS width."""
-
-    def __init__(self, in_dim: int, out_dim: int):
-        super().__init__()
-        self.linear1 = nn.Linear(in_dim, out_dim)
-        self.linear2 = nn.Linear(out_dim, out_dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(F.relu(self.linear1(x)))
-
-
 class MiniCPMTTS(nn.Module):
     """Audio-code decoder (``tts.*``)."""
 
@@ -86,8 +75,8 @@ class MiniCPMTTS(nn.Module):
         self.emb_text = nn.Embedding(cfg.num_text_tokens, cfg.hidden_size)
         self.emb_code = nn.ModuleList([nn.Embedding(cfg.num_audio_tokens, cfg.hidden_size)])
         self.head_code = nn.ModuleList([weight_norm(nn.Linear(cfg.hidden_size, cfg.num_audio_tokens, bias=False))])
-        self.projector_semantic = SemanticProjector(cfg.llm_dim, cfg.hidden_size)
-        self.projector_spk = SemanticProjector(cfg.llm_dim, cfg.hidden_size)  # voice cloning only; unused in duplex
+        self.projector_semantic = ReluProjector(cfg.llm_dim, cfg.hidden_size)
+        self.projector_spk = ReluProjector(cfg.llm_dim, cfg.hidden_size)  # voice cloning only; unused in duplex
         self.eos = cfg.audio_eos_code
 
     def bake(self) -> None:
