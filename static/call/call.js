@@ -6,11 +6,10 @@
 // a one-way window onto all of it.
 
 import { hooks, pushBounded } from "./hooks.js";
-import { JitterPlayer, float32ToBase64Pcm16 } from "./player.js";
+import { JitterPlayer, WIRE_RATE, bytesToBase64, float32ToBase64Pcm16 } from "./player.js";
 import { handleServerEvent } from "./server-events.js";
 import { CallUi } from "./ui.js";
 
-const RATE = 24000;
 const params = new URLSearchParams(location.search);
 // Tests (and people debugging levels) pass ?raw=1: the browser's echo canceller, noise
 // suppressor and gain control would otherwise reshape the fake microphone's signal.
@@ -54,7 +53,7 @@ export class Call {
       this.fail(`Microphone unavailable: ${err.message}`);
       return;
     }
-    this.player = new JitterPlayer(this.ctx, { rate: RATE, onAck: (ms) => this.send({ type: "playback.ack", played_ms: ms }) });
+    this.player = new JitterPlayer(this.ctx, { rate: WIRE_RATE, onAck: (ms) => this.send({ type: "playback.ack", played_ms: ms }) });
     this.ui.drawOutput(this.player.analyser);
     hooks.framesSent = 0;
     this.connect();
@@ -151,10 +150,8 @@ export class Call {
     canvas.toBlob(
       async (blob) => {
         if (!blob) return;
-        const bytes = new Uint8Array(await blob.arrayBuffer());
-        let binary = "";
-        for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-        if (this.send({ type: "input_image.append", image: btoa(binary) })) hooks.imagesSent++;
+        const image = bytesToBase64(new Uint8Array(await blob.arrayBuffer()));
+        if (this.send({ type: "input_image.append", image })) hooks.imagesSent++;
       },
       "image/jpeg",
       0.8,
@@ -181,7 +178,7 @@ export class Call {
    * A resumed or taken-over session keeps its persona and voice: they are fixed once audio began.
    */
   sendSessionUpdate(resumed) {
-    const session = { type: "realtime", audio: { input: { format: { type: "audio/pcm", rate: RATE } } } };
+    const session = { type: "realtime", audio: { input: { format: { type: "audio/pcm", rate: WIRE_RATE } } } };
     const persona = this.ui.persona();
     const voice = this.ui.voice();
     if (!resumed && persona) session.instructions = persona;

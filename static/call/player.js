@@ -5,12 +5,15 @@
 // buffer could not bridge is an underrun; a backlog beyond `maxMs` (the tab was throttled, the
 // server burst) is an overrun, and we drop the backlog rather than let latency creep.
 
+/** The page's pcm16 rate on /v1/realtime, both ways (the mic worklet produces it too). */
+export const WIRE_RATE = 24000;
+
 export class JitterPlayer {
   /**
    * @param {AudioContext} ctx
    * @param {{rate?: number, targetMs?: number, maxMs?: number, onAck?: (playedMs: number) => void}} options
    */
-  constructor(ctx, { rate = 24000, targetMs = 160, maxMs = 1200, onAck = null } = {}) {
+  constructor(ctx, { rate = WIRE_RATE, targetMs = 160, maxMs = 1200, onAck = null } = {}) {
     this.ctx = ctx;
     this.rate = rate;
     this.targetMs = targetMs;
@@ -121,9 +124,13 @@ export function float32ToBase64Pcm16(samples) {
     const clamped = Math.max(-1, Math.min(1, samples[i]));
     out[i] = clamped < 0 ? clamped * 32768 : clamped * 32767;
   }
-  const bytes = new Uint8Array(out.buffer);
+  return bytesToBase64(new Uint8Array(out.buffer));
+}
+
+/** Encode bytes as base64 (audio frames, camera JPEGs). */
+export function bytesToBase64(bytes) {
   let binary = "";
-  // Chunked: String.fromCharCode(...bytes) would overflow the argument limit on large frames.
+  // Chunked: String.fromCharCode(...bytes) would overflow the argument limit on large payloads.
   for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
   return btoa(binary);
 }

@@ -2,9 +2,8 @@
 // One handler per event type; types the page has no use for (response.created, ...) are ignored.
 
 import { hooks, pushBounded } from "./hooks.js";
-import { base64ToInt16 } from "./player.js";
+import { WIRE_RATE, base64ToInt16 } from "./player.js";
 
-const RATE = 24000;
 const TRANSCRIPT_HOOK_LIMIT = 200_000; // characters kept on window.parley.transcript
 
 /**
@@ -48,7 +47,7 @@ const HANDLERS = {
   "response.output_audio.delta"(call, e) {
     const pcm = base64ToInt16(e.delta ?? "");
     hooks.audioChunksReceived++;
-    hooks.audioMsReceived += (pcm.length / RATE) * 1000;
+    hooks.audioMsReceived += (pcm.length / WIRE_RATE) * 1000;
     let sumSquares = 0;
     for (let i = 0; i < pcm.length; i++) sumSquares += (pcm[i] / 32768) ** 2;
     call.receivedSumSquares += sumSquares;

@@ -49,7 +49,7 @@ export class CallUi {
     this.latency = { mouthToEar: [], depth: [], tickP99: [] };
     this.units = [];
     this.analyser = null;
-    this.waveform = null;
+    this.waveformLoop = null; // the requestAnimationFrame id while the output waveform is drawn
     this.setState("idle");
   }
 
@@ -138,10 +138,6 @@ export class CallUi {
   setCameraOn(on) {
     this.buttons.camera.textContent = on ? "Camera off" : "Camera on";
     $("camera-preview").hidden = !on;
-  }
-
-  clearTranscript() {
-    $("transcript").textContent = "";
   }
 
   appendTranscript(text) {
