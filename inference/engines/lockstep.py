@@ -13,6 +13,7 @@ and Triton kernels on a GPU, their torch twins on CPU), or the eager ``LockstepG
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -37,6 +38,7 @@ from inference.models.moshi.fast.step import FastLockstep
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
 from inference.models.moshi.personaplex import (
     DEFAULT_PERSONA,
+    FRAME_SAMPLES,
     MAX_VOICE_FRAMES,
     PrefillFrame,
     VoicePromptError,
@@ -45,13 +47,13 @@ from inference.models.moshi.personaplex import (
     load_voice_prompt,
     persona_tokens,
     voice_frames_from_prompt,
+    voice_pass_count,
 )
 from inference.models.moshi.text import TextDetokenizer
 
 logger = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24_000
-FRAME_SAMPLES = 1920
 FRAME_MS = 80
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 DEMO_NOTICE = (
@@ -235,9 +237,9 @@ class LockstepEngine(Engine):
         lm_config = self.info.lm
         if not lm_config.personaplex:
             return None, 0  # Moshiko has no system prompt: live from the first tick
-        voice_frames: list[PrefillFrame] = []
-        voice_iter: Iterator[PrefillFrame] | None = None
-        voice_count = 0
+        voice_frames: list[PrefillFrame] = []  # a .pt / .safetensors prompt: ready-made, part of build_prefill
+        streamed: Iterator[PrefillFrame] = iter(())  # a .wav prompt: Mimi-encoded one frame per pass, ahead of it
+        streamed_count = 0
         path = config.voice.path if config.voice is not None else None
         try:
             if path is not None and Path(path).suffix.lower() == ".wav":
@@ -246,12 +248,11 @@ class LockstepEngine(Engine):
                 pcm = load_voice_wav(path)
                 if len(pcm) > MAX_VOICE_FRAMES * FRAME_SAMPLES:
                     raise VoicePromptError(f"{path}: voice prompt longer than {MAX_VOICE_FRAMES * FRAME_MS // 1000} s")
-                voice_count = max(0, -(-len(pcm) // FRAME_SAMPLES) - 1)
-                voice_iter = iter_voice_frames_from_pcm(self.backend.codec, pcm, lm_config)
+                streamed_count = voice_pass_count(len(pcm))
+                streamed = iter_voice_frames_from_pcm(self.backend.codec, pcm, lm_config)
             elif path is not None:
                 prompt = load_voice_prompt(path, lm_config, self.backend.ct)
                 voice_frames = voice_frames_from_prompt(lm_config, prompt)
-                voice_count = len(voice_frames)
             ids = persona_tokens(self.tokenizer, config.persona or DEFAULT_PERSONA)
         except ValueError as exc:  # VoicePromptError, AudioPrepError, LoudnessError, empty persona
             raise EngineError(f"cannot prepare the session: {exc}") from exc
@@ -259,8 +260,7 @@ class LockstepEngine(Engine):
             # a tokenizer larger than the model's text vocabulary; inside a CUDA graph this would kill the context
             raise EngineError(f"persona token ids must be below the model's text_card {lm_config.text_card}")
         rest = build_prefill(lm_config, voice=voice_frames, persona_ids=ids).frames
-        frames: Iterator[PrefillFrame] = iter(rest) if voice_iter is None else _chain(voice_iter, rest)
-        return frames, len(rest) + (voice_count if voice_iter is not None else 0)
+        return itertools.chain(streamed, rest), streamed_count + len(rest)
 
     # ---- the tick --------------------------------------------------------------------------------
 
@@ -374,11 +374,6 @@ class LockstepEngine(Engine):
         if self.backend is None:
             return {}
         return self.backend.memory_snapshot()
-
-
-def _chain(first: Iterator[PrefillFrame], rest: list[PrefillFrame]) -> Iterator[PrefillFrame]:
-    yield from first
-    yield from rest
 
 
 __all__ = ["LockstepEngine", "VoicePromptError"]

@@ -159,6 +159,11 @@ def voice_frames_from_codes(config: LMConfig, codes: np.ndarray | torch.Tensor) 
     return [_frame(config, TEXT_PAD, codes[:, f], SINE_TOKENS) for f in range(1, codes.shape[1])]
 
 
+def voice_pass_count(num_samples: int) -> int:
+    """How many frames ``iter_voice_frames_from_pcm`` yields for ``num_samples`` of audio (frame 0 makes none)."""
+    return max(0, -(-num_samples // FRAME_SAMPLES) - 1)
+
+
 def iter_voice_frames_from_pcm(codec, pcm: np.ndarray, config: LMConfig) -> Iterator[PrefillFrame]:
     """The wav path, lazily: Mimi-encode one 1920-sample frame per pass (last frame zero-padded) with a
     private codec stream, so a long prompt costs one encode per tick instead of one long stall."""
