@@ -139,6 +139,18 @@ class LockstepBackend(abc.ABC):
         K = self.config.num_codebooks
         return slice(K - USER_CODEBOOKS, K)
 
+    def _tick_every_slot_then_reset(self) -> None:
+        """Warm-up's last part: the engine's own live tick over every slot, twice (index copies, host transfers,
+        codec calls), then a fresh start for every slot."""
+        B, K, F = self.num_slots, self.config.num_codebooks, self.codec.frame_size
+        mask = torch.zeros(B, K, dtype=torch.bool)
+        mask[:, self._user_columns()] = True
+        rows = StepRows(list(range(B)), torch.zeros(B, K, dtype=torch.long), mask, num_live=B)
+        for _ in range(2):
+            self.step(rows, torch.zeros(B, F))
+        for slot in range(B):
+            self.reset_slot(slot)
+
 
 class EagerBackend(LockstepBackend):
     """``LockstepGen`` over the whole batch (execution mask) and the eager Mimi codec over every row.
@@ -161,15 +173,7 @@ class EagerBackend(LockstepBackend):
         self.mimi_state = codec.init_stream(num_slots)
 
     def warmup(self) -> None:
-        B, K, F = self.num_slots, self.config.num_codebooks, self.codec.frame_size
-        everyone = list(range(B))
-        mask = torch.zeros(B, K, dtype=torch.bool)
-        mask[:, self._user_columns()] = True
-        rows = StepRows(everyone, torch.zeros(B, K, dtype=torch.long), mask, num_live=B)
-        for _ in range(2):
-            self.step(rows, torch.zeros(B, F))
-        for slot in everyone:
-            self.reset_slot(slot)
+        self._tick_every_slot_then_reset()
 
     def reset_slot(self, slot: int) -> None:
         mask = _one_hot(slot, self.num_slots)
@@ -279,14 +283,7 @@ class FastBackend(LockstepBackend):
         self.fused_gemv = check_fused_gemv(self.fast_lm)
         self.graphed.capture()  # CUDA: every bucket, on the scratch slot only
         self.mimi.capture()  # CUDA: encode and decode over all rows; streams fresh afterwards
-        B, K, F = self.num_slots, self.config.num_codebooks, self.codec.frame_size
-        mask = torch.zeros(B, K, dtype=torch.bool)
-        mask[:, self._user_columns()] = True
-        rows = StepRows(list(range(B)), torch.zeros(B, K, dtype=torch.long), mask, num_live=B)
-        for _ in range(2):  # the engine's own tick once more (index copies, host transfers), then a clean slate
-            self.step(rows, torch.zeros(B, F))
-        for slot in range(B):
-            self.reset_slot(slot)
+        self._tick_every_slot_then_reset()
         logger.info(
             "lockstep.fast_ready",
             extra={"graphs": sorted(self.graphed.graphs), "mimi_graphed": self.mimi_graphed, "fused": self.fused_gemv},
