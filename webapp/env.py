@@ -1,8 +1,9 @@
 """The only place that reads ``os.environ`` for Django (settings import from here).
 
 Every value has an embedded default that needs nothing running: SQLite, the in-memory channel
-layer, eager Celery and in-process inference. Setting the production variables switches each
-part over independently.
+layer and eager Celery. Setting the production variables switches each part over independently.
+The inference service's variables (``PARLEY_INFERENCE_URL``, ``PARLEY_SLOTS``, ...) are read by
+``inference/config.py``, not here.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ class WebEnv:
     database_url: str  # "" = SQLite in var/
     redis_url: str  # "" = in-memory channel layer
     celery_broker_url: str  # "" = eager Celery
-    inference_url: str  # "" = in-process inference service (read by inference.api too)
     var_dir: Path
     max_event_bytes: int
     default_model: str
@@ -62,7 +62,6 @@ def read_env() -> WebEnv:
         database_url=_text("DATABASE_URL"),
         redis_url=_text("REDIS_URL"),
         celery_broker_url=_text("CELERY_BROKER_URL"),
-        inference_url=_text("PARLEY_INFERENCE_URL"),
         var_dir=var_dir,
         max_event_bytes=_int("PARLEY_MAX_EVENT_BYTES", 1024 * 1024),
         default_model=_text("PARLEY_ENGINE"),

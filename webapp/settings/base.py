@@ -102,7 +102,6 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # ---- parley ------------------------------------------------------------------------------------
-PARLEY_INFERENCE_URL = ENV.inference_url  # informational: inference.api reads its own config
 PARLEY_MAX_EVENT_BYTES = ENV.max_event_bytes  # larger client events get event_too_large
 PARLEY_DEFAULT_MODEL = ENV.default_model or None
 # Input sample rates the endpoint accepts; the facade resamples any of them to the engine rate.

@@ -2,10 +2,9 @@
 
 from django.core.exceptions import ImproperlyConfigured
 
-from webapp.env import ENV
 from webapp.settings.base import *  # noqa: F403
 
-DEBUG = ENV.debug
+# DEBUG comes from DJANGO_DEBUG through base (off by default); local.py is the only one that forces it on.
 if SECRET_KEY.startswith("parley-insecure"):  # noqa: F405
     raise ImproperlyConfigured("Set DJANGO_SECRET_KEY for production.")
 SESSION_COOKIE_SECURE = True

@@ -12,8 +12,7 @@ from webapp.settings.base import DATABASES
 
 DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-CELERY_TASK_ALWAYS_EAGER = True
-CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ALWAYS_EAGER = True  # even when a developer shell sets CELERY_BROKER_URL
 
 # One test database per pytest process: concurrent runs on one machine must not flush each other's
 # tables. The name is explicit so that the live server (a forked child, channels'
