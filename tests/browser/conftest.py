@@ -98,18 +98,25 @@ def screenshot_dir() -> Path | None:
     return path
 
 
-# The inference service runs inside the live server process and reads PARLEY_* at start.
-# Two slots make the queue reachable with three callers; a simulated prefill makes the progress
-# bar observable; a short grace frees slots of tests that failed half-way before the next test.
-LIVE_SERVER_ENV = {
-    "PARLEY_ENGINE": "echo",
-    "PARLEY_CHECKPOINT": "",  # empty counts as unset: a developer's shell must not leak in
-    "PARLEY_INFERENCE_URL": "",  # in-process service inside the live server
-    "PARLEY_SLOTS": "2",
-    "PARLEY_QUEUE_MAX": "4",
-    "PARLEY_ECHO_PREFILL_TICKS": "15",
-    "PARLEY_DISCONNECT_GRACE_S": "10",
-}
+def live_server_env(engine: str, checkpoint: str = "", **extra: str) -> dict[str, str]:
+    """``PARLEY_*`` for a live server's inference service, which runs inside the server process.
+
+    Two slots; a short grace frees slots of tests that failed half-way before the next test. An
+    empty checkpoint or inference URL counts as unset: a developer's shell must not leak in.
+    """
+    return {
+        "PARLEY_ENGINE": engine,
+        "PARLEY_CHECKPOINT": checkpoint,
+        "PARLEY_INFERENCE_URL": "",
+        "PARLEY_SLOTS": "2",
+        "PARLEY_DISCONNECT_GRACE_S": "10",
+        **extra,
+    }
+
+
+# The shared server runs the echo engine. Two slots make the queue reachable with three callers;
+# a simulated prefill makes the progress bar observable.
+LIVE_SERVER_ENV = live_server_env("echo", PARLEY_QUEUE_MAX="4", PARLEY_ECHO_PREFILL_TICKS="15")
 
 
 @pytest.fixture(scope="session")

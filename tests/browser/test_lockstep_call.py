@@ -14,6 +14,7 @@ import pytest
 from playwright.sync_api import expect
 
 from inference.models.moshi.make_checkpoint import make_checkpoint
+from tests.browser.conftest import live_server_env
 from tests.browser.pages import hooks, login, open_call_page, wait_for, wait_for_state
 from tests.live_server import run_live_server
 
@@ -26,18 +27,11 @@ START_TIMEOUT_MS = 90_000
 def lockstep_live_server(tmp_path_factory, django_db_setup, django_db_blocker):
     """A daphne live server whose inference service runs the lockstep engine on a tiny checkpoint."""
     checkpoint = make_checkpoint("tiny-personaplex", tmp_path_factory.mktemp("lockstep-browser") / "ckpt", 0)
-    env = {
-        "PARLEY_ENGINE": "personaplex",
-        "PARLEY_CHECKPOINT": str(checkpoint),
-        "PARLEY_INFERENCE_URL": "",
-        "PARLEY_SLOTS": "2",
-        "PARLEY_DISCONNECT_GRACE_S": "10",
-    }
-    with run_live_server(django_db_blocker, env) as server:
+    with run_live_server(django_db_blocker, live_server_env("personaplex", str(checkpoint))) as server:
         yield server
 
 
-def test_browser_call_on_the_lockstep_engine(lockstep_live_server, browser, make_user):  # noqa: F811
+def test_browser_call_on_the_lockstep_engine(lockstep_live_server, browser, make_user):
     url = lockstep_live_server.url
     make_user("lockstepcaller")
     context = browser.new_context()

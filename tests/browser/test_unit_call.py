@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.conftest import live_server_env
 from tests.browser.pages import hooks, login, open_call_page, wait_for, wait_for_state
 from tests.live_server import run_live_server
 
@@ -32,14 +33,7 @@ def unit_live_server(tmp_path_factory, django_db_setup, django_db_blocker):
     from inference.models.minicpmo.fill import make_checkpoint
 
     checkpoint = make_checkpoint(tmp_path_factory.mktemp("minicpmo-browser"), data_dir=DATA_DIR)
-    env = {
-        "PARLEY_ENGINE": "minicpmo",
-        "PARLEY_CHECKPOINT": str(checkpoint),
-        "PARLEY_INFERENCE_URL": "",
-        "PARLEY_SLOTS": "2",
-        "PARLEY_DISCONNECT_GRACE_S": "10",
-    }
-    with run_live_server(django_db_blocker, env) as server:
+    with run_live_server(django_db_blocker, live_server_env("minicpmo", str(checkpoint))) as server:
         yield server
 
 
