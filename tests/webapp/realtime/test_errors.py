@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from channels.db import database_sync_to_async
 
-from inference.contracts import ParleyError  # noqa: F401 - documents where facade errors come from
 from inference.engines.base import EngineError
 from inference.engines.echo import EchoEngine
 from tests.webapp.realtime.realtime_helpers import FRAME, b64, make_account, open_peer, ready_peer, to_pcm16, tone
