@@ -20,6 +20,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from inference.audio import pcm
 from inference.contracts import (
     AudioOut,
     Closed,
@@ -111,10 +112,7 @@ def parse_json(payload: bytes) -> dict[str, Any]:
 
 
 def audio_in_frame(call_id: int, encoding: str, rate: int, data: bytes) -> bytes:
-    if encoding not in ENCODINGS:
-        raise ParleyError(f"unsupported audio encoding {encoding!r}", code="unsupported_audio_format", param="encoding")
-    if not isinstance(rate, int) or not 0 < rate < 2**32:
-        raise ParleyError(f"unsupported sample rate {rate!r}", code="unsupported_audio_format", param="rate")
+    pcm.check_format(encoding, rate)  # the same refusal the in-process session gives, before anything is sent
     return frame(AUDIO_IN, _AUDIO_IN.pack(call_id, ENCODINGS.index(encoding), rate) + data)
 
 
