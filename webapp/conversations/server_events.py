@@ -144,9 +144,7 @@ class RealtimeEvents:
     def audio(self, out: AudioOut) -> list[Outgoing]:
         if out.epoch <= self._drop_through_epoch:
             return []
-        events = self._response_for(out.epoch)
-        response = self._response
-        assert response is not None
+        events, response = self._response_for(out.epoch)
         if self.view.binary_audio:
             events.append(audio_frame(out.pcm16))
         else:
@@ -162,9 +160,7 @@ class RealtimeEvents:
     def text(self, out: TextOut) -> list[Outgoing]:
         if out.epoch <= self._drop_through_epoch or not out.text:
             return []
-        events = self._response_for(out.epoch)
-        response = self._response
-        assert response is not None
+        events, response = self._response_for(out.epoch)
         response.transcript.append(out.text)
         response.transcript_chars += len(out.text)
         while response.transcript_chars > TRANSCRIPT_KEEP_CHARS and len(response.transcript) > 1:
@@ -193,11 +189,11 @@ class RealtimeEvents:
             self.event("response.done", response=self._response_object(response, status=status, output=[item])),
         ]
 
-    def _response_for(self, epoch: int) -> list[Outgoing]:
-        """Events that open a response for ``epoch`` (closing one of an older epoch first)."""
+    def _response_for(self, epoch: int) -> tuple[list[Outgoing], _Response]:
+        """The response of ``epoch``, and the events that open it when it is new (an older one is closed first)."""
         self._last_epoch = max(self._last_epoch, epoch)
         if self._response is not None and self._response.epoch == epoch:
-            return []
+            return [], self._response
         events = self.end_response("completed")
         response = _Response(id=new_id("resp"), item_id=new_id("item"), epoch=epoch)
         self._response = response
@@ -211,7 +207,7 @@ class RealtimeEvents:
             ),
         ]
         self._previous_item_id = response.item_id
-        return events
+        return events, response
 
     @staticmethod
     def _where(response: _Response) -> dict[str, Any]:
