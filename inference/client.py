@@ -187,18 +187,13 @@ class RemoteSessionHandle:
     @classmethod
     async def open(cls, socket_path: str, request: SessionRequest) -> RemoteSessionHandle:
         reader, writer = await _connect(socket_path)
-        writer.write(wire.json_frame({"op": "open", "request": wire.request_to_dict(request)}))
-        await writer.drain()
-        reply = await wire.read_frame(reader)
-        if reply is None:
+        try:
+            writer.write(wire.json_frame({"op": "open", "request": wire.request_to_dict(request)}))
+            await writer.drain()
+            await _read_reply(reader)
+        except BaseException:
             writer.close()
-            raise ParleyError(
-                "the inference service closed the connection", code="internal_error", error_type="server_error"
-            )
-        body = wire.parse_json(reply[1])
-        if "error" in body:
-            writer.close()
-            raise wire.error_from_dict(body["error"])
+            raise
         return cls(reader, writer)
 
     @property
@@ -224,10 +219,7 @@ class RemoteSessionHandle:
         return event
 
     async def update(self, *, persona: str | None = None, voice: VoiceRef | None = None) -> None:
-        voice_dict = (
-            None if voice is None else {"voice_id": voice.voice_id, "path": str(voice.path) if voice.path else None}
-        )
-        await self._call("update", persona=persona, voice=voice_dict)
+        await self._call("update", persona=persona, voice=wire.voice_to_dict(voice))
 
     async def append_audio(self, data: bytes, *, encoding: str, rate: int) -> None:
         call_id = next(self._ids)
@@ -329,15 +321,34 @@ class RemoteSessionHandle:
             await self._reader_task
 
 
+def _not_running(socket_path: str) -> ParleyError:
+    return ParleyError(
+        f"the inference service is not running at unix://{socket_path}",
+        code="internal_error",
+        error_type="server_error",
+    )
+
+
+def _service_closed() -> ParleyError:
+    return ParleyError("the inference service closed the connection", code="internal_error", error_type="server_error")
+
+
 async def _connect(socket_path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     try:
         return await asyncio.open_unix_connection(socket_path, limit=wire.MAX_FRAME_BYTES)
     except (FileNotFoundError, ConnectionRefusedError) as exc:
-        raise ParleyError(
-            f"the inference service is not running at unix://{socket_path}",
-            code="internal_error",
-            error_type="server_error",
-        ) from exc
+        raise _not_running(socket_path) from exc
+
+
+async def _read_reply(reader: asyncio.StreamReader) -> dict[str, Any]:
+    """The JSON body of the service's reply to a call; an error reply raises its ``ParleyError``."""
+    reply = await wire.read_frame(reader)
+    if reply is None:
+        raise _service_closed()
+    body = wire.parse_json(reply[1])
+    if "error" in body:
+        raise wire.error_from_dict(body["error"])
+    return body
 
 
 async def one_shot(socket_path: str, call: dict[str, Any]) -> Any:
@@ -346,16 +357,9 @@ async def one_shot(socket_path: str, call: dict[str, Any]) -> Any:
     try:
         writer.write(wire.json_frame(call))
         await writer.drain()
-        reply = await wire.read_frame(reader)
+        body = await _read_reply(reader)
     finally:
         writer.close()
-    if reply is None:
-        raise ParleyError(
-            "the inference service closed the connection", code="internal_error", error_type="server_error"
-        )
-    body = wire.parse_json(reply[1])
-    if "error" in body:
-        raise wire.error_from_dict(body["error"])
     return body.get("ok")
 
 
@@ -374,11 +378,7 @@ def remote_capabilities(socket_path: str, timeout_s: float = 5.0) -> EngineCapab
         try:
             sock.connect(socket_path)
         except OSError as exc:
-            raise ParleyError(
-                f"the inference service is not running at unix://{socket_path}",
-                code="internal_error",
-                error_type="server_error",
-            ) from exc
+            raise _not_running(socket_path) from exc
         sock.sendall(wire.json_frame({"op": "capabilities"}))
         header = _recv_exactly(sock, 5)
         length = int.from_bytes(header[:4], "big")
@@ -391,8 +391,6 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     while len(chunks) < n:
         chunk = sock.recv(n - len(chunks))
         if not chunk:
-            raise ParleyError(
-                "the inference service closed the connection", code="internal_error", error_type="server_error"
-            )
+            raise _service_closed()
         chunks += chunk
     return bytes(chunks)

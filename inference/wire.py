@@ -182,6 +182,10 @@ def request_to_dict(request: SessionRequest) -> dict[str, Any]:
     return _plain(dataclasses.asdict(request))
 
 
+def voice_to_dict(voice: VoiceRef | None) -> dict[str, Any] | None:
+    return None if voice is None else _plain(dataclasses.asdict(voice))
+
+
 def voice_from_dict(obj: dict[str, Any] | None) -> VoiceRef | None:
     if obj is None:
         return None
