@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 from collections.abc import AsyncIterator
 from typing import Any, Literal, Protocol
 
 from inference.config import InferenceConfig
 from inference.contracts import ParleyError, SessionEvent, SessionRequest, VoiceRef, WorkerSnapshot
 from inference.engines.base import Engine
-
-logger = logging.getLogger(__name__)
 
 
 class SessionHandle(Protocol):
@@ -219,7 +216,7 @@ def capabilities_preview() -> dict:
         if _service is None:
             from inference.service import InferenceService
 
-            _service = InferenceService(_current_config())  # built, not started: start() reuses it
+            _service = InferenceService(_current_config())  # built, not started: the first call reuses its engine
         caps = _service.capabilities
     preview = dataclasses.asdict(caps)
     preview["extra"] = dict(caps.extra)
