@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,12 +31,10 @@ ECHO_LABEL = "echo engine: returns your audio, no model"
 class _EchoSlot:
     """Per-slot state: the delay line and the frame counter."""
 
-    config: SlotConfig
     delay_line: deque[np.ndarray]
     prefill_left: int
     prefill_total: int
     frames_seen: int = 0
-    persona_text: list[str] = field(default_factory=list)
 
 
 class EchoEngine(Engine):
@@ -76,7 +74,6 @@ class EchoEngine(Engine):
         )
         self._slots: dict[int, _EchoSlot] = {}
         self._silence = np.zeros(chunk, dtype=np.float32)
-        self.warmed_up = False
 
     @classmethod
     def from_config(cls, config) -> EchoEngine:  # config: inference.config.InferenceConfig
@@ -87,7 +84,6 @@ class EchoEngine(Engine):
         """Nothing to load; reports progress once so callers see the same flow as a model engine."""
         if progress is not None:
             progress(1.0, "echo engine ready (no model)")
-        self.warmed_up = True
 
     def open_slot(self, slot: int, config: SlotConfig) -> None:
         """Start a fresh delay line for ``slot``; the prefill (if any) runs over the next ticks."""
@@ -95,7 +91,6 @@ class EchoEngine(Engine):
         if slot in self._slots:
             raise EngineError(f"slot {slot} is already open")
         self._slots[slot] = _EchoSlot(
-            config=config,
             delay_line=deque(self._silence for _ in range(self.delay_frames)),
             prefill_left=self.prefill_ticks,
             prefill_total=self.prefill_ticks,
