@@ -22,6 +22,7 @@ from inference.models.moshi.personaplex import (
     build_prefill,
     load_voice_prompt,
     persona_tokens,
+    stream_encode,
     voice_frames_from_codes,
     voice_frames_from_prompt,
 )
@@ -153,18 +154,9 @@ def encode_pcm(info: CheckpointInfo, pcm: np.ndarray, device: str) -> np.ndarray
     """Streaming Mimi encode of float32 24 kHz ``pcm`` in 1920-sample frames (last one zero-padded)."""
     from inference.models.moshi.mimi import MimiConfig, load_mimi
 
-    frame = 1920
-    n = -(-len(pcm) // frame) * frame
-    pcm = np.pad(pcm, (0, n - len(pcm)))
     mimi_config = MimiConfig.from_dict(info.mimi_config) if info.mimi_config else MimiConfig.kyutai_default()
     codec = load_mimi(info.mimi_weights, mimi_config, num_codebooks=8, device=device, dtype=torch.float32)
-    state = codec.init_stream(1)
-    codes = []
-    with torch.no_grad():
-        for start in range(0, n, frame):
-            chunk = torch.from_numpy(pcm[start : start + frame]).to(device).view(1, 1, frame)
-            codes.append(codec.encode_step(chunk, state)[0, :, 0].cpu())
-    return torch.stack(codes, dim=1).numpy()
+    return torch.stack(list(stream_encode(codec, pcm)), dim=1).numpy()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
