@@ -16,10 +16,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-async def echo_service():
-    await api.start(engine="echo", slots=2, echo_prefill_ticks=0)
-    yield
-    await api.shutdown()
+async def echo_service(inference_service):
+    """The shared echo service (tests/conftest.py), restarted with two slots."""
+    await inference_service(slots=2, echo_prefill_ticks=0)
 
 
 async def make_user(username: str, *, staff: bool = False):
