@@ -1,4 +1,4 @@
-"""Streaming rational resampler (polyphase windowed-sinc FIR), numpy/scipy only.
+"""Streaming rational resampler (polyphase windowed-sinc FIR), numpy/scipy only; and whole-clip resampling.
 
 Chunks of any size go in; the concatenated output equals resampling the whole signal at once,
 so frame boundaries leave no clicks. Output sample n is aligned with input time n * src / dst (no
@@ -11,7 +11,7 @@ from __future__ import annotations
 from math import gcd
 
 import numpy as np
-from scipy.signal import firwin
+from scipy.signal import firwin, resample_poly
 
 
 class StreamingResampler:
@@ -70,3 +70,11 @@ class StreamingResampler:
         self._history = buf[keep_from:].copy()
         self._start += keep_from
         return out.astype(np.float32, copy=False)
+
+
+def resample_clip(samples: np.ndarray, src_rate: int, dst_rate: int) -> np.ndarray:
+    """A whole clip (e.g. a voice file) from ``src_rate`` to ``dst_rate`` as float32, with scipy's polyphase filter."""
+    if src_rate == dst_rate:
+        return samples
+    g = gcd(src_rate, dst_rate)
+    return resample_poly(samples, dst_rate // g, src_rate // g).astype(np.float32)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from inference.audio.resample import resample_clip
 from inference.engines.base import (
     Engine,
     EngineCapabilities,
@@ -57,14 +58,7 @@ def load_reference_audio(path: Path) -> np.ndarray:
     audio = np.asarray(audio, dtype=np.float32)
     if audio.ndim != 1 or audio.shape[0] < 400:
         raise EngineError(f"voice reference {path.name}: expected mono audio of at least 25 ms")
-    if rate != 16000:
-        from math import gcd
-
-        from scipy.signal import resample_poly
-
-        g = gcd(rate, 16000)
-        audio = resample_poly(audio, 16000 // g, rate // g).astype(np.float32)
-    return audio
+    return resample_clip(audio, rate, 16000)
 
 
 @dataclass

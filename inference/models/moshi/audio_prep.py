@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import soundfile
-from scipy.signal import resample_poly
 
 from inference.audio.loudness import normalize_loudness
+from inference.audio.resample import resample_clip
 
 SAMPLE_RATE = 24000
 TARGET_LUFS = -24.0
@@ -28,10 +27,7 @@ def load_wav_24k(path: str | Path) -> np.ndarray:
     pcm = data[:, 0]
     if pcm.size == 0 or not np.isfinite(pcm).all():
         raise AudioPrepError(f"{path}: empty or non-finite audio")
-    if rate != SAMPLE_RATE:
-        g = math.gcd(int(rate), SAMPLE_RATE)
-        pcm = resample_poly(pcm, SAMPLE_RATE // g, int(rate) // g).astype(np.float32)
-    return pcm
+    return resample_clip(pcm, int(rate), SAMPLE_RATE)
 
 
 def load_voice_wav(path: str | Path) -> np.ndarray:
