@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from inference.models.moshi.config import CheckpointError, LMConfig
+from inference.models.moshi.text import TEXT_PAD
 
-TEXT_PAD = 3
 SILENCE_TOKENS = (948, 243, 1178, 546, 1736, 1030, 1978, 2008)  # Mimi codes of agent silence
 SINE_TOKENS = (430, 1268, 381, 1611, 1095, 1495, 56, 472)  # Mimi codes of a 440 Hz tone (user side)
 AUDIO_SILENCE_FRAMES = 6  # int(0.5 s * 12.5 Hz)
