@@ -32,4 +32,4 @@ def load_wav_24k(path: str | Path) -> np.ndarray:
 
 def load_voice_wav(path: str | Path) -> np.ndarray:
     """A voice-prompt wav as the reference prepares it: 24 kHz mono, normalised to -24 LUFS."""
-    return normalize_loudness(load_wav_24k(path), SAMPLE_RATE)
+    return normalize_loudness(load_wav_24k(path), SAMPLE_RATE, TARGET_LUFS)
