@@ -121,9 +121,9 @@ class LockstepBackend(abc.ABC):
         Returns only once the results are on the host (so the caller's wall clock measures the device work).
         """
 
-    @abc.abstractmethod
     def slot_state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         """(token ring [K, CT], provided mask [K, CT], model passes since reset) of ``slot``, on the host."""
+        return self.state.cache[slot].cpu(), self.state.provided[slot].cpu(), int(self.state.lengths[slot])
 
     @abc.abstractmethod
     def memory_snapshot(self) -> dict[str, float]:
@@ -221,9 +221,6 @@ class EagerBackend(LockstepBackend):
             pcm_out = decoded[live.to(dev)].cpu()
         index_dev = index.to(dev)
         return StepResult(out.tokens[index_dev].cpu(), out.valid[index_dev].cpu(), pcm_out)
-
-    def slot_state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-        return self.gen.cache[slot].cpu(), self.gen.provided[slot].cpu(), int(self.gen.lengths[slot])
 
     def memory_snapshot(self) -> dict[str, float]:
         kv = self.gen.kv.keys.numel() * self.gen.kv.keys.element_size() * 2
@@ -329,10 +326,6 @@ class FastBackend(LockstepBackend):
                 _restore_rows(self.mimi.state, saved)
             pcm_out = decoded.cpu()
         return StepResult(tokens.cpu(), valid.cpu(), pcm_out)
-
-    def slot_state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-        ls = self.lockstep
-        return ls.cache[slot].cpu(), ls.provided[slot].cpu(), int(ls.lengths[slot])
 
     def memory_snapshot(self) -> dict[str, float]:
         kv = self.lockstep.kv
