@@ -32,7 +32,7 @@ from inference.engines.base import (
     SlotInput,
     SlotOutput,
 )
-from inference.engines.lockstep_backends import BACKENDS, LockstepBackend, StepRows, choose_backend
+from inference.engines.lockstep_backends import BACKENDS, USER_CODEBOOKS, LockstepBackend, StepRows, choose_backend
 from inference.models.moshi.config import CheckpointError, CheckpointInfo, read_checkpoint_dir
 from inference.models.moshi.fast.step import FastLockstep
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
@@ -335,7 +335,7 @@ class LockstepEngine(Engine):
             # row per prefill frame: no per-live-row host work, which matters at 100+ slots
             forced = torch.zeros(n_live + len(frames), K, dtype=torch.long)
             mask = torch.zeros(n_live + len(frames), K, dtype=torch.bool)
-            mask[:n_live, K - 8 :] = True
+            mask[:n_live, K - USER_CODEBOOKS :] = True
             for row, (_, frame) in enumerate(frames, start=n_live):
                 forced[row], mask[row] = frame.forced, frame.forced_mask
             rows = StepRows(list(live) + [s for s, _ in frames], forced, mask, num_live=n_live)
