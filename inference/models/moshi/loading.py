@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -67,6 +68,16 @@ def widen_depformer(state: dict[str, torch.Tensor], expected: dict[str, torch.Si
     return out
 
 
+def key_set_mismatch(expected: Iterable[str], found: Iterable[str]) -> str | None:
+    """``missing key 'k' (and N more)``, else ``unexpected key 'k' (and N more)``, else None (first in sort order)."""
+    expected, found = set(expected), set(found)
+    for kind, keys in (("missing", expected - found), ("unexpected", found - expected)):
+        if keys:
+            more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
+            return f"{kind} key {min(keys)!r}{more}"
+    return None
+
+
 def load_lm_state(
     lm: MoshiLM, state: dict[str, torch.Tensor], *, source: str = "state", allow_widen: bool = True
 ) -> None:
@@ -74,14 +85,9 @@ def load_lm_state(
     expected = {k: v.shape for k, v in lm.state_dict().items()}
     if allow_widen and lm.config.dep_q == 16 and _looks_like_dep_q8(state):
         state = widen_depformer(state, expected)
-    missing = sorted(set(expected) - set(state))
-    if missing:
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise CheckpointError(f"{source}: missing key {missing[0]!r}{more}")
-    unexpected = sorted(set(state) - set(expected))
-    if unexpected:
-        more = f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""
-        raise CheckpointError(f"{source}: unexpected key {unexpected[0]!r}{more}")
+    mismatch = key_set_mismatch(expected, state)
+    if mismatch:
+        raise CheckpointError(f"{source}: {mismatch}")
     for key, shape in expected.items():
         if tuple(state[key].shape) != tuple(shape):
             raise CheckpointError(f"{source}: key {key!r} has shape {tuple(state[key].shape)}, expected {tuple(shape)}")

@@ -26,6 +26,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from inference.models.moshi.loading import key_set_mismatch
 from inference.models.moshi.mimi import MimiCodec, MimiConfig
 
 __all__ = [
@@ -174,14 +175,9 @@ def check_state_dict(state: dict[str, torch.Tensor], config: MimiConfig, source:
     with torch.device("meta"):
         skeleton = MimiCodec(config, num_codebooks=config.quantizer.n_q)
     expected = skeleton.state_dict()
-    missing = sorted(set(expected) - set(state))
-    if missing:
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise MimiLoadError(f"{source}: missing key {missing[0]!r}{more}")
-    unexpected = sorted(set(state) - set(expected))
-    if unexpected:
-        more = f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""
-        raise MimiLoadError(f"{source}: unexpected key {unexpected[0]!r}{more}")
+    mismatch = key_set_mismatch(expected, state)
+    if mismatch:
+        raise MimiLoadError(f"{source}: {mismatch}")
     for key, ref in expected.items():
         value = state[key]
         if tuple(value.shape) != tuple(ref.shape):
