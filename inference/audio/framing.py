@@ -38,7 +38,3 @@ class FrameAccumulator:
                 frames.append(self._buffer.copy())
                 self._filled = 0
         return frames
-
-    def reset(self) -> None:
-        """Drop any partial frame."""
-        self._filled = 0
