@@ -166,7 +166,17 @@ async def _restart_here():
 
 
 def _same_engine_config(a: InferenceConfig, b: InferenceConfig) -> bool:
-    keys = ("engine", "checkpoint", "slots", "device", "dtype", "echo_delay_frames", "echo_prefill_ticks")
+    """Whether an engine built for ``a`` can serve ``b`` as is (every field the engine is built from)."""
+    keys = (
+        "engine",
+        "checkpoint",
+        "slots",
+        "device",
+        "dtype",
+        "lockstep_backend",
+        "echo_delay_frames",
+        "echo_prefill_ticks",
+    )
     return all(getattr(a, k) == getattr(b, k) for k in keys)
 
 

@@ -141,7 +141,18 @@ class ErrorEvent:
 
 
 SessionEvent = (
-    Queued | Ready | Prefill | AudioOut | TextOut | Decision | Metrics | Paused | Resumed | Replaced | Closed | ErrorEvent
+    Queued
+    | Ready
+    | Prefill
+    | AudioOut
+    | TextOut
+    | Decision
+    | Metrics
+    | Paused
+    | Resumed
+    | Replaced
+    | Closed
+    | ErrorEvent
 )
 
 
@@ -154,7 +165,9 @@ class ParleyError(Exception):
     code: str = "internal_error"
     error_type: str = "invalid_request_error"
 
-    def __init__(self, message: str, *, code: str | None = None, error_type: str | None = None, param: str | None = None):
+    def __init__(
+        self, message: str, *, code: str | None = None, error_type: str | None = None, param: str | None = None
+    ):
         super().__init__(message)
         self.message = message
         if code is not None:
