@@ -7,10 +7,13 @@ pytest-asyncio tests must run in separate pytest invocations (stack-notes §4).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from django.conf import settings
 
 from inference import api
+from tests import services
 from tests.live_server import run_live_server
 
 
@@ -33,6 +36,27 @@ async def inference_service():
     await start()
     yield start
     await api.shutdown()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[services.RedisServer]:
+    """A throwaway redis-server for the whole run (``.url``); see tests/services.py."""
+    with services.start_redis() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[services.PostgresServer]:
+    """A throwaway PostgreSQL cluster for the whole run (``.url`` of a fresh database); see tests/services.py."""
+    with services.start_postgres() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[services.S3Server]:
+    """A throwaway S3-compatible server with an empty bucket for the whole run; see tests/services.py."""
+    with services.start_s3() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
