@@ -245,13 +245,109 @@ async def shutdown() -> None:
         service.stop_worker()
 
 
+# ---- voices: clips -> prompts (the web tier's voice task and importvoices call these) -----------------
+# Decoding and cleaning need no torch; computing a prompt loads the engine's own codec or encoder here, in
+# the calling process (the Celery worker, or the web process when the task runs eagerly).
+
+
+def prepare_voice_clip(data: bytes, *, progress=None, min_speech_s: float | None = None):
+    """Decode, trim, normalise and validate a voice clip (``inference.voice_prompts.prepare_clip``).
+
+    Returns a ``PreparedClip`` (``wav`` bytes, ``speech_s``); raises ``ParleyError`` subclass ``VoiceClipError``
+    whose ``code`` names the problem (empty, too_big, not_audio, corrupted, truncated, no_audio_track, too_long,
+    too_short, silent, clipped).
+    """
+    from inference.voice_prompts import MIN_SPEECH_S, prepare_clip
+
+    return prepare_clip(data, progress=progress, min_speech_s=MIN_SPEECH_S if min_speech_s is None else min_speech_s)
+
+
+def voice_prompt_targets() -> list:
+    """The voice prompts the configured engine can use (``PromptTarget``: family, model_key); [] for echo."""
+    from inference.voice_prompts import prompt_targets
+
+    config = _current_config()
+    return prompt_targets(config.engine, config.checkpoint)
+
+
+def compute_voice_prompt(wav_path, target, *, progress=None) -> bytes:
+    """One target's prompt for a prepared clip's wav, as safetensors bytes (Mimi codes, or an embedding)."""
+    from inference.voice_prompts import compute_prompt
+
+    return compute_prompt(wav_path, target, progress)
+
+
+def convert_voice_prompt_pt(data: bytes) -> bytes:
+    """A PersonaPlex voice ``.pt`` as safetensors (loaded with ``weights_only=True``; ``VoiceClipError`` if not one)."""
+    from inference.voice_prompts import convert_pt_prompt
+
+    return convert_pt_prompt(data)
+
+
+def voice_limits() -> dict[str, float]:
+    """Upload and clip limits, for the web tier to check before reading a body and to show on its pages."""
+    from inference import voice_prompts as v
+
+    return {"max_bytes": v.MAX_UPLOAD_BYTES, "max_input_s": v.MAX_INPUT_S, "min_speech_s": v.MIN_SPEECH_S,
+            "max_speech_s": v.MAX_SPEECH_S}  # fmt: skip
+
+
+# ---- recordings (written by the service's recorder, read by the web tier's post-processing) ------------
+# The service process and the web tier share the folder (PARLEY_RECORDINGS_DIR): same host, same path.
+
+
+def _raw_folder(session_id: str):
+    from inference.recording.chunks import session_folder
+
+    return session_folder(_current_config().recordings_dir, session_id)
+
+
+def raw_recording_state(session_id: str) -> Literal["missing", "open", "finished"]:
+    """``finished`` once the session ended (or its killed service was restarted), ``open`` while it runs."""
+    from inference.recording.chunks import folder_state
+
+    return folder_state(_raw_folder(session_id))
+
+
+def read_recording(session_id: str):
+    """The decoded raw recording (``inference.recording.reader.RawRecording``).
+
+    Raises ``ParleyError(code="recording_unreadable")`` naming what is wrong when nothing is usable.
+    """
+    from inference.recording.reader import RawRecordingError, read_recording as read
+
+    try:
+        return read(_raw_folder(session_id))
+    except RawRecordingError as exc:
+        raise ParleyError(str(exc), code="recording_unreadable", error_type="server_error") from exc
+
+
+def raw_recording_size(session_id: str) -> int:
+    from inference.recording.chunks import folder_size
+
+    return folder_size(_raw_folder(session_id))
+
+
+def delete_raw_recording(session_id: str) -> None:
+    """Remove the raw chunks (after they were processed, or with the recording)."""
+    import shutil
+
+    shutil.rmtree(_raw_folder(session_id), ignore_errors=True)
+
+
+
 __all__ = [
     "ParleyError",
     "SessionHandle",
     "capabilities_preview",
+    "compute_voice_prompt",
+    "convert_voice_prompt_pt",
     "end_session",
     "occupancy",
     "open_session",
+    "prepare_voice_clip",
     "shutdown",
     "start",
+    "voice_limits",
+    "voice_prompt_targets",
 ]

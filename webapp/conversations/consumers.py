@@ -206,16 +206,16 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                     f"Output is {p.OUTPUT_FORMAT} at {view.output_rate} Hz.",
                     param="session.audio.output.format",
                 )
-        persona_id, instructions = view.persona_id, view.instructions
+        persona_id, persona_version, instructions = view.persona_id, view.persona_version, view.instructions
         if config.duplex and config.duplex.persona_id is not None:
             choice = await database_sync_to_async(services.persona_resolve)(
                 user=self.user, persona_id=config.duplex.persona_id
             )
             if choice is None:
                 raise p.ProtocolError("persona_not_found", "No such persona.", param="session.duplex.persona_id")
-            persona_id, instructions = choice.persona_id, choice.instructions
-        elif config.instructions is not None:
-            persona_id, instructions = None, config.instructions
+            persona_id, persona_version, instructions = choice.persona_id, choice.version, choice.instructions
+        elif config.instructions is not None and config.instructions != view.instructions:
+            persona_id, persona_version, instructions = None, None, config.instructions
         voice = None
         if audio and audio.output and audio.output.voice is not None:
             voice = await database_sync_to_async(services.voice_resolve)(user=self.user, voice=audio.output.voice)
@@ -227,9 +227,9 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         if new_persona is not None or new_voice is not None:
             await self.handle.update(persona=new_persona, voice=new_voice)
         view.input_type, view.input_rate = input_type, input_rate
-        view.persona_id, view.instructions = persona_id, instructions
+        view.persona_id, view.persona_version, view.instructions = persona_id, persona_version, instructions
         if voice is not None:
-            view.voice = voice.name
+            view.voice, view.voice_id = voice.name, voice.voice_id
         if config.duplex and config.duplex.binary_audio is not None:
             view.binary_audio = config.duplex.binary_audio
         if config.duplex and config.duplex.record is not None:

@@ -33,7 +33,9 @@ class SessionView:
     capabilities: EngineCapabilities | None = None
     instructions: str | None = None
     persona_id: int | None = None
+    persona_version: int | None = None
     voice: str | None = None
+    voice_id: int | None = None
     input_type: str = "audio/pcm"
     input_rate: int = 24_000
     binary_audio: bool = False
@@ -103,6 +105,9 @@ class RealtimeEvents:
             "resume": caps.resume,
             "max_session_s": extra.get("max_session_s"),
             "demo_weights": caps.demo_weights,
+            # what this session runs with, so a recording can name the exact persona version and voice
+            "persona": {"id": self.view.persona_id, "version": self.view.persona_version},
+            "voice": {"id": self.view.voice_id, "name": self.view.voice},
         }
 
     def session_object(self) -> dict[str, Any]:
@@ -126,7 +131,9 @@ class RealtimeEvents:
                 "capabilities": self.capabilities(),
                 "persona": view.instructions,
                 "persona_id": view.persona_id,
+                "persona_version": view.persona_version,
                 "voice": view.voice,
+                "voice_id": view.voice_id,
                 "resumed": view.resumed,
                 "record": view.record,
                 "binary_audio": view.binary_audio,

@@ -6,7 +6,6 @@ Called by the consumer through ``database_sync_to_async`` at session edges only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -15,6 +14,7 @@ from django.utils import timezone
 from inference.contracts import VoiceRef
 from webapp.conversations.models import Conversation
 from webapp.personas.selectors import persona_get_for, voice_get_for
+from webapp.personas.services import voice_ref
 
 
 @transaction.atomic
@@ -51,24 +51,27 @@ def conversation_close(*, session_id: str, reason: str) -> None:
 @dataclass(frozen=True)
 class PersonaChoice:
     persona_id: int
+    version: int
     instructions: str
 
 
 @dataclass(frozen=True)
 class VoiceChoice:
+    voice_id: int
     name: str
     ref: VoiceRef
 
 
 def persona_resolve(*, user: AbstractBaseUser, persona_id: object) -> PersonaChoice | None:
     persona = persona_get_for(user=user, persona_id=persona_id)
-    return None if persona is None else PersonaChoice(persona_id=persona.pk, instructions=persona.instructions)
+    if persona is None:
+        return None
+    return PersonaChoice(persona_id=persona.pk, version=persona.version, instructions=persona.instructions)
 
 
 def voice_resolve(*, user: AbstractBaseUser, voice: object) -> VoiceChoice | None:
-    row = voice_get_for(user=user, voice=voice)
+    """A voice ``user`` may use for a new call (ready: not pending, failed or disabled), else None."""
+    row = voice_get_for(user=user, voice=voice, usable_only=True)
     if row is None:
         return None
-    return VoiceChoice(
-        name=row.name, ref=VoiceRef(voice_id=str(row.pk), path=Path(row.file_path) if row.file_path else None)
-    )
+    return VoiceChoice(voice_id=row.pk, name=row.name, ref=voice_ref(row))

@@ -117,7 +117,7 @@ async def test_unsupported_input_image_on_an_audio_engine(alice):
 async def test_persona_and_voice_not_found(alice):
     bob = await make_account("bob")
     bobs = await database_sync_to_async(Persona.objects.create)(owner=bob.user, name="bob's", instructions="x")
-    await database_sync_to_async(Voice.objects.create)(owner=bob.user, name="bobvoice", file_path="")
+    await database_sync_to_async(Voice.objects.create)(owner=bob.user, name="bobvoice", status=Voice.Status.READY)
     peer, _ = await ready_peer(alice)
     for persona_id in (999_999, bobs.pk, "abc"):  # missing, another user's, malformed
         error = await rejected(peer, {"type": "session.update", "session": {"duplex": {"persona_id": persona_id}}})
@@ -130,8 +130,8 @@ async def test_persona_and_voice_not_found(alice):
 
 
 async def test_persona_and_voice_are_fixed_once_audio_started(alice):
-    await database_sync_to_async(Voice.objects.create)(owner=None, name="calm", file_path="")
-    await database_sync_to_async(Voice.objects.create)(owner=None, name="bright", file_path="")
+    await database_sync_to_async(Voice.objects.create)(owner=None, name="calm", status=Voice.Status.READY)
+    await database_sync_to_async(Voice.objects.create)(owner=None, name="bright", status=Voice.Status.READY)
     peer, _ = await ready_peer(alice)
     update = {"instructions": "You are a pirate.", "audio": {"output": {"voice": "calm"}}}
     await peer.send({"type": "session.update", "session": update})

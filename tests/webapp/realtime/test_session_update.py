@@ -13,7 +13,7 @@ async def test_persona_id_and_voice_resolve_to_the_users_rows(alice):
     create_persona = database_sync_to_async(Persona.objects.create)
     shared = await create_persona(owner=None, name="Guide", instructions="You are a museum guide.")
     own = await create_persona(owner=alice.user, name="Mine", instructions="You are my assistant.")
-    voice = await database_sync_to_async(Voice.objects.create)(owner=alice.user, name="low", file_path="/v/low.pt")
+    voice = await database_sync_to_async(Voice.objects.create)(owner=alice.user, name="low", status=Voice.Status.READY)
     peer, _ = await ready_peer(alice)
 
     await peer.send({"type": "session.update", "session": {"duplex": {"persona_id": shared.pk}}})
