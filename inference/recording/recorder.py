@@ -1,0 +1,323 @@
+"""The recorder: per-session chunk files written by one writer thread per service, off the hot path.
+
+The worker thread and the session's event loop only ``put`` small tuples on a queue (a C-level
+``SimpleQueue``: no lock held while the disk works). The writer thread turns them into records
+(``inference.recording.chunks``), appends them to the session's current chunk file and flushes
+every open file at least every ``FLUSH_PERIOD_S``, so a killed service loses at most that much.
+
+A slow or full disk never stalls a tick: when more than ``max_pending`` items wait, new step and
+event items are dropped and counted on the recording, and ``end.json`` says so (the catalogue then
+marks the recording ``partial``). Only the two control items of a session (start and end) always go
+in, so a recording is never left without its end marker by a full queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from inference.audio.pcm import encode_pcm16
+from inference.recording.chunks import (
+    CHUNK_ROLL_S,
+    END_FILE,
+    META_FILE,
+    STEP,
+    TICK,
+    Kind,
+    chunk_name,
+    encode_event,
+    encode_record,
+    read_json,
+    write_json,
+)
+
+logger = logging.getLogger(__name__)
+
+FLUSH_PERIOD_S = 0.5  # well inside the promised second, with room for a slow write
+DEFAULT_MAX_PENDING = 4096  # items (about 5 s of 64 sessions at 80 ms); beyond it, drop and count
+FORMAT_VERSION = 1
+
+
+class SessionRecording:
+    """One session's recording; the session and the worker call it, the writer thread owns its files.
+
+    ``step`` and ``dropped_steps`` are written by the worker thread only, ``dropped_events`` by the
+    session's loop only: each counter has one writer, so no lock is needed.
+    """
+
+    def __init__(self, recorder: Recorder, session_id: str):
+        self.recorder = recorder
+        self.session_id = session_id
+        self.folder = recorder.root / session_id
+        self.started = time.monotonic()
+        self.step = 0
+        self.dropped_steps = 0
+        self.dropped_events = 0
+        self.finished = False
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    # ---- worker thread ----------------------------------------------------------------------
+
+    def step_done(self, caller: np.ndarray, agent_pcm16: bytes, output: Any, step_ms: float) -> None:
+        """One engine step of this session: the input it got, what it sent, its text and decision."""
+        step, self.step = self.step, self.step + 1
+        item = ("step", self, step, self.seconds(), caller, agent_pcm16, output.text, output.decision,
+                output.end_of_turn, step_ms)  # fmt: skip
+        if not self.recorder.offer(item):
+            self.dropped_steps += 1
+
+    # ---- session loop -----------------------------------------------------------------------
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """A session event (pause, resume, detach, attach, epoch, playback ack ...) at this moment."""
+        if self.finished:
+            return
+        item = ("event", self, {"k": kind, "t": round(self.seconds(), 4), "step": self.step, **fields})
+        if not self.recorder.offer(item):
+            self.dropped_events += 1
+
+    def finish(self, reason: str) -> None:
+        """The session ended: the writer closes the files and writes ``end.json``."""
+        if not self.finished:
+            self.finished = True
+            self.recorder.control(("end", self, {"reason": reason, "duration_s": round(self.seconds(), 3)}))
+
+
+@dataclass
+class _OpenFiles:
+    """The writer thread's state for one recording."""
+
+    folder: Path
+    chunk: BinaryIO | None = None
+    chunk_index: int = -1
+    chunk_started_s: float = 0.0
+    bytes_written: int = 0
+    problem: str | None = None  # the first write error; nothing more is written for this recording
+    lost: int = 0  # items that arrived after a write error
+    pending: list[bytes] = field(default_factory=list)
+
+
+class Recorder:
+    """Owns the writer thread and every open recording of one service.
+
+    Args:
+        root: the folder holding one sub-folder per recorded session.
+        max_pending: items allowed to wait for the writer before new ones are dropped.
+    """
+
+    def __init__(self, root: Path, *, max_pending: int = DEFAULT_MAX_PENDING):
+        self.root = Path(root)
+        self.max_pending = max_pending
+        self.instance_id = uuid.uuid4().hex
+        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._open: dict[SessionRecording, _OpenFiles] = {}
+        self._thread = threading.Thread(target=self._run, name="recorder-writer", daemon=True)
+
+    # ---- lifecycle (service loop) ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.recover_interrupted()
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Write what is queued, then end every recording still open as ``interrupted``."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout)
+
+    def begin(self, session_id: str, meta: dict[str, Any]) -> SessionRecording:
+        """Start recording a session; ``meta`` (engine, rates, persona ...) goes to ``meta.json``."""
+        recording = SessionRecording(self, session_id)
+        started = {"started_at": time.time(), "pid": os.getpid(), "service_id": self.instance_id}
+        self.control(("begin", recording, {"format": FORMAT_VERSION, "session_id": session_id, **meta, **started}))
+        return recording
+
+    def recover_interrupted(self) -> list[str]:
+        """End the recordings that a killed service left open: ``end.json`` with reason ``interrupted``.
+
+        A folder whose writer process still runs (another service on the same folder) is left alone.
+        Returns the session ids marked.
+        """
+        marked = []
+        for folder in sorted(p for p in self.root.iterdir() if p.is_dir()):
+            if (folder / END_FILE).exists():
+                continue
+            meta = read_json(folder / META_FILE) or {}
+            pid = meta.get("pid")
+            if isinstance(pid, int) and pid != os.getpid() and _process_alive(pid):
+                continue
+            write_json(folder / END_FILE, {"reason": "interrupted", "interrupted": True, "ended_at": time.time()})
+            marked.append(folder.name)
+        if marked:
+            logger.warning("recorder: %d recording(s) of a stopped service marked interrupted", len(marked))
+        return marked
+
+    # ---- producers (any thread) -------------------------------------------------------------------
+
+    def offer(self, item: tuple[Any, ...]) -> bool:
+        """Queue a data item unless the writer is too far behind; False = dropped."""
+        if self._queue.qsize() >= self.max_pending:
+            return False
+        self._queue.put(item)
+        return True
+
+    def control(self, item: tuple[Any, ...]) -> None:
+        self._queue.put(item)
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    # ---- writer thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        last_flush = time.monotonic()
+        while True:
+            try:
+                item = self._queue.get(timeout=FLUSH_PERIOD_S / 2)
+            except queue.Empty:
+                item = ()
+            if item is None:
+                break
+            if item:
+                try:
+                    self._handle(item)
+                except Exception:  # noqa: BLE001 - one bad item must not end every recording
+                    logger.exception("recorder: could not write %s", item[0])
+            now = time.monotonic()
+            if now - last_flush >= FLUSH_PERIOD_S:
+                self._flush_all()
+                last_flush = now
+        for recording in list(self._open):
+            self._end(recording, {"reason": "interrupted", "interrupted": True})
+
+    def _handle(self, item: tuple[Any, ...]) -> None:
+        kind, recording = item[0], item[1]
+        if kind == "begin":
+            self._begin(recording, item[2])
+            return
+        state = self._open.get(recording)
+        if state is None:
+            return  # begin failed (logged); nothing of this recording can be written
+        if kind == "end":
+            self._end(recording, item[2])
+        elif kind == "event":
+            self._write(state, encode_event(item[2]), item[2]["t"])
+        elif kind == "step":
+            self._write(state, _step_records(*item[2:]), item[3])
+
+    def _begin(self, recording: SessionRecording, meta: dict[str, Any]) -> None:
+        state = _OpenFiles(recording.folder)
+        self._open[recording] = state
+        try:
+            recording.folder.mkdir(parents=True, exist_ok=True)
+            write_json(recording.folder / META_FILE, meta)
+        except OSError as exc:
+            state.problem = f"could not start the recording: {exc}"
+            logger.error("recorder: %s: %s", recording.session_id, state.problem)
+
+    def _write(self, state: _OpenFiles, data: bytes, seconds: float) -> None:
+        if state.problem is not None:
+            state.lost += 1
+            return
+        try:
+            if state.chunk is None or seconds - state.chunk_started_s >= CHUNK_ROLL_S:
+                self._roll(state, seconds)
+            assert state.chunk is not None
+            state.chunk.write(data)
+            state.bytes_written += len(data)
+        except OSError as exc:
+            state.problem = f"disk write failed: {exc}"
+            state.lost += 1
+            logger.error("recorder: %s: %s", state.folder.name, state.problem)
+            self._close_chunk(state)
+
+    def _roll(self, state: _OpenFiles, seconds: float) -> None:
+        self._close_chunk(state)
+        state.chunk_index += 1
+        state.chunk_started_s = seconds
+        state.chunk = open(state.folder / chunk_name(state.chunk_index), "ab")  # noqa: SIM115 - kept open
+
+    def _close_chunk(self, state: _OpenFiles) -> None:
+        if state.chunk is not None:
+            try:
+                state.chunk.close()
+            except OSError as exc:
+                state.problem = state.problem or f"disk write failed: {exc}"
+            state.chunk = None
+
+    def _flush_all(self) -> None:
+        for state in self._open.values():
+            if state.chunk is not None and state.problem is None:
+                try:
+                    state.chunk.flush()
+                except OSError as exc:
+                    state.problem = f"disk write failed: {exc}"
+                    self._close_chunk(state)
+
+    def _end(self, recording: SessionRecording, fields: dict[str, Any]) -> None:
+        state = self._open.pop(recording)
+        self._close_chunk(state)
+        dropped = recording.dropped_steps + recording.dropped_events
+        end = {
+            **fields,
+            "ended_at": time.time(),
+            "steps": recording.step,
+            "dropped_steps": recording.dropped_steps,
+            "dropped_events": recording.dropped_events,
+            "lost_after_error": state.lost,
+            "bytes": state.bytes_written,
+            "problem": state.problem or (f"the recorder fell behind: {dropped} item(s) dropped" if dropped else None),
+        }
+        try:
+            write_json(recording.folder / END_FILE, end)
+        except OSError as exc:  # the next start marks it interrupted; the chunks are still there
+            logger.error("recorder: %s: could not write end.json: %s", recording.session_id, exc)
+
+
+def _step_records(
+    step: int,
+    seconds: float,
+    caller: np.ndarray,
+    agent_pcm16: bytes,
+    text: str,
+    decision: str | None,
+    end_of_turn: bool,
+    step_ms: float,
+) -> bytes:
+    """One step's records: the tick timing, both audio payloads, and text/decision if any."""
+    prefix = STEP.pack(step)
+    parts = [
+        encode_record(Kind.TICK, TICK.pack(step, seconds, step_ms)),
+        encode_record(Kind.CALLER_AUDIO, prefix + encode_pcm16(caller)),
+        encode_record(Kind.AGENT_AUDIO, prefix + agent_pcm16),
+    ]
+    if text:
+        parts.append(encode_event({"k": "text", "t": round(seconds, 4), "step": step, "text": text}))
+    if decision is not None:
+        parts.append(
+            encode_event({"k": "decision", "t": round(seconds, 4), "step": step, "kind": decision, "eot": end_of_turn})
+        )
+    return b"".join(parts)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
