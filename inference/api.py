@@ -10,6 +10,7 @@ The signatures below are the contract between the web tier and the inference ser
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any, Literal, Protocol
@@ -17,6 +18,7 @@ from typing import Any, Literal, Protocol
 from inference.config import InferenceConfig
 from inference.contracts import ParleyError, SessionEvent, SessionRequest, VoiceRef, WorkerSnapshot
 from inference.engines.base import Engine
+from inference.status import ServiceStatus, SessionStatus
 
 
 class SessionHandle(Protocol):
@@ -183,15 +185,120 @@ def _same_engine_config(a: InferenceConfig, b: InferenceConfig) -> bool:
 async def open_session(request: SessionRequest) -> SessionHandle:
     """Attach to the user's session: takes over a live one, resumes a detached one, or queues for a slot.
 
-    Raises ``ParleyError(code="resource_exhausted", error_type="rate_limit_error")`` when the queue is full.
+    Raises ``ParleyError(code="resource_exhausted", error_type="rate_limit_error")`` when the queue is full
+    or an admin stopped admitting new calls (``param="admission"``).
     """
+    try:
+        return await _open_session(request)
+    except ParleyError as exc:
+        if exc.code == "resource_exhausted":
+            admissions_refused["admission_stopped" if exc.param == "admission" else "capacity"] += 1
+        raise
+
+
+async def _open_session(request: SessionRequest) -> SessionHandle:
+    router = _router()
+    if router is not None:
+        return await router.open_session(request)
     socket_path = _remote_socket()
     if socket_path is not None:
         from inference.client import RemoteSessionHandle
 
         return await RemoteSessionHandle.open(socket_path, request)
     service = await _local_service()
+    if request.user_key not in service.sessions:
+        if not _admission_open:
+            raise admission_stopped_error()
+        if _draining:
+            raise ParleyError(
+                "the inference service is draining: it finishes its sessions and takes no new ones",
+                code="resource_exhausted",
+                error_type="server_error",
+            )
     return await service.open_session(request)
+
+
+# ---- several services, and the admin controls over them -----------------------------------------
+# With PARLEY_REGISTRY_URL the web tier places sessions through the Redis registry (inference.routing);
+# otherwise the one service (in-process or remote) is the whole cluster, under the id below.
+
+IN_PROCESS_ID = "in-process"
+admissions_refused: collections.Counter[str] = collections.Counter()  # reason -> count, for the metrics
+_routing = None  # inference.routing.Router for the current config, built on first use
+_admission_open = True  # without a registry the flags live here (one process); with one, in Redis
+_draining = False
+_local_history = None  # inference.status.History of the in-process service's statuses
+
+
+def admission_stopped_error() -> ParleyError:
+    return ParleyError(
+        "new calls are paused by an administrator; try again later",
+        code="resource_exhausted",
+        error_type="rate_limit_error",
+        param="admission",
+    )
+
+
+def _router():
+    global _routing
+    config = _current_config()
+    if not config.registry_url:
+        return None
+    if _routing is None or _routing.config is not config:
+        from inference.routing import Router
+
+        _routing = Router(config)
+    return _routing
+
+
+async def services() -> list[ServiceStatus]:
+    """Every inference service with its sessions and queue: the registry's, or the one service's."""
+    router = _router()
+    if router is not None:
+        return await router.services()
+    socket_path = _remote_socket()
+    if socket_path is not None:
+        from inference.client import remote_status
+
+        return [await remote_status(socket_path)]
+    return [await _on_service_loop(_local_status)]
+
+
+def _local_status(service) -> ServiceStatus:
+    global _local_history
+    from inference.status import History, service_status
+
+    if _local_history is None:
+        _local_history = History()
+    state = "draining" if _draining else "serving"
+    return service_status(service, service_id=IN_PROCESS_ID, address=IN_PROCESS_ID, state=state, history=_local_history)
+
+
+async def set_draining(service_id: str, draining: bool) -> bool:
+    """Admin: stop (or resume) placing new sessions on a service; its current sessions go on. False if unknown."""
+    router = _router()
+    if router is not None:
+        return await router.set_draining(service_id, draining)
+    global _draining
+    if service_id != IN_PROCESS_ID or _remote_socket() is not None:
+        return False
+    _draining = draining
+    return True
+
+
+async def set_admission(open_: bool) -> None:
+    """Admin: stop (or resume) admitting new calls everywhere; live and detached sessions go on."""
+    global _admission_open
+    router = _router()
+    if router is not None:
+        await router.set_admission(open_)
+    else:
+        _admission_open = open_
+
+
+async def admission_open() -> bool:
+    router = _router()
+    return await router.admission_open() if router is not None else _admission_open
 
 
 async def occupancy() -> list[WorkerSnapshot]:
@@ -206,6 +313,9 @@ async def occupancy() -> list[WorkerSnapshot]:
 
 async def end_session(session_id: str, reason: str = "admin_ended") -> bool:
     """Admin: end a session by id. Returns False if it does not exist."""
+    router = _router()
+    if router is not None:
+        return await router.end_session(session_id, reason)
     socket_path = _remote_socket()
     if socket_path is not None:
         from inference.client import remote_end_session
@@ -235,8 +345,11 @@ def capabilities_preview() -> dict:
 
 async def shutdown() -> None:
     """Stop the in-process service, if one runs (tests, process exit); the next call re-reads the env."""
-    global _service, _config
+    global _service, _config, _routing, _admission_open, _draining, _local_history
     service, _service, _config = _service, None, None
+    router, _routing, _admission_open, _draining, _local_history = _routing, None, True, False, None
+    if router is not None:
+        await router.stop()
     if service is None:
         return
     if service.usable_here:
@@ -335,17 +448,28 @@ def delete_raw_recording(session_id: str) -> None:
     shutil.rmtree(_raw_folder(session_id), ignore_errors=True)
 
 
-
 __all__ = [
+    "IN_PROCESS_ID",
     "ParleyError",
+    "ServiceStatus",
     "SessionHandle",
+    "SessionStatus",
+    "admission_open",
+    "admissions_refused",
     "capabilities_preview",
     "compute_voice_prompt",
     "convert_voice_prompt_pt",
     "end_session",
     "occupancy",
     "open_session",
+    "raw_recording_size",
+    "raw_recording_state",
+    "read_recording",
+    "delete_raw_recording",
     "prepare_voice_clip",
+    "services",
+    "set_admission",
+    "set_draining",
     "shutdown",
     "start",
     "voice_limits",

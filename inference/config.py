@@ -33,7 +33,12 @@ class InferenceConfig:
         dtype: torch dtype name for model engines.
         lockstep_backend: lockstep engines' stepper: ``auto`` (the fast path: CUDA graphs + Triton on a GPU,
             its torch twins on CPU) or ``eager`` (the plain reference-shaped step).
-        inference_url: None = in-process service; ``unix:///path.sock`` = remote service.
+        inference_url: None = in-process service; ``unix:///path.sock`` or ``tcp://host:port`` = one remote service.
+        registry_url: Redis URL of the service registry: services heartbeat there and the web tier places
+            sessions on the least loaded one (takes precedence over ``inference_url`` in the web tier).
+        service_id: this service's name in the registry (default: hostname-pid).
+        heartbeat_s: how often a service publishes its status to the registry.
+        heartbeat_timeout_s: a service silent for longer is marked down and its callers get engine_failed.
         echo_delay_frames: echo engine: frames between an input frame and its echo.
         echo_prefill_ticks: echo engine: ticks of simulated prefill after a slot opens.
         input_queue_frames: bounded per-session inbox (engine chunks); overflow drops the oldest.
@@ -52,6 +57,10 @@ class InferenceConfig:
     dtype: str = "float32"
     lockstep_backend: str = "auto"
     inference_url: str | None = None
+    registry_url: str | None = None
+    service_id: str | None = None
+    heartbeat_s: float = 0.5
+    heartbeat_timeout_s: float = 3.0
     echo_delay_frames: int = 3
     echo_prefill_ticks: int = 0
     input_queue_frames: int = 16
@@ -71,8 +80,12 @@ class InferenceConfig:
             raise ConfigError("input_queue_frames and output_queue_frames must be >= 1")
         if self.lockstep_backend not in ("auto", "eager", "fast"):
             raise ConfigError(f"PARLEY_LOCKSTEP_BACKEND must be auto, eager or fast, got {self.lockstep_backend!r}")
-        if self.inference_url is not None and not self.inference_url.startswith("unix://"):
-            raise ConfigError(f"PARLEY_INFERENCE_URL must be unix:///path/to.sock, got {self.inference_url!r}")
+        if self.inference_url is not None and not self.inference_url.startswith(("unix://", "tcp://")):
+            raise ConfigError(
+                f"PARLEY_INFERENCE_URL must be unix:///path/to.sock or tcp://host:port, got {self.inference_url!r}"
+            )
+        if self.heartbeat_s <= 0 or self.heartbeat_timeout_s <= self.heartbeat_s:
+            raise ConfigError("heartbeat_s must be > 0 and heartbeat_timeout_s larger than heartbeat_s")
 
     @property
     def socket_path(self) -> str:

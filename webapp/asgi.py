@@ -14,16 +14,20 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from webapp.conversations.auth import BearerKeyAuthMiddleware, OriginPolicyMiddleware  # noqa: E402
 from webapp.conversations.routing import websocket_urlpatterns  # noqa: E402
+from webapp.operations.routing import websocket_urlpatterns as operations_websockets  # noqa: E402
 
 # make run serves plain daphne: with DEBUG on, static files come from the app itself (as runserver
 # does); production serves STATIC_ROOT from the front proxy.
 http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
 
+# The realtime endpoint (/v1/realtime) and the operations console's socket (/ops/live).
+websocket_routes = URLRouter([*websocket_urlpatterns, *operations_websockets])
+
 application = ProtocolTypeRouter(
     {
         "http": http_app,
         "websocket": OriginPolicyMiddleware(
-            AuthMiddlewareStack(BearerKeyAuthMiddleware(URLRouter(websocket_urlpatterns)))
+            AuthMiddlewareStack(BearerKeyAuthMiddleware(websocket_routes))
         ),
     }
 )

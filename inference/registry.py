@@ -1,0 +1,228 @@
+"""The service registry in Redis: every inference service's heartbeat, placement, and who holds whose session.
+
+Services write, the web tier reads. Keys (one Redis database, shared with the channel layer):
+
+- ``parley:services`` (hash): service_id -> JSON ``ServiceStatus``, rewritten by each heartbeat.
+- ``parley:placement:<user_key>``: the service_id holding that user's session, set by the web process
+  that placed it, so a reconnect through any daphne process finds the session again.
+- ``parley:drain:<service_id>``: present while an admin drains that service (no new sessions there).
+- ``parley:admission``: ``stopped`` while an admin stops admitting new calls everywhere.
+
+A dead service cannot say that it is dead, so "down" is decided by the reader: a record whose last
+heartbeat is older than ``heartbeat_timeout_s`` is down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import weakref
+from dataclasses import replace
+
+from inference.contracts import ParleyError
+from inference.status import History, ServiceStatus, service_status, status_from_dict, status_to_dict
+
+logger = logging.getLogger(__name__)
+
+SERVICES_KEY = "parley:services"
+PLACEMENT_KEY = "parley:placement:{user_key}"
+DRAIN_KEY = "parley:drain:{service_id}"
+ADMISSION_KEY = "parley:admission"
+# A placement outlives the session's longest possible life (max duration plus the disconnect grace);
+# a stale one is harmless: the router checks that the service still holds the user's session.
+PLACEMENT_TTL_S = 2 * 3600
+PENDING_WINDOW_S = 3.0  # local placements not yet visible in a heartbeat count against a service
+
+
+def _redis(url: str):
+    """A client bound to the running event loop (redis.asyncio connections cannot cross loops)."""
+    import redis.asyncio as aioredis
+
+    loop = asyncio.get_running_loop()
+    clients = _clients.setdefault(url, weakref.WeakKeyDictionary())
+    client = clients.get(loop)
+    if client is None:
+        client = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+        clients[loop] = client
+    return client
+
+
+_clients: dict[str, weakref.WeakKeyDictionary] = {}
+
+
+def _unavailable(exc: Exception) -> ParleyError:
+    return ParleyError(
+        f"the service registry (Redis) is unreachable: {exc}", code="internal_error", error_type="server_error"
+    )
+
+
+# ---- the service side ---------------------------------------------------------------------------
+
+
+class Heartbeat:
+    """Publishes one service's status every ``interval_s`` and follows its drain flag.
+
+    Args:
+        service: the running ``InferenceService`` (read on its own loop).
+        redis_url: the registry.
+        service_id: stable name of this service (a restart under the same id replaces the old record).
+        address: where the web tier reaches it (``tcp://host:port`` or ``unix:///path``).
+        interval_s: heartbeat period.
+    """
+
+    def __init__(self, service, *, redis_url: str, service_id: str, address: str, interval_s: float):
+        self.service = service
+        self.redis_url = redis_url
+        self.service_id = service_id
+        self.address = address
+        self.interval_s = interval_s
+        self.history = History()
+        self.draining = False
+        self.beats = 0
+
+    async def run(self) -> None:
+        """Beat until cancelled; a Redis outage is logged and retried, never fatal to the service."""
+        while True:
+            try:
+                await self.beat()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the service keeps serving its sessions
+                logger.warning("registry.heartbeat_failed", extra={"detail": str(exc)})
+            await asyncio.sleep(self.interval_s)
+
+    async def beat(self) -> ServiceStatus:
+        client = _redis(self.redis_url)
+        self.draining = bool(await client.exists(DRAIN_KEY.format(service_id=self.service_id)))
+        status = self.status()
+        await client.hset(SERVICES_KEY, self.service_id, json.dumps(status_to_dict(status)))
+        self.beats += 1
+        return status
+
+    def status(self) -> ServiceStatus:
+        return service_status(
+            self.service,
+            service_id=self.service_id,
+            address=self.address,
+            state="draining" if self.draining else "serving",
+            history=self.history,
+        )
+
+    async def withdraw(self) -> None:
+        """A clean stop: remove the record (a killed service's record goes stale and reads as down)."""
+        with contextlib.suppress(Exception):
+            await _redis(self.redis_url).hdel(SERVICES_KEY, self.service_id)
+
+
+# ---- the web tier's side ------------------------------------------------------------------------
+
+
+class Registry:
+    """Reads services, places sessions and records placements.
+
+    Args:
+        redis_url: the registry.
+        heartbeat_timeout_s: a service silent for longer is down.
+    """
+
+    def __init__(self, redis_url: str, *, heartbeat_timeout_s: float):
+        self.redis_url = redis_url
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self._pending: dict[str, list[float]] = {}  # service_id -> unix times of recent placements here
+        self._pending_users: dict[str, tuple[str, float]] = {}  # user_key -> (service_id, when placed)
+
+    async def services(self) -> list[ServiceStatus]:
+        """Every registered service, sorted by id, with ``state='down'`` for the silent ones."""
+        try:
+            raw = await _redis(self.redis_url).hgetall(SERVICES_KEY)
+        except Exception as exc:  # noqa: BLE001 - redis raises several unrelated types
+            raise _unavailable(exc) from exc
+        now = time.time()
+        services = []
+        for value in raw.values():
+            try:
+                status = status_from_dict(json.loads(value))
+            except (ValueError, TypeError) as exc:
+                logger.warning("registry.bad_record", extra={"detail": str(exc)})
+                continue
+            silent = now - status.heartbeat_at
+            if silent > self.heartbeat_timeout_s:
+                reason = f"no heartbeat for {silent:.1f} s (timeout {self.heartbeat_timeout_s:g} s)"
+                status = replace(status, state="down", down_reason=reason)
+            services.append(status)
+        return sorted(services, key=lambda s: s.service_id)
+
+    async def route(self, user_key: str) -> ServiceStatus:
+        """The service for ``user_key``: the one holding their session, else the least loaded one."""
+        services = await self.services()
+        by_id = {s.service_id: s for s in services}
+        client = _redis(self.redis_url)
+        held = await client.get(PLACEMENT_KEY.format(user_key=user_key))
+        current = by_id.get(held.decode()) if held else None
+        if current is not None and current.state != "down":
+            holds = any(s.user_key == user_key for s in current.sessions)
+            recent = current.service_id in self._pending_here(user_key)
+            if current.state == "serving" or holds or recent:
+                return current
+        if await client.get(ADMISSION_KEY) == b"stopped":
+            raise ParleyError(
+                "new calls are paused by an administrator; try again later",
+                code="resource_exhausted",
+                error_type="rate_limit_error",
+            )
+        chosen = self.least_loaded(services)
+        await client.set(PLACEMENT_KEY.format(user_key=user_key), chosen.service_id, ex=PLACEMENT_TTL_S)
+        self._note_pending(chosen.service_id, user_key)
+        return chosen
+
+    def least_loaded(self, services: list[ServiceStatus]) -> ServiceStatus:
+        """A serving service with a free slot (fewest used, counting placements not yet in a heartbeat);
+        when none has one, the shortest queue per slot: the service queues the call and tells its position."""
+        serving = [s for s in services if s.state == "serving"]
+        if not serving:
+            down = ", ".join(f"{s.service_id} ({s.state})" for s in services) or "none registered"
+            raise ParleyError(
+                f"no inference service is accepting calls: {down}", code="resource_exhausted", error_type="server_error"
+            )
+
+        def used(s: ServiceStatus) -> int:  # placements made here after its last heartbeat are not in it yet
+            return s.slots_used + sum(t > s.heartbeat_at for t in self._pending.get(s.service_id, ()))
+
+        with_room = [s for s in serving if used(s) < s.slots_total]
+        if with_room:
+            return min(with_room, key=lambda s: (used(s) / s.slots_total, s.service_id))
+        return min(serving, key=lambda s: ((s.queue_length + 1) / s.slots_total, s.service_id))
+
+    def _note_pending(self, service_id: str, user_key: str) -> None:
+        now = time.time()
+        self._pending_users = {k: v for k, v in self._pending_users.items() if now - v[1] < PENDING_WINDOW_S}
+        self._pending_users[user_key] = (service_id, now)
+        recent = [t for t in self._pending.get(service_id, []) if now - t < PENDING_WINDOW_S]
+        self._pending[service_id] = [*recent, now]
+
+    def _pending_here(self, user_key: str) -> set[str]:
+        placed = self._pending_users.get(user_key)
+        if placed is None or time.time() - placed[1] > PENDING_WINDOW_S:
+            return set()
+        return {placed[0]}
+
+    async def set_draining(self, service_id: str, draining: bool) -> None:
+        client = _redis(self.redis_url)
+        key = DRAIN_KEY.format(service_id=service_id)
+        if draining:
+            await client.set(key, "1")
+        else:
+            await client.delete(key)
+
+    async def set_admission(self, open_: bool) -> None:
+        client = _redis(self.redis_url)
+        if open_:
+            await client.delete(ADMISSION_KEY)
+        else:
+            await client.set(ADMISSION_KEY, "stopped")
+
+    async def admission_open(self) -> bool:
+        return await _redis(self.redis_url).get(ADMISSION_KEY) != b"stopped"

@@ -1,0 +1,76 @@
+"""``/ops/metrics``: this web process's Prometheus endpoint (docs/deploy.md, "Metrics").
+
+It serves the cluster's families from the same statuses the console shows (``inference.exporter``
+over ``api.services()``), plus what only this process knows: error events sent to its clients by
+code and the admissions it refused. Scrapers authenticate as a staff user with the
+``operations.view_console`` permission: a session cookie, or ``Authorization: Bearer <API key>``.
+Each inference service process exposes its own families on ``--metrics-port`` (loopback).
+"""
+
+from __future__ import annotations
+
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import AnonymousUser
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from inference import api
+from inference.contracts import ParleyError
+from inference.exporter import status_families
+from webapp.accounts.services import apikey_authenticate
+from webapp.operations.access import VIEW_CONSOLE, may
+
+PROCESS_REGISTRY = CollectorRegistry(auto_describe=True)
+ERRORS_SENT = Counter(
+    "parley_client_errors", "Error events sent to clients, by code.", ["code"], registry=PROCESS_REGISTRY
+)
+
+
+def count_error(code: str) -> None:
+    ERRORS_SENT.labels(code=code).inc()
+
+
+class _ClusterCollector(Collector):
+    """Families of one ``api.services()`` read, plus this process's refused admissions."""
+
+    def __init__(self, statuses: list[api.ServiceStatus], registry_error: str | None):
+        self.statuses, self.registry_error = statuses, registry_error
+
+    def collect(self):
+        yield from status_families(self.statuses)
+        refused = CounterMetricFamily(
+            "parley_admissions_refused", "New calls this process refused, by reason.", labels=["reason"]
+        )
+        for reason in ("capacity", "admission_stopped"):
+            refused.add_metric([reason], api.admissions_refused.get(reason, 0))
+        yield refused
+        reachable = GaugeMetricFamily("parley_services_readable", "1 when this process could read the services.")
+        reachable.add_metric([], 0.0 if self.registry_error else 1.0)
+        yield reachable
+
+
+async def _scraper(request: HttpRequest):
+    user = await request.auser()
+    header = request.headers.get("Authorization", "")
+    scheme, _, key = header.partition(" ")
+    if not user.is_authenticated and scheme.lower() == "bearer" and key.strip():
+        user = await sync_to_async(apikey_authenticate)(raw_key=key.strip()) or AnonymousUser()
+    return user
+
+
+@require_GET
+async def metrics(request: HttpRequest) -> HttpResponse:
+    user = await _scraper(request)
+    if not await sync_to_async(may)(user, VIEW_CONSOLE):
+        return HttpResponse("staff with operations.view_console only\n", status=403, content_type="text/plain")
+    try:
+        statuses, error = await api.services(), None
+    except ParleyError as exc:
+        statuses, error = [], exc.message
+    cluster = CollectorRegistry(auto_describe=False)
+    cluster.register(_ClusterCollector(statuses, error))
+    body = generate_latest(cluster) + generate_latest(PROCESS_REGISTRY)
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
