@@ -1,8 +1,204 @@
-"""Fixed-size frame accumulator: any append length in, whole engine chunks out."""
+"""Tick-aligned framing: a session's input stream cut into engine frames that complete just before their tick.
+
+A fixed frame grid (frame k = samples ``k*N .. (k+1)*N`` of the stream) completes at a phase that has
+nothing to do with the engine clock, so each frame waits 0 to one whole tick for the tick that takes
+it: with 80 ms frames, 40 ms on average, forever, for every session. Here the worker's tick takes the
+``N`` oldest samples of a FIFO instead, and the FIFO is kept just deep enough that the frame it takes
+always ends with audio that arrived moments before the tick:
+
+- The first take after a (re)start keeps only ``margin`` of what is buffered beyond one frame; older
+  audio is dropped (at a call's start, after a pause) or, when less than a frame is there, the frame
+  is padded with silence in front. From then on the frames are phase-aligned with the tick.
+- A take that finds less than a frame (the newest audio arrived late) is padded in front, not
+  delayed by a tick, and the margin grows by the shortfall: jitter is met with a slightly deeper
+  FIFO, not with a standing extra frame.
+- Over each window of ticks, the smallest depth left after a take is the part of the FIFO that never
+  moves: beyond the margin (plus a little hysteresis) it is pure latency and is dropped; when the
+  window had no short take, the margin decays a little, so it follows the jitter down again.
+
+``push`` runs on the session's event loop and ``take`` on the worker thread, hence the lock.
+"""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
 import numpy as np
+
+WINDOW_TICKS = 25  # 2 s at 80 ms: long enough to see the jitter, short enough to follow it
+START_MARGIN_MS = 15.0
+MIN_MARGIN_MS = 5.0
+MAX_MARGIN_MS = 60.0
+DECAY_MS = 1.0  # margin given back after a window without a short take
+HYSTERESIS_MS = 10.0  # standing depth tolerated above the margin before it is dropped
+
+
+@dataclass(frozen=True)
+class TakenFrame:
+    """One frame for the tick and where it ends in the session's input stream.
+
+    Attributes:
+        audio: ``frame_samples`` float32 samples (silence-padded in front when short).
+        end_position: samples of the stream pushed before this frame's last sample, plus one: the
+            stream position the tick heard up to (dropped samples count, so it is the client's).
+        short: the frame was padded because the newest audio had not arrived.
+        wait_s: how long the frame's newest sample waited in the FIFO.
+    """
+
+    audio: np.ndarray
+    end_position: int
+    short: bool
+    wait_s: float
+
+
+class TickAlignedFramer:
+    """A bounded sample FIFO whose frames are cut so they complete just before the tick that takes them.
+
+    Args:
+        frame_samples: samples per engine frame (the engine's ``input_chunk_samples``).
+        rate: the stream's sample rate (Hz), to turn the margins into samples.
+        max_frames: bound of the FIFO in frames; overflow drops the oldest samples.
+    """
+
+    def __init__(self, frame_samples: int, rate: int, *, max_frames: int = 16):
+        if frame_samples < 1 or rate < 1 or max_frames < 1:
+            raise ValueError("frame_samples, rate and max_frames must be >= 1")
+        self.frame_samples = frame_samples
+        self._per_ms = rate / 1000.0
+        self._buffer = np.zeros(frame_samples * max_frames, dtype=np.float32)
+        self._lock = threading.Lock()
+        self._start = 0  # index of the oldest buffered sample in _buffer
+        self._size = 0  # buffered samples
+        self._position = 0  # samples ever pushed (the stream position after the newest sample)
+        self._pushes: deque[tuple[int, float]] = deque()  # (stream position after a push, monotonic time)
+        self._aligned = False
+        self.margin = self._samples(START_MARGIN_MS)
+        self._window_ticks = 0
+        self._window_min = 1 << 62
+        self._window_short = False
+        self.dropped = 0  # samples lost: overflow, alignment and standing-depth trims
+        self.short_frames = 0
+
+    @property
+    def pending(self) -> int:
+        """Buffered samples."""
+        return self._size
+
+    def push(self, samples: np.ndarray) -> int:
+        """Append samples; returns how many old samples the bound pushed out (0 normally)."""
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        capacity = len(self._buffer)
+        with self._lock:
+            if len(samples) > capacity:  # only the newest part of one huge push fits
+                skipped = len(samples) - capacity
+                overflow = self._size + skipped
+                self._drop(self._size)
+                self.dropped += skipped
+                self._position += skipped
+                samples = samples[skipped:]
+            else:
+                overflow = max(0, self._size + len(samples) - capacity)
+                self._drop(overflow)
+            end = (self._start + self._size) % capacity
+            first = min(len(samples), capacity - end)
+            self._buffer[end : end + first] = samples[:first]
+            self._buffer[: len(samples) - first] = samples[first:]
+            self._size += len(samples)
+            self._position += len(samples)
+            self._pushes.append((self._position, time.monotonic()))
+            return overflow
+
+    def take(self) -> TakenFrame | None:
+        """The tick's frame, or None when nothing new arrived since the last take (an underrun)."""
+        n = self.frame_samples
+        with self._lock:
+            if not self._aligned:
+                available = self._size - self.margin
+                if available <= 0:
+                    return None
+                self._drop(max(0, available - n))  # a backlog from before the start is latency, not audio
+                self._aligned = True
+                frame = self._pop_padded(min(available, n))
+                short = False
+            elif self._size == 0:
+                self._window_short = True
+                return None
+            else:
+                got = min(self._size, n)
+                short = got < n
+                if short:
+                    self.short_frames += 1
+                    self._window_short = True
+                    self.margin = min(self._samples(MAX_MARGIN_MS), self.margin + (n - got))
+                frame = self._pop_padded(got)
+            end_position = self._position - self._size
+            wait_s = self._wait_of(end_position)
+            self._end_of_tick()
+            return TakenFrame(frame, end_position, short, wait_s)
+
+    def realign(self) -> None:
+        """The next take starts the stream afresh (after a pause or a prefill): it keeps only the newest audio."""
+        with self._lock:
+            self._aligned = False
+            self._window_ticks, self._window_min, self._window_short = 0, 1 << 62, False
+
+    def clear(self) -> None:
+        """Forget the buffered audio (a frozen slot resumes from fresh audio); the next take realigns."""
+        with self._lock:
+            self._drop(self._size)
+            self._aligned = False
+
+    def keep_newest(self, samples: int) -> int:
+        """Drop all but the newest ``samples`` (a slot in prefill takes none); returns how many were dropped."""
+        with self._lock:
+            excess = max(0, self._size - samples)
+            self._drop(excess)
+            return excess
+
+    # ---- internals (lock held) ----------------------------------------------------------------------
+
+    def _samples(self, ms: float) -> int:
+        return int(round(ms * self._per_ms))
+
+    def _drop(self, count: int) -> None:
+        if count <= 0:
+            return
+        self._start = (self._start + count) % len(self._buffer)
+        self._size -= count
+        self.dropped += count
+
+    def _pop_padded(self, count: int) -> np.ndarray:
+        """The oldest ``count`` samples, preceded by silence up to a whole frame."""
+        frame = np.zeros(self.frame_samples, dtype=np.float32)
+        capacity = len(self._buffer)
+        first = min(count, capacity - self._start)
+        pad = self.frame_samples - count
+        frame[pad : pad + first] = self._buffer[self._start : self._start + first]
+        frame[pad + first :] = self._buffer[: count - first]
+        self._start = (self._start + count) % capacity
+        self._size -= count
+        return frame
+
+    def _wait_of(self, position: int) -> float:
+        """How long ago the push that delivered the sample just before stream position ``position`` happened."""
+        while self._pushes and self._pushes[0][0] < position:
+            self._pushes.popleft()  # pushes taken entirely by earlier frames
+        return time.monotonic() - self._pushes[0][1] if self._pushes else 0.0
+
+    def _end_of_tick(self) -> None:
+        self._window_min = min(self._window_min, self._size)
+        self._window_ticks += 1
+        if self._window_ticks < WINDOW_TICKS:
+            return
+        standing = self._window_min - self.margin
+        if standing > self._samples(HYSTERESIS_MS):
+            self._drop(standing)
+        if not self._window_short:
+            self.margin = max(self._samples(MIN_MARGIN_MS), self.margin - self._samples(DECAY_MS))
+        self._window_ticks, self._window_min, self._window_short = 0, 1 << 62, False
 
 
 class FrameAccumulator:

@@ -5,7 +5,7 @@
 // The DOM is ui.js's, server events are server-events.js's, and the test hooks (hooks.js) are
 // a one-way window onto all of it.
 
-import { hooks, pushBounded } from "./hooks.js";
+import { hooks, installTap, pushBounded } from "./hooks.js";
 import { JitterPlayer, WIRE_RATE, bytesToBase64, float32ToBase64Pcm16 } from "./player.js";
 import { handleServerEvent } from "./server-events.js";
 import { CallUi } from "./ui.js";
@@ -15,6 +15,8 @@ const params = new URLSearchParams(location.search);
 // suppressor and gain control would otherwise reshape the fake microphone's signal.
 const RAW_AUDIO = params.get("raw") === "1";
 const MODEL = params.get("model");
+// Latency measurement (tests, bench/latency_browser.py): ?tap=1 records mic and output, see hooks.js.
+const TAP = params.get("tap") === "1";
 
 export class Call {
   constructor(ui) {
@@ -55,6 +57,7 @@ export class Call {
     }
     this.player = new JitterPlayer(this.ctx, { rate: WIRE_RATE, onAck: (ms) => this.send({ type: "playback.ack", played_ms: ms }) });
     this.ui.drawOutput(this.player.analyser);
+    if (TAP) await installTap(this.ctx, this.mic.source, this.player.gain);
     hooks.framesSent = 0;
     this.connect();
     this.figuresTimer = setInterval(() => this.refreshFigures(), 500);

@@ -2,6 +2,8 @@
 // tests (and a curious person in the console) can read the call's state without reaching into
 // the modules. Nothing reads these back; they are a one-way window.
 
+import { bytesToBase64 } from "./player.js";
+
 export const hooks = {
   state: "idle",
   stateHistory: ["idle"], // every state the page went through, in order (bounded)
@@ -36,3 +38,39 @@ export function pushBounded(list, value, limit) {
   list.push(value);
   if (list.length > limit) list.shift();
 }
+
+/**
+ * Latency tap (tests and benchmarks only, `?tap=1`): record the microphone as it enters the audio
+ * graph and the page's output as it reaches the destination, sample-aligned, and expose them as
+ * `window.parleyTap.drain()` -> {rate, outputLatency, start, frames, mic, out} (base64 pcm16, the
+ * audio since the previous drain). See tests/browser/latency_probe.py.
+ */
+export async function installTap(ctx, micSource, output) {
+  await ctx.audioWorklet.addModule(new URL("./tap-worklet.js", import.meta.url));
+  const node = new AudioWorkletNode(ctx, "parley-tap", { numberOfInputs: 2, numberOfOutputs: 0 });
+  const blocks = [];
+  node.port.onmessage = ({ data }) => blocks.push(data);
+  micSource.connect(node, 0, 0);
+  output.connect(node, 0, 1);
+  window.parleyTap = {
+    drain() {
+      const taken = blocks.splice(0);
+      const frames = taken.reduce((n, b) => n + b.mic.length, 0);
+      const join = (key) => {
+        const pcm = new Int16Array(frames);
+        let at = 0;
+        for (const b of taken) for (const v of b[key]) pcm[at++] = Math.max(-32768, Math.min(32767, Math.round(v * 32768)));
+        return bytesToBase64(new Uint8Array(pcm.buffer));
+      };
+      return {
+        rate: ctx.sampleRate,
+        outputLatency: (ctx.baseLatency ?? 0) + (ctx.outputLatency ?? 0),
+        start: taken.length ? taken[0].start : null,
+        frames,
+        mic: join("mic"),
+        out: join("out"),
+      };
+    },
+  };
+}
+

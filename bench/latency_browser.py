@@ -1,0 +1,242 @@
+"""Mouth-to-ear latency measured in a real browser (Debian chromium, headless, fake microphone).
+
+The fake microphone plays a chirp every 500 ms; the call page (``?tap=1``) records what enters its
+audio graph from the microphone and what it sends to the destination; cross-correlation gives each
+chirp's delay (``tests/browser/latency_probe.py`` says exactly what is and is not included). With the
+echo engine at zero delay, that delay is the stack's own latency: capture, resampling, framing, the
+WebSocket both ways, the wait for the tick, the jitter buffer and the output.
+
+With a model engine (``--engine lockstep``: the tiny random PersonaPlex demo checkpoint of
+``make run``) the agent's voice is not the caller's, so chirps cannot be matched; the page's own
+per-chunk measurement (``window.parley.mouthToEarMs``, where the page has one) is reported instead,
+with the time to first agent audio.
+
+Usage (loopback; one chromium, one call)::
+
+    .venv/bin/python bench/latency_browser.py --label after --seconds 60
+    .venv/bin/python bench/latency_browser.py --engine lockstep --label after
+    .venv/bin/python bench/latency_browser.py --jitter-ms 200 --jitter-seconds 30 --label after-jitter
+
+Starts daphne on 127.0.0.1 (free port) with ``webapp.settings.local`` in a temporary var dir (its own
+SQLite DB and user), then chromium through Playwright. Prints a summary and writes
+``bench/results/latency-<engine>-<label>.json``. The 1-minute load average before and after is
+recorded: this is a timing benchmark, and a busy machine shows up in the tail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.browser.latency_probe import MeasuredCall, run_measured_call, write_marked_wav  # noqa: E402
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+USERNAME, PASSWORD = "latency", "latency-bench-password"
+MAX_SECONDS = 300
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_env(args, var_dir: Path) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "webapp.settings.local",
+        "PARLEY_VAR_DIR": str(var_dir),
+        "PARLEY_SLOTS": "1",
+        "PARLEY_QUEUE_MAX": "0",
+        "PARLEY_ECHO_DELAY_FRAMES": "0",
+    }
+    if args.engine == "echo":
+        env |= {"PARLEY_ENGINE": "echo", "PARLEY_CHECKPOINT": ""}
+    else:
+        checkpoint = var_dir / "tiny-personaplex"
+        subprocess.run(
+            [sys.executable, "-m", "inference", "make-checkpoint", "--preset", "tiny-personaplex"]
+            + ["--out", str(checkpoint), "--seed", "0"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        env |= {"PARLEY_ENGINE": "personaplex", "PARLEY_CHECKPOINT": str(checkpoint)}
+    if args.jitter_ms:
+        env |= {
+            "PARLEY_TEST_OUTPUT_JITTER_MS": str(args.jitter_ms),
+            "PARLEY_TEST_OUTPUT_JITTER_S": str(args.jitter_seconds),
+        }
+    for name in ("PARLEY_INFERENCE_URL", "DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"):
+        env.pop(name, None)
+    return env
+
+
+CREATE_USER = (
+    "from django.contrib.auth import get_user_model; U = get_user_model(); "
+    f"U.objects.filter(username={USERNAME!r}).exists() or U.objects.create_user({USERNAME!r}, password={PASSWORD!r})"
+)
+
+
+def start_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+    subprocess.run([sys.executable, "manage.py", "shell", "-c", CREATE_USER], cwd=ROOT, env=env, check=True)
+    port = free_port()
+    daphne = str(Path(sys.executable).with_name("daphne"))
+    proc = subprocess.Popen(
+        [daphne, "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"daphne exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc, f"http://127.0.0.1:{port}"
+        time.sleep(0.2)
+    proc.terminate()
+    raise SystemExit("daphne did not start listening in time")
+
+
+def run_call(args, url: str, wav: Path) -> MeasuredCall:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--use-fake-ui-for-media-stream",
+                "--use-fake-device-for-media-stream",
+                f"--use-file-for-fake-audio-capture={wav}",
+                "--autoplay-policy=no-user-gesture-required",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+            ],
+        )
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(180_000)  # a model engine warms up on the first request
+            page.goto(f"{url}/accounts/login/")
+            page.fill("input[name=username]", USERNAME)
+            page.fill("input[name=password]", PASSWORD)
+            page.click("form [type=submit]")
+            page.wait_for_url(lambda u: "/accounts/login/" not in u)
+            page.goto(f"{url}/?raw=1&tap=1")
+            page.wait_for_function("() => window.parley && window.parley.state === 'idle'")
+            return run_measured_call(page, args.seconds)
+        finally:
+            browser.close()
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    v = np.asarray(values, dtype=float)
+    return {q: round(float(np.percentile(v, int(q[1:]))), 1) for q in ("p50", "p95")} | {
+        "max": round(float(v.max()), 1)
+    }
+
+
+def summarize(args, call: MeasuredCall, load_before: float) -> dict:
+    final = call.final
+    result: dict = {
+        "bench": "latency_browser",
+        "label": args.label,
+        "note": args.note,
+        "engine": args.engine,
+        "seconds": args.seconds,
+        "echo_delay_frames": 0,
+        "injected_jitter": {"max_ms": args.jitter_ms, "first_seconds": args.jitter_seconds} if args.jitter_ms else None,
+        "git": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
+        "when_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": {
+            "cpus": os.cpu_count(),
+            "load_avg_1m_before": round(load_before, 2),
+            "load_avg_1m_after": round(os.getloadavg()[0], 2),
+            "python": platform.python_version(),
+            "chromium": subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True).stdout.strip(),
+        },
+        "context_rate": call.tap.rate,
+        "page": {
+            "underruns": final.get("underruns"),
+            "overruns": final.get("overruns"),
+            "played_ms": round(final.get("playedMs") or 0),
+            "first_audio_ms": final.get("firstAudioMs"),
+            "buffer_ms": percentiles([s["bufferMs"] for s in call.samples if s.get("bufferMs") is not None]),
+            "measured_mouth_to_ear_ms": percentiles([s["measuredMs"] for s in call.samples if s.get("measuredMs")]),
+            "shown_mouth_to_ear_ms": percentiles([s["shownMs"] for s in call.samples if s.get("shownMs")]),
+        },
+    }
+    if args.engine == "echo":
+        marks = call.marks()
+        result["mouth_to_ear"] = marks.summary()
+        # Over time, in 10 s buckets: shows a jitter phase and the recovery after it.
+        buckets: dict[int, list[float]] = {}
+        for t, d in zip(marks.mark_times_s, marks.delays_ms, strict=True):
+            buckets.setdefault(int(t // 10) * 10, []).append(d)
+        result["mouth_to_ear_by_10s"] = {f"{k}-{k + 10}s": percentiles(v) for k, v in sorted(buckets.items())}
+        result["delays_ms"] = [round(d, 1) for d in marks.delays_ms]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", choices=["echo", "lockstep"], default="echo")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--label", default="run")
+    parser.add_argument("--jitter-ms", type=int, default=0, help="inject random 0..N ms delays on outgoing audio")
+    parser.add_argument("--jitter-seconds", type=float, default=30.0, help="... during the first N s of the call")
+    parser.add_argument("--note", default="", help="recorded in the results, e.g. what was measured and the load")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if not 1 <= args.seconds <= MAX_SECONDS:
+        parser.error(f"--seconds must be within 1..{MAX_SECONDS}")
+    if not Path(CHROMIUM).exists():
+        parser.error(f"chromium not found at {CHROMIUM} (apt-get install chromium, or set CHROMIUM)")
+    out = args.out or ROOT / "bench" / "results" / f"latency-{args.engine}-{args.label}.json"
+    var_dir = Path(tempfile.mkdtemp(prefix="parley-latency-"))
+    load_before = os.getloadavg()[0]
+    proc = None
+    try:
+        wav = write_marked_wav(var_dir / "marks.wav")
+        proc, url = start_server(server_env(args, var_dir))
+        call = run_call(args, url, wav)
+        result = summarize(args, call, load_before)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=10)
+        shutil.rmtree(var_dir, ignore_errors=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    shown = {k: v for k, v in result.items() if k != "delays_ms"}
+    print(json.dumps(shown, indent=2))
+    print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

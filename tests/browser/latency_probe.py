@@ -1,0 +1,247 @@
+"""True mouth-to-ear latency in a real browser: marked sounds in, the page's own output tapped, matched.
+
+Used by ``tests/browser/test_latency.py`` and ``bench/latency_browser.py``.
+
+- ``write_marked_wav`` makes the fake microphone's file: a short chirp every ``MARK_PERIOD_S``,
+  alternating up and down sweeps, silence between them.
+- The call page, opened with ``?tap=1``, records two signals in one AudioWorklet, sample-aligned on
+  the AudioContext clock: what the microphone delivers into the audio graph and what the page sends
+  to the graph's destination (``static/call/tap-worklet.js``). ``TapReader`` drains them.
+- ``match_marks`` finds each chirp on the microphone side by normalised cross-correlation, then the
+  same chirp on the output side within ``MAX_DELAY_S``; the distance is that mark's delay.
+
+Mouth is the moment a mark enters the page's audio graph; ear is the moment it reaches the
+destination, plus the output latency the AudioContext reports (``baseLatency + outputLatency``).
+The fake capture device's own path (file -> renderer) happens before the page can see anything and
+is not included. A mark is only matched against its own sweep direction, and the next mark of that
+direction is ``2 * MARK_PERIOD_S`` later, so a delay up to ``MAX_DELAY_S`` is never mistaken.
+"""
+
+from __future__ import annotations
+
+import base64
+import wave
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MARK_PERIOD_S = 0.5
+MARK_S = 0.03
+MAX_DELAY_S = 0.95
+MARK_LOW_HZ, MARK_HIGH_HZ = 500.0, 3000.0
+MARK_AMPLITUDE = 0.5
+MIC_MATCH = 0.8  # normalised correlation a mark must reach on the (clean) microphone side
+OUT_MATCH = 0.5  # ... and on the output side, after two resamplings and pcm16 on the wire
+FILE_SECONDS = 10  # the fake microphone loops the file; an even number of marks keeps the alternation
+
+
+def chirp(rate: int, *, up: bool) -> np.ndarray:
+    """One Hann-windowed linear sweep of ``MARK_S`` at ``rate``."""
+    n = int(round(MARK_S * rate))
+    t = np.arange(n) / rate
+    f0, f1 = (MARK_LOW_HZ, MARK_HIGH_HZ) if up else (MARK_HIGH_HZ, MARK_LOW_HZ)
+    phase = 2 * np.pi * (f0 * t + (f1 - f0) * t * t / (2 * MARK_S))
+    return (np.sin(phase) * np.hanning(n)).astype(np.float64)
+
+
+def write_marked_wav(path: Path, rate: int = 48_000) -> Path:
+    """``FILE_SECONDS`` of 16-bit mono: a chirp at every multiple of ``MARK_PERIOD_S``, alternating up/down."""
+    samples = np.zeros(FILE_SECONDS * rate)
+    marks = int(round(FILE_SECONDS / MARK_PERIOD_S))
+    for i in range(marks):
+        start = int(round(i * MARK_PERIOD_S * rate))
+        sweep = chirp(rate, up=i % 2 == 0) * MARK_AMPLITUDE
+        samples[start : start + len(sweep)] = sweep
+    pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2")
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(pcm.tobytes())
+    return path
+
+
+# ---- reading the page's tap -----------------------------------------------------------------------
+
+DRAIN_JS = "() => window.parleyTap ? window.parleyTap.drain() : null"
+
+
+@dataclass
+class TapReader:
+    """Collects the tap's two signals from the page, drained in pieces while the call runs."""
+
+    rate: int = 0
+    start_frame: int | None = None
+    output_latency_s: float = 0.0
+    mic: list[np.ndarray] = field(default_factory=list)
+    out: list[np.ndarray] = field(default_factory=list)
+    frames: int = 0
+
+    def drain(self, page: Any) -> None:
+        data = page.evaluate(DRAIN_JS)
+        if data is None:
+            raise AssertionError("the page has no latency tap: open the call page with ?tap=1")
+        self.rate = int(data["rate"])
+        self.output_latency_s = float(data["outputLatency"])
+        if not data["frames"]:
+            return
+        if self.start_frame is None:
+            self.start_frame = int(data["start"])
+        elif int(data["start"]) != self.start_frame + self.frames:
+            raise AssertionError(
+                f"the tap lost audio: expected frame {self.start_frame + self.frames}, got {data['start']}"
+            )
+        mic = _int16(data["mic"])
+        out = _int16(data["out"])
+        self.mic.append(mic)
+        self.out.append(out)
+        self.frames += len(mic)
+
+    def signals(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.concatenate(self.mic or [np.zeros(0)]), np.concatenate(self.out or [np.zeros(0)])
+
+
+def _int16(b64: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(b64), dtype="<i2").astype(np.float64) / 32768.0
+
+
+# ---- matching ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Marks:
+    """The outcome of one call: each found mark's delay (ms), in order, and the marks that never came back."""
+
+    delays_ms: list[float]
+    mark_times_s: list[float]  # when each matched mark entered the graph, seconds from the tap's start
+    missing: int
+    output_latency_ms: float
+
+    @property
+    def found(self) -> int:
+        return len(self.delays_ms)
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(self.delays_ms, q)) if self.delays_ms else float("nan")
+
+    def summary(self) -> dict[str, float | int]:
+        d = np.asarray(self.delays_ms)
+        if not len(d):
+            return {"marks": 0, "missing": self.missing}
+        return {
+            "marks": len(d),
+            "missing": self.missing,
+            "p50_ms": round(float(np.percentile(d, 50)), 1),
+            "p95_ms": round(float(np.percentile(d, 95)), 1),
+            "max_ms": round(float(d.max()), 1),
+            "min_ms": round(float(d.min()), 1),
+            "mean_ms": round(float(d.mean()), 1),
+            "output_latency_ms_included": round(self.output_latency_ms, 1),
+        }
+
+
+def normalised_xcorr(signal: np.ndarray, template: np.ndarray) -> np.ndarray:
+    """ncc[i] = <signal[i:i+m], template> / (|signal[i:i+m]| |template|), for every full window i."""
+    m = len(template)
+    if len(signal) < m:
+        return np.zeros(0)
+    size = 1 << int(np.ceil(np.log2(len(signal) + m)))
+    corr = np.fft.irfft(np.fft.rfft(signal, size) * np.conj(np.fft.rfft(template, size)), size)[: len(signal) - m + 1]
+    energy = np.concatenate([[0.0], np.cumsum(signal * signal)])
+    window = np.sqrt(np.maximum(energy[m:] - energy[:-m], 0.0))
+    return corr / (window * np.linalg.norm(template) + 1e-9)
+
+
+def find_marks(mic: np.ndarray, rate: int) -> list[tuple[int, bool]]:
+    """Every chirp on the microphone side: (sample index, is an up sweep), in time order."""
+    up = normalised_xcorr(mic, chirp(rate, up=True))
+    down = normalised_xcorr(mic, chirp(rate, up=False))
+    best = np.maximum(up, down)
+    min_gap = int(MARK_PERIOD_S * rate / 2)
+    candidates = np.flatnonzero(best > MIC_MATCH)
+    marks: list[tuple[int, bool]] = []
+    i = 0
+    while i < len(candidates):
+        # one cluster of above-threshold samples is one mark: take its peak
+        j = i
+        while j + 1 < len(candidates) and candidates[j + 1] - candidates[j] < min_gap:
+            j += 1
+        cluster = candidates[i : j + 1]
+        peak = int(cluster[np.argmax(best[cluster])])
+        marks.append((peak, bool(up[peak] >= down[peak])))
+        i = j + 1
+    return marks
+
+
+def match_marks(mic: np.ndarray, out: np.ndarray, rate: int, output_latency_s: float = 0.0) -> Marks:
+    """Each microphone mark's delay to its copy in the output (plus the reported output latency)."""
+    templates = {True: chirp(rate, up=True), False: chirp(rate, up=False)}
+    span = int(MAX_DELAY_S * rate)
+    delays: list[float] = []
+    times: list[float] = []
+    missing = 0
+    for index, is_up in find_marks(mic, rate):
+        template = templates[is_up]
+        window = out[index : index + span + len(template)]
+        if len(window) < span + len(template):
+            continue  # too close to the end of the recording to judge
+        ncc = normalised_xcorr(window, template)
+        lag = int(np.argmax(ncc))
+        if ncc[lag] < OUT_MATCH:
+            missing += 1
+            continue
+        delays.append(1000.0 * (lag / rate + output_latency_s))
+        times.append(index / rate)
+    return Marks(delays, times, missing, 1000.0 * output_latency_s)
+
+
+# ---- driving one measured call -------------------------------------------------------------------
+
+SAMPLE_JS = """() => {
+  const p = window.parley;
+  return {bufferMs: p.bufferMs, underruns: p.underruns, overruns: p.overruns, playedMs: p.playedMs,
+          state: p.state, measuredMs: p.mouthToEarMs ?? null, firstAudioMs: p.firstAudioMs ?? null,
+          shownMs: parseFloat(document.querySelector("[data-figure=mouth_to_ear]")?.textContent) || null};
+}"""
+
+
+@dataclass
+class MeasuredCall:
+    """One call's tap recording and the page's own figures, sampled once a second."""
+
+    tap: TapReader
+    samples: list[dict[str, Any]]
+    final: dict[str, Any]
+
+    def marks(self) -> Marks:
+        mic, out = self.tap.signals()
+        return match_marks(mic, out, self.tap.rate, self.tap.output_latency_s)
+
+
+def run_measured_call(page: Any, seconds: float, *, live_timeout_ms: int = 90_000) -> MeasuredCall:
+    """On an open call page (``?raw=1&tap=1``): press Start, keep the call live ``seconds``, stop.
+
+    Drains the tap every second (so no single transfer is large) and samples the page's figures.
+    """
+    import time
+
+    page.click("#start")
+    page.wait_for_function("() => window.parley.state === 'live'", timeout=live_timeout_ms)
+    tap = TapReader()
+    samples: list[dict[str, Any]] = []
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        page.wait_for_timeout(1000)
+        tap.drain(page)
+        sample = page.evaluate(SAMPLE_JS)
+        sample["t_s"] = round(time.monotonic() - started, 2)
+        samples.append(sample)
+        if sample["state"] != "live":
+            raise AssertionError(f"the call left the live state after {sample['t_s']} s: {sample['state']}")
+    tap.drain(page)
+    final = page.evaluate("() => JSON.parse(JSON.stringify(window.parley))")
+    page.click("#stop")
+    page.wait_for_function("() => window.parley.state === 'closed'", timeout=20_000)
+    return MeasuredCall(tap, samples, final)

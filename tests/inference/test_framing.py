@@ -1,0 +1,127 @@
+"""Tick-aligned framing: frames end with the newest audio at their tick, the stream stays whole."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from inference.audio.framing import START_MARGIN_MS, WINDOW_TICKS, TickAlignedFramer
+
+RATE = 24_000
+N = 1920  # 80 ms
+PIECE = 240  # 10 ms, what the call page sends
+MARGIN = int(START_MARGIN_MS * RATE / 1000)
+
+
+def ramp(start: int, count: int) -> np.ndarray:
+    """Samples whose values are their stream positions (scaled), so frames can be checked exactly."""
+    return (np.arange(start, start + count) / 1e6).astype(np.float32)
+
+
+def positions(frame: np.ndarray) -> np.ndarray:
+    return np.rint(frame.astype(np.float64) * 1e6).astype(int)
+
+
+def test_first_take_keeps_only_the_margin_and_drops_the_older_backlog():
+    framer = TickAlignedFramer(N, RATE)
+    framer.push(ramp(0, 3 * N))  # three frames buffered before the first tick: latency, not audio
+    taken = framer.take()
+    assert taken is not None and not taken.short
+    assert taken.end_position == 3 * N - MARGIN
+    np.testing.assert_array_equal(positions(taken.audio), np.arange(3 * N - MARGIN - N, 3 * N - MARGIN))
+    assert framer.pending == MARGIN
+    assert framer.dropped == 2 * N - MARGIN
+
+
+def test_first_take_with_less_than_a_frame_pads_in_front():
+    framer = TickAlignedFramer(N, RATE)
+    assert framer.take() is None  # nothing yet: an underrun, the worker feeds silence
+    framer.push(ramp(0, 1000))
+    taken = framer.take()
+    assert taken is not None
+    assert np.all(taken.audio[: N - (1000 - MARGIN)] == 0)
+    np.testing.assert_array_equal(positions(taken.audio[N - (1000 - MARGIN) :]), np.arange(0, 1000 - MARGIN))
+    assert taken.end_position == 1000 - MARGIN
+
+
+def test_steady_pieces_give_contiguous_frames_that_end_at_the_newest_audio():
+    framer = TickAlignedFramer(N, RATE)
+    pushed, heard = 0, []
+    for _ in range(100):
+        for _piece in range(N // PIECE):  # eight 10 ms pieces between two ticks
+            framer.push(ramp(pushed, PIECE))
+            pushed += PIECE
+        taken = framer.take()
+        assert taken is not None and not taken.short
+        heard.append(positions(taken.audio))
+        # the frame ends at most the margin (plus a piece of phase) behind what has arrived
+        assert pushed - taken.end_position <= MARGIN + PIECE
+    stream = np.concatenate(heard[1:])
+    np.testing.assert_array_equal(stream, np.arange(stream[0], stream[0] + len(stream)))  # nothing lost or repeated
+    assert framer.short_frames == 0
+
+
+def test_late_audio_pads_one_frame_grows_the_margin_and_adds_no_standing_frame():
+    framer = TickAlignedFramer(N, RATE)
+    pushed = 0
+
+    def tick(pieces: int):
+        nonlocal pushed
+        for _ in range(pieces):
+            framer.push(ramp(pushed, PIECE))
+            pushed += PIECE
+        return framer.take()
+
+    for _ in range(10):
+        tick(8)
+    margin_before = framer.margin
+    late = tick(5)  # three pieces (30 ms) arrive after this tick
+    assert late is not None and late.short
+    assert np.count_nonzero(late.audio[: 3 * PIECE - MARGIN]) == 0
+    assert framer.margin > margin_before
+    following = tick(11)  # ... and arrive with the next one
+    assert following is not None and not following.short
+    # within a window the extra depth is dropped again: the frame ends near the newest audio
+    for _ in range(2 * WINDOW_TICKS):
+        taken = tick(8)
+    assert pushed - taken.end_position <= framer.margin + PIECE
+    assert framer.short_frames == 1
+
+
+def test_a_standing_backlog_is_trimmed_within_a_window():
+    framer = TickAlignedFramer(N, RATE)
+    pushed = 0
+    for _ in range(5):
+        framer.push(ramp(pushed, N))
+        pushed += N
+        framer.take()
+    framer.push(ramp(pushed, 2 * N))  # a burst: two extra frames that will never drain by themselves
+    pushed += 2 * N
+    for _ in range(2 * WINDOW_TICKS):  # the window that saw the burst whole ends within two
+        framer.push(ramp(pushed, N))
+        pushed += N
+        taken = framer.take()
+    assert pushed - taken.end_position <= framer.margin + N // 8 + 1
+
+
+def test_realign_and_clear_start_the_stream_afresh():
+    framer = TickAlignedFramer(N, RATE)
+    framer.push(ramp(0, 4 * N))
+    framer.take()
+    framer.clear()
+    assert framer.pending == 0
+    assert framer.take() is None
+    framer.push(ramp(4 * N, N))
+    assert framer.keep_newest(N // 2) == N // 2
+    taken = framer.take()
+    assert taken is not None and taken.end_position == 5 * N - MARGIN
+
+
+def test_the_bound_drops_the_oldest_audio():
+    framer = TickAlignedFramer(N, RATE, max_frames=2)
+    assert framer.push(ramp(0, N)) == 0
+    assert framer.push(ramp(N, 2 * N)) == N
+    assert framer.pending == 2 * N
+    assert framer.push(ramp(3 * N, 5 * N)) == 5 * N  # all that was buffered, and the older 3 N of the push
+    assert framer.pending == 2 * N
+    framer.take()
+    assert framer.take().end_position == 8 * N - framer.pending
