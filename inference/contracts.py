@@ -42,6 +42,7 @@ CloseReason = Literal[
     "engine_failed",
     "replaced",
     "shutdown",
+    "credentials_revoked",  # the web tier: the socket's API key was revoked or its user deactivated
 ]
 
 

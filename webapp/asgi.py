@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP -> Django; WebSocket -> origin policy -> cookie auth -> API-key auth -> routes."""
+"""ASGI entry point: HTTP -> Django; WebSocket -> connect throttle -> origin policy -> cookie auth ->
+API-key auth -> routes."""
 
 import os
 
@@ -12,7 +13,11 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from webapp.conversations.auth import BearerKeyAuthMiddleware, OriginPolicyMiddleware  # noqa: E402
+from webapp.conversations.auth import (  # noqa: E402
+    BearerKeyAuthMiddleware,
+    ConnectThrottleMiddleware,
+    OriginPolicyMiddleware,
+)
 from webapp.conversations.routing import websocket_urlpatterns  # noqa: E402
 from webapp.operations.routing import websocket_urlpatterns as operations_websockets  # noqa: E402
 
@@ -26,8 +31,8 @@ websocket_routes = URLRouter([*websocket_urlpatterns, *operations_websockets])
 application = ProtocolTypeRouter(
     {
         "http": http_app,
-        "websocket": OriginPolicyMiddleware(
-            AuthMiddlewareStack(BearerKeyAuthMiddleware(websocket_routes))
+        "websocket": ConnectThrottleMiddleware(
+            OriginPolicyMiddleware(AuthMiddlewareStack(BearerKeyAuthMiddleware(websocket_routes)))
         ),
     }
 )

@@ -49,13 +49,18 @@ class WebEnv:
     var_dir: Path
     max_event_bytes: int
     default_model: str
+    allowed_origins: list[str]  # browser origins allowed on /v1/realtime besides the site's own
+    connect_rate: str  # WebSocket connects per client IP ("limits" notation, e.g. "30/minute")
+    key_failure_rate: str  # wrong API keys per client IP before that IP is refused for a while
+    login_failure_limit: int  # wrong passwords per client IP before django-axes locks it out
+    hsts_seconds: int  # production's Strict-Transport-Security max-age
 
 
 def read_env() -> WebEnv:
     var_dir = Path(_text("PARLEY_VAR_DIR") or BASE_DIR / "var")
     return WebEnv(
-        # The fallback key is only good for the embedded default; production.py refuses it.
-        secret_key=_text("DJANGO_SECRET_KEY", "parley-insecure-development-key-change-me"),
+        # Unset: local.py keeps a generated key under var/, production.py refuses to start.
+        secret_key=_text("DJANGO_SECRET_KEY"),
         debug=_flag("DJANGO_DEBUG", False),
         allowed_hosts=_csv("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost"),
         csrf_trusted_origins=_csv("DJANGO_CSRF_TRUSTED_ORIGINS", ""),
@@ -65,6 +70,11 @@ def read_env() -> WebEnv:
         var_dir=var_dir,
         max_event_bytes=_int("PARLEY_MAX_EVENT_BYTES", 1024 * 1024),
         default_model=_text("PARLEY_ENGINE"),
+        allowed_origins=_csv("PARLEY_ALLOWED_ORIGINS", ""),
+        connect_rate=_text("PARLEY_CONNECT_RATE", "30/minute"),
+        key_failure_rate=_text("PARLEY_KEY_FAILURE_RATE", "10/minute"),
+        login_failure_limit=_int("PARLEY_LOGIN_FAILURE_LIMIT", 5),
+        hsts_seconds=_int("DJANGO_HSTS_SECONDS", 365 * 24 * 3600),
     )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import Permission
 
 from tests.live_server import run_live_server
 
@@ -81,8 +82,10 @@ PASSWORD = "browser-test-password"
 def make_user(transactional_db, django_user_model):
     """Create a user the live server can see (transactional: committed rows, not a test transaction)."""
 
-    def make(username: str, *, staff: bool = False):
-        return django_user_model.objects.create_user(username=username, password=PASSWORD, is_staff=staff)
+    def make(username: str, *, staff: bool = False, perms: tuple[str, ...] = ()):
+        user = django_user_model.objects.create_user(username=username, password=PASSWORD, is_staff=staff)
+        user.user_permissions.add(*Permission.objects.filter(codename__in=perms))
+        return user
 
     return make
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.browser
 def test_occupancy_page_shows_the_live_session_and_ends_it(channels_live_server, browser, make_user, screenshot_dir):
     url = channels_live_server.url
     make_user("talker")
-    make_user("admin1", staff=True)
+    make_user("admin1", staff=True, perms=("end_session",))
     caller, staff = browser.new_context(), browser.new_context()
     call = caller.new_page()
     ops = staff.new_page()

@@ -51,3 +51,16 @@ class Invite(models.Model):
     @property
     def is_used(self) -> bool:
         return self.used_at is not None
+
+
+class ConsolePermissions(models.Model):
+    """No table: the holder of the staff console's action permissions (``auth.Permission`` rows).
+
+    Being staff lets a user see the operations pages; acting on other users' sessions takes an
+    explicit grant (``accounts.end_session``), as minting invites takes ``accounts.add_invite``.
+    """
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [("end_session", "Can end any user's live session from the operations console")]

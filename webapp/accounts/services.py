@@ -38,8 +38,8 @@ def apikey_revoke(*, api_key: ApiKey) -> ApiKey:
     return api_key
 
 
-def apikey_authenticate(*, raw_key: str) -> AbstractBaseUser | None:
-    """The active user owning an unrevoked key, else None. Records when the key was last used."""
+def apikey_lookup(*, raw_key: str) -> ApiKey | None:
+    """The unrevoked key of an active user matching ``raw_key``, else None. Records when it was last used."""
     if not raw_key.startswith(KEY_PREFIX) or len(raw_key) > 200:
         return None
     api_key = (
@@ -50,7 +50,13 @@ def apikey_authenticate(*, raw_key: str) -> AbstractBaseUser | None:
     if api_key is None:
         return None
     ApiKey.objects.filter(pk=api_key.pk).update(last_used_at=timezone.now())
-    return api_key.user
+    return api_key
+
+
+def apikey_authenticate(*, raw_key: str) -> AbstractBaseUser | None:
+    """The active user owning an unrevoked key, else None."""
+    api_key = apikey_lookup(raw_key=raw_key)
+    return None if api_key is None else api_key.user
 
 
 def invite_create(*, created_by: AbstractBaseUser | None, note: str = "") -> Invite:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth import login
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.decorators import login_required, permission_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -55,6 +55,7 @@ def api_key_revoke(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @staff_member_required
+@permission_required("accounts.add_invite", raise_exception=True)  # staff alone is not enough: 403
 def invites(request: HttpRequest) -> HttpResponse:
     form = InviteCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():

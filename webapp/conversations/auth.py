@@ -1,7 +1,9 @@
 """WebSocket handshake guards: the origin policy and ``Authorization: Bearer <api key>``.
 
-Order in ``webapp.asgi``: origin policy -> session-cookie auth -> bearer auth -> router. A
-refused handshake is closed before ``accept`` (HTTP 403), so nothing is allocated.
+Order in ``webapp.asgi``: connect throttle -> origin policy -> session-cookie auth -> bearer auth
+-> router. A refused origin is closed before ``accept`` (HTTP 403), so nothing is allocated. A
+throttled client is marked in ``scope["throttled"]`` (a ``throttling.Refusal``); the consumer accepts
+only to say why (``rate_limit_exceeded``) and closes with 1013.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http.request import validate_host
 
-from webapp.accounts.services import apikey_authenticate
+from webapp.accounts.services import apikey_lookup
+from webapp.conversations import throttling
 
 
 def _header(scope: dict, name: bytes) -> str | None:
@@ -34,15 +37,50 @@ def bearer_key(scope: dict) -> str | None:
     return key.strip() or None
 
 
-def origin_allowed(origin: str) -> bool:
-    parsed = urlparse(origin)
-    if parsed.scheme not in {"http", "https"} or not parsed.hostname:
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def normalized_origin(origin: str) -> str | None:
+    """``scheme://host[:port]`` lower-cased, without a default port; None for anything else."""
+    try:
+        parsed = urlparse(origin.strip().lower())
+        port = parsed.port
+    except ValueError:
+        return None
+    if parsed.scheme not in _DEFAULT_PORTS or not parsed.hostname or parsed.path not in ("", "/"):
+        return None
+    if parsed.username is not None or parsed.query or parsed.fragment:
+        return None
+    host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
+    default_port = port in (None, _DEFAULT_PORTS[parsed.scheme])
+    return f"{parsed.scheme}://{host}" if default_port else f"{parsed.scheme}://{host}:{port}"
+
+
+def own_origin(scope: dict) -> str | None:
+    """The origin a page of this site has when it opens this socket: the Host header, if allowed."""
+    host = _header(scope, b"host")
+    if not host:
+        return None
+    domain = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    if not validate_host(domain.strip("[]").lower(), settings.ALLOWED_HOSTS):
+        return None
+    forwarded = (_header(scope, b"x-forwarded-proto") or "").lower() if settings.SECURE_PROXY_SSL_HEADER else ""
+    secure = scope.get("scheme") == "wss" or forwarded == "https"
+    return normalized_origin(f"{'https' if secure else 'http'}://{host}")
+
+
+def origin_allowed(origin: str, scope: dict) -> bool:
+    """The whole origin (scheme, host, port) is the site's own or in PARLEY_ALLOWED_ORIGINS."""
+    candidate = normalized_origin(origin)
+    if candidate is None:
         return False
-    return validate_host(parsed.hostname, settings.ALLOWED_HOSTS)
+    allowed = {normalized_origin(o) for o in settings.PARLEY_ALLOWED_ORIGINS} | {own_origin(scope)}
+    return candidate in allowed - {None}
 
 
 class OriginPolicyMiddleware:
-    """Browsers send Origin: it must be an allowed host. No Origin (SDKs) is accepted only with a key."""
+    """Browsers send Origin: it must be the site's own origin or an allowed one (scheme, host and port),
+    so another app on the same host cannot ride a caller's cookie. No Origin (SDKs) needs a key."""
 
     def __init__(self, app):
         self.app = app
@@ -50,23 +88,44 @@ class OriginPolicyMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "websocket":
             origin = _header(scope, b"origin")
-            allowed = origin_allowed(origin) if origin is not None else bearer_key(scope) is not None
+            allowed = origin_allowed(origin, scope) if origin is not None else bearer_key(scope) is not None
             if not allowed:
                 return await WebsocketDenier()(scope, receive, send)
         return await self.app(scope, receive, send)
 
 
+class ConnectThrottleMiddleware:
+    """Counts every WebSocket handshake per client IP (``PARLEY_CONNECT_RATE``)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "websocket" and (refusal := await throttling.connect_refusal(scope)):
+            scope = {**scope, "throttled": refusal}
+        return await self.app(scope, receive, send)
+
+
 class BearerKeyAuthMiddleware:
-    """Sets ``scope["user"]`` from a Bearer API key; a present but invalid key means anonymous."""
+    """Sets ``scope["user"]`` (and ``scope["api_key_id"]``) from a Bearer API key; a present but invalid
+    key means anonymous and counts against the client's ``PARLEY_KEY_FAILURE_RATE``: past it, keys from
+    that address are not even looked up until the window moves on."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
         key = bearer_key(scope)
-        if key is not None:
+        if key is not None and "throttled" not in scope:
             from django.contrib.auth.models import AnonymousUser
 
-            user = await database_sync_to_async(apikey_authenticate)(raw_key=key)
-            scope = {**scope, "user": user or AnonymousUser(), "auth_method": "api_key"}
+            if refusal := await throttling.key_refusal(scope):
+                scope = {**scope, "throttled": refusal}
+            else:
+                api_key = await database_sync_to_async(apikey_lookup)(raw_key=key)
+                if api_key is None:
+                    await throttling.record_key_failure(scope)
+                    scope = {**scope, "user": AnonymousUser(), "auth_method": "api_key"}
+                else:
+                    scope = {**scope, "user": api_key.user, "auth_method": "api_key", "api_key_id": api_key.pk}
         return await self.app(scope, receive, send)

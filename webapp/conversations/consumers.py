@@ -38,6 +38,7 @@ from inference.contracts import (
     SessionRequest,
     TextOut,
 )
+from webapp.accounts import revocation
 from webapp.conversations import protocol as p
 from webapp.conversations import services
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
@@ -57,7 +58,11 @@ class CloseCode:
     REPLACED = 4409  # another connection of the same user took the session over
 
 
-_CLOSE_CODE_BY_REASON = {"engine_failed": CloseCode.SERVER_ERROR, "shutdown": CloseCode.GOING_AWAY}
+_CLOSE_CODE_BY_REASON = {
+    "engine_failed": CloseCode.SERVER_ERROR,
+    "shutdown": CloseCode.GOING_AWAY,
+    "credentials_revoked": CloseCode.UNAUTHENTICATED,
+}
 
 
 class RealtimeConsumer(AsyncWebsocketConsumer):
@@ -73,7 +78,13 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.view = SessionView(model=self._requested_model(), input_rates=tuple(settings.PARLEY_INPUT_RATES))
         self.events = RealtimeEvents(self.view)
         self.user = self.scope.get("user")
+        self.revocation_groups: list[str] = []
         await self.accept()
+        if throttled := self.scope.get("throttled"):  # accepted only to say why (see conversations.auth)
+            error = p.ProtocolError("rate_limit_exceeded", throttled.message, error_type="rate_limit_error")
+            await self._reject(error)
+            await self._close(CloseCode.TRY_AGAIN_LATER)
+            return
         if self.user is None or not self.user.is_authenticated:
             # Accept-then-close so browsers can see why (a refused handshake has no readable reason).
             await self._reject(p.ProtocolError("forbidden", "Authentication required: log in or send an API key."))
@@ -86,10 +97,29 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await self._reject(exc)
             await self._close(CloseCode.TRY_AGAIN_LATER if exc.code == "resource_exhausted" else CloseCode.POLICY)
             return
+        await self._join_revocation_groups()
         self.pump = asyncio.create_task(self._pump_session_events())
+
+    async def _join_revocation_groups(self) -> None:
+        """Hear about this socket's credentials being revoked (see webapp.accounts.revocation)."""
+        if self.channel_layer is None:
+            return
+        self.revocation_groups = [revocation.user_group(self.user.pk)]
+        if (api_key_id := self.scope.get("api_key_id")) is not None:
+            self.revocation_groups.append(revocation.api_key_group(api_key_id))
+        for group in self.revocation_groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+
+    async def credentials_revoked(self, message: dict) -> None:
+        """The key or the account of this socket was revoked: end the session now (session.closed follows)."""
+        logger.info("realtime.credentials_revoked", extra={"session_id": self.view.session_id, "why": message["why"]})
+        if self.handle is not None and not self.finished:
+            await self.handle.close("credentials_revoked")
 
     async def disconnect(self, code: int) -> None:
         self.socket_closed = True
+        for group in self.revocation_groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
         if self.pump is not None and self.pump is not asyncio.current_task():
             self.pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):

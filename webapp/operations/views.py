@@ -85,6 +85,9 @@ async def occupancy_json(request: HttpRequest) -> HttpResponse:
 async def session_end(request: HttpRequest, session_id: str) -> HttpResponse:
     if refusal := await _refusal(request):
         return refusal
+    # Seeing the console is staff; ending someone's call is an explicit grant (superusers have it).
+    if not await sync_to_async((await request.auser()).has_perm)("accounts.end_session"):
+        return HttpResponse("Ending sessions needs the accounts.end_session permission.", status=403)
     if not SESSION_ID.match(session_id):
         messages.error(request, "That is not a session id.")
         return redirect("operations:occupancy")

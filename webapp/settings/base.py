@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import dj_database_url
+from csp.constants import NONCE, NONE, SELF
 
 from webapp.env import BASE_DIR, ENV
 
@@ -21,6 +24,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "axes",  # login throttling (AccessAttempt rows)
+    "csp",
     "webapp.accounts",
     "webapp.personas",
     "webapp.conversations",
@@ -29,13 +34,16 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "webapp.common.hosts.KnownHostMiddleware",  # first: no page, not even a debug page, for foreign hosts
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a locked-out login into the lockout page
 ]
 
 ROOT_URLCONF = "webapp.urls"
@@ -69,6 +77,38 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# ---- security (docs/security.md) ------------------------------------------------------------------
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out client before any password hash
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = ENV.login_failure_limit
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = ["ip_address"]  # per client: many usernames from one address are one attacker
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# Browser origins allowed to open /v1/realtime with the session cookie, besides the site's own origin
+# (scheme, host and port compared whole).
+PARLEY_ALLOWED_ORIGINS = ENV.allowed_origins
+# Per client IP ("limits" notation): WebSocket connects, and wrong API keys before the IP is refused.
+PARLEY_CONNECT_RATE = ENV.connect_rate
+PARLEY_KEY_FAILURE_RATE = ENV.key_failure_rate
+# The pages load scripts and styles from static/ only; the one inline <style> (base.html) carries the nonce.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, NONCE],
+        "img-src": [SELF, "data:", "blob:"],
+        "media-src": [SELF, "blob:"],
+        "connect-src": [SELF],  # CSP3: 'self' also covers ws(s):// to this host (/v1/realtime)
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -90,6 +130,8 @@ if ENV.redis_url:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# Connect and API-key throttles count in Redis when there is one, so every web process shares them.
+PARLEY_RATE_LIMIT_STORAGE = f"async+{ENV.redis_url}" if ENV.redis_url else "async+memory://"
 
 # ---- celery (namespace CELERY_, read by webapp/celery.py) ---------------------------------------
 if ENV.celery_broker_url:

@@ -11,6 +11,7 @@ from webapp.settings.base import *  # noqa: F403
 from webapp.settings.base import DATABASES
 
 DEBUG = False
+SECRET_KEY = ENV.secret_key or "parley-insecure-test-key-for-pytest-only"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True  # even when a developer shell sets CELERY_BROKER_URL
 

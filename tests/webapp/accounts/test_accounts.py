@@ -5,6 +5,7 @@ import re
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.test import Client
 
@@ -125,6 +126,7 @@ def test_bootstrap_creates_the_admin_once(settings, tmp_path):
 
 def test_staff_create_invites_on_their_page(alice):
     staff = User.objects.create_user(username="staff", password="s-long-password-3", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="add_invite"))
     client = Client()
     client.force_login(alice)
     assert client.get("/accounts/invites/").status_code == 302  # not staff

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.test import AsyncClient
 
 from inference import api
@@ -21,8 +22,14 @@ async def echo_service(inference_service):
     await inference_service(slots=2, echo_prefill_ticks=0)
 
 
-async def make_user(username: str, *, staff: bool = False):
-    return await sync_to_async(get_user_model().objects.create_user)(username=username, password="pw", is_staff=staff)
+async def make_user(username: str, *, staff: bool = False, perms: tuple[str, ...] = ()):
+    @sync_to_async
+    def create():
+        user = get_user_model().objects.create_user(username=username, password="pw", is_staff=staff)
+        user.user_permissions.add(*Permission.objects.filter(codename__in=perms))
+        return user
+
+    return await create()
 
 
 async def logged_in(user) -> AsyncClient:
@@ -54,7 +61,7 @@ async def test_operations_are_staff_only(echo_service):
 
 async def test_occupancy_shows_a_live_session_and_the_end_button_ends_it(echo_service):
     caller = await make_user("caller")
-    staff = await logged_in(await make_user("boss", staff=True))
+    staff = await logged_in(await make_user("boss", staff=True, perms=("end_session",)))
     handle = await api.open_session(SessionRequest(user_key=str(caller.pk)))
     ready = await next_event(handle, Ready)
 
@@ -81,7 +88,7 @@ async def test_occupancy_shows_a_live_session_and_the_end_button_ends_it(echo_se
 
 
 async def test_ending_unknown_or_malformed_sessions_is_a_message_not_an_error(echo_service):
-    staff = await logged_in(await make_user("boss2", staff=True))
+    staff = await logged_in(await make_user("boss2", staff=True, perms=("end_session",)))
     for session_id in ("sess_gone", "bad%20id"):
         response = await staff.post(f"/ops/sessions/{session_id}/end/", follow=True)
         assert response.status_code == 200
@@ -97,7 +104,7 @@ async def unreachable_service(tmp_path):
 
 
 async def test_pages_say_when_the_inference_service_is_unreachable(unreachable_service):
-    user = await make_user("boss3", staff=True)
+    user = await make_user("boss3", staff=True, perms=("end_session",))
     staff = await logged_in(user)
     response = await staff.get("/ops/occupancy.json")
     assert response.status_code == 503

@@ -193,7 +193,7 @@ async def open_peer(
     origin: bytes | None = None,
     path: str = "/v1/realtime",
 ) -> tuple[Peer, bool, Any]:
-    headers = []
+    headers = [(b"host", ALLOWED_ORIGIN.split(b"//")[1])]  # a browser's page and socket share the site's origin
     if key is not None:
         headers.append((b"authorization", f"Bearer {key}".encode()))
     if cookie is not None:

@@ -1,0 +1,87 @@
+"""Finding 5: throttles on logins (django-axes), on WebSocket connects and on wrong API keys (per client IP)."""
+
+import pytest
+from channels.testing import WebsocketCommunicator
+from django.test import Client, override_settings
+
+from tests.webapp.realtime.realtime_helpers import Peer, make_account
+from webapp.asgi import application
+from webapp.conversations import throttling
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+async def fresh_counts():
+    await throttling.reset()
+    yield
+    await throttling.reset()
+
+
+async def connect(*, ip: str = "203.0.113.7", key: str | None = None) -> Peer:
+    headers = [(b"host", b"127.0.0.1:8000"), (b"origin", b"http://127.0.0.1:8000")]
+    if key is not None:
+        headers.append((b"authorization", f"Bearer {key}".encode()))
+    comm = WebsocketCommunicator(application, "/v1/realtime", headers=headers)
+    comm.scope["client"] = [ip, 50000]
+    connected, code = await comm.connect(timeout=5)
+    assert connected, code
+    return Peer(comm)
+
+
+async def assert_throttled(peer: Peer, what: str) -> None:
+    error = await peer.error()
+    assert error["code"] == "rate_limit_exceeded" and error["type"] == "rate_limit_error"
+    assert what in error["message"] and "try again in" in error["message"]
+    assert (await peer.until("closed"))["code"] == 1013
+
+
+@override_settings(PARLEY_CONNECT_RATE="3/minute")
+async def test_connects_past_the_per_ip_rate_get_a_clear_error_and_1013(inference_service):
+    for _ in range(3):  # refused for another reason (no credentials), but counted
+        peer = await connect()
+        assert (await peer.error())["code"] == "forbidden"
+    await assert_throttled(await connect(), "Too many connections")
+    account = await make_account("alice")
+    peer = await connect(ip="198.51.100.9", key=account.key)  # another address is not affected
+    await peer.until("session.created")
+    await peer.close()
+
+
+@override_settings(PARLEY_KEY_FAILURE_RATE="3/minute")
+async def test_wrong_api_keys_past_the_per_ip_rate_lock_that_ip_out_even_with_a_right_key(inference_service):
+    account = await make_account("alice")
+    for attempt in range(3):
+        peer = await connect(key=f"pk_guess-{attempt}")
+        assert (await peer.error())["code"] == "forbidden"
+    await assert_throttled(await connect(key=account.key), "Too many wrong API keys")
+    peer = await connect(ip="198.51.100.9", key=account.key)
+    await peer.until("session.created")
+    await peer.close()
+
+
+async def test_right_keys_do_not_count_against_the_key_rate(inference_service):
+    account = await make_account("alice")
+    with override_settings(PARLEY_KEY_FAILURE_RATE="2/minute"):
+        for _ in range(4):
+            peer = await connect(key=account.key)
+            await peer.until("session.created")
+            await peer.close()
+
+
+@pytest.mark.django_db
+def test_logins_are_locked_out_per_ip_after_the_failure_limit(django_user_model, settings):
+    django_user_model.objects.create_user(username="bob", password="right-password-for-bob")
+    client = Client(REMOTE_ADDR="203.0.113.8")
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+        response = client.post("/accounts/login/", {"username": "bob", "password": "wrong"})
+        assert response.status_code == 200 and b"did not match" in response.content
+    locked = client.post("/accounts/login/", {"username": "bob", "password": "wrong"})
+    assert locked.status_code == 429 and b"Too many failed logins" in locked.content
+    # Locked out: even the right password is refused, before any password hash is computed.
+    refused = client.post("/accounts/login/", {"username": "bob", "password": "right-password-for-bob"})
+    assert refused.status_code == 429
+    # Another address still logs in.
+    other = Client(REMOTE_ADDR="198.51.100.10")
+    ok = other.post("/accounts/login/", {"username": "bob", "password": "right-password-for-bob"})
+    assert ok.status_code == 302

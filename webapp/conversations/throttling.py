@@ -1,0 +1,82 @@
+"""Per-client-IP limits on ``/v1/realtime``: connects, and wrong API keys (the ``limits`` library).
+
+Counts live in ``settings.PARLEY_RATE_LIMIT_STORAGE``: Redis when the deployment has one (every web
+process shares the counts), else this process's memory. Rates use the library's notation
+(``PARLEY_CONNECT_RATE=30/minute``). A refused client is told so by the consumer: an ``error``
+event with code ``rate_limit_exceeded`` and close code 1013 (try again later).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import cache
+
+from django.conf import settings
+from limits import RateLimitItem, parse
+from limits.aio.storage import Storage
+from limits.aio.strategies import MovingWindowRateLimiter
+from limits.storage import storage_from_string
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a client is refused and when it may try again."""
+
+    message: str
+    retry_after_s: int
+
+
+def client_ip(scope: dict) -> str:
+    """The peer address daphne reports (the forwarded one when it runs with --proxy-headers)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+@cache
+def _storage(uri: str) -> Storage:
+    if uri.startswith("async+redis"):
+        return storage_from_string(uri, implementation="redispy")
+    return storage_from_string(uri)
+
+
+@cache
+def _limiter(uri: str) -> MovingWindowRateLimiter:
+    return MovingWindowRateLimiter(_storage(uri))
+
+
+def _current() -> MovingWindowRateLimiter:
+    return _limiter(settings.PARLEY_RATE_LIMIT_STORAGE)
+
+
+async def _retry_after(limiter: MovingWindowRateLimiter, item: RateLimitItem, *identifiers: str) -> int:
+    stats = await limiter.get_window_stats(item, *identifiers)
+    return max(1, math.ceil(stats.reset_time - time.time()))
+
+
+async def connect_refusal(scope: dict) -> Refusal | None:
+    """Count one connect from this client; a Refusal once it is over ``PARLEY_CONNECT_RATE``."""
+    limiter, item, ip = _current(), parse(settings.PARLEY_CONNECT_RATE), client_ip(scope)
+    if await limiter.hit(item, "parley", "connect", ip):
+        return None
+    wait = await _retry_after(limiter, item, "parley", "connect", ip)
+    return Refusal(f"Too many connections from your address; try again in {wait} s.", wait)
+
+
+async def key_refusal(scope: dict) -> Refusal | None:
+    """A Refusal while this client is over ``PARLEY_KEY_FAILURE_RATE`` wrong keys (checked before any lookup)."""
+    limiter, item, ip = _current(), parse(settings.PARLEY_KEY_FAILURE_RATE), client_ip(scope)
+    if await limiter.test(item, "parley", "bad_key", ip):
+        return None
+    wait = await _retry_after(limiter, item, "parley", "bad_key", ip)
+    return Refusal(f"Too many wrong API keys from your address; try again in {wait} s.", wait)
+
+
+async def record_key_failure(scope: dict) -> None:
+    await _current().hit(parse(settings.PARLEY_KEY_FAILURE_RATE), "parley", "bad_key", client_ip(scope))
+
+
+async def reset() -> None:
+    """Forget every count (tests: each starts from zero)."""
+    await _storage(settings.PARLEY_RATE_LIMIT_STORAGE).reset()
