@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Debian packages Parley needs. `run` needs only python3-venv and gcc; the tests also drive Debian's
-# chromium with a fake microphone made by espeak-ng + sox. Idempotent; uses sudo when not root.
+# chromium with a fake microphone made by espeak-ng + sox, and start throwaway PostgreSQL / Redis servers
+# (tests/services.py) and nginx (the cluster test) of their own. Idempotent; uses sudo when not root.
 set -euo pipefail
 want=(python3 python3-venv python3-dev gcc make)
-[[ "${1:-}" == "test" ]] && want+=(chromium espeak-ng sox)
+[[ "${1:-}" == "test" ]] && want+=(chromium espeak-ng sox postgresql redis-server nginx)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -14,6 +14,7 @@ from django.conf import settings
 
 from inference import api
 from tests import services
+from tests.ci_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks: under CI a skip fails)
 from tests.live_server import run_live_server
 
 

@@ -1,28 +1,23 @@
 """The production path: the realtime consumer on the Redis channel layer and PostgreSQL.
 
-Settings are read once per process, so the outer test re-runs a slice of the consumer suite (and
-the SDK test against the live server) in a child pytest with ``DATABASE_URL`` and ``REDIS_URL``
-set; the inner test checks, inside that child, that the services really are in use. Skipped
-cleanly when the servers are unreachable. Override the addresses with PARLEY_TEST_DATABASE_URL /
-PARLEY_TEST_REDIS_URL.
+Settings are read once per process, so the test re-runs a slice of the consumer suite (and the SDK
+test against the live server) in a child pytest with ``DATABASE_URL`` and ``REDIS_URL`` pointing at
+the suite's own throwaway servers (tests/services.py), so it runs on any machine and never touches
+servers the machine happens to run. ``child_checks.py`` runs first inside that child and proves the
+services really are in use there.
 """
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 
 pytestmark = pytest.mark.services
 ROOT = Path(__file__).resolve().parents[3]
-DATABASE_URL = os.environ.get("PARLEY_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/2")
-CHILD_FLAG = "PARLEY_SERVICES_CHILD"
 SLICE = [
-    f"{Path(__file__).relative_to(ROOT)}::test_inside_the_child_the_services_are_in_use",
+    str(Path(__file__).with_name("child_checks.py").relative_to(ROOT)),
     "tests/webapp/realtime/test_audio.py::test_base64_round_trip_and_response_lifecycle",
     "tests/webapp/realtime/test_lifecycle.py",
     "tests/webapp/realtime/test_errors.py::test_session_not_ready_while_queued_then_resource_exhausted",
@@ -30,24 +25,10 @@ SLICE = [
 ]
 
 
-def reachable(url: str) -> bool:
-    parsed = urlparse(url)
-    try:
-        with socket.create_connection((parsed.hostname, parsed.port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def test_consumer_suite_on_redis_and_postgres():
-    if os.environ.get(CHILD_FLAG):
-        pytest.skip("this is the child run")
-    for url in (DATABASE_URL, REDIS_URL):
-        if not reachable(url):
-            pytest.skip(f"{urlparse(url).scheme} server not reachable at {urlparse(url).netloc}")
-    env = {**os.environ, "DATABASE_URL": DATABASE_URL, "REDIS_URL": REDIS_URL, CHILD_FLAG: "1"}
+def test_consumer_suite_on_redis_and_postgres(postgres_server, redis_server):
+    env = {**os.environ, "DATABASE_URL": postgres_server.url, "REDIS_URL": redis_server.url}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=", *SLICE],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-o", "addopts=", *SLICE],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -56,20 +37,6 @@ def test_consumer_suite_on_redis_and_postgres():
     )
     tail = (result.stdout + result.stderr)[-6000:]
     assert result.returncode == 0, tail
-    assert " skipped" not in result.stdout.splitlines()[-1], tail  # the inner check really ran
-
-
-@pytest.mark.django_db(transaction=True)
-async def test_inside_the_child_the_services_are_in_use():
-    if not os.environ.get(CHILD_FLAG):
-        pytest.skip("runs inside the child of test_consumer_suite_on_redis_and_postgres")
-    from channels.layers import get_channel_layer
-    from channels_redis.core import RedisChannelLayer
-    from django.db import connection
-
-    assert connection.vendor == "postgresql"
-    layer = get_channel_layer()
-    assert isinstance(layer, RedisChannelLayer)
-    channel = await layer.new_channel()
-    await layer.send(channel, {"type": "probe", "frame": "x" * 7680})
-    assert (await layer.receive(channel))["frame"] == "x" * 7680
+    summary = result.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and " skipped" not in summary, tail
+    assert "child_checks.py::test_the_services_are_in_use PASSED" in result.stdout, tail
