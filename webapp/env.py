@@ -49,6 +49,12 @@ class WebEnv:
     var_dir: Path
     max_event_bytes: int
     default_model: str
+    recording_retention_days: int  # 0 = keep recordings forever
+    recordings_s3_bucket: str  # "" = finished recordings are local files under var/media
+    recordings_s3_endpoint_url: str  # an S3-compatible server; "" = AWS
+    recordings_s3_region: str
+    recordings_s3_access_key: str  # "" = boto3's own credential chain
+    recordings_s3_secret_key: str
     allowed_origins: list[str]  # browser origins allowed on /v1/realtime besides the site's own
     connect_rate: str  # WebSocket connects per client IP ("limits" notation, e.g. "30/minute")
     key_failure_rate: str  # wrong API keys per client IP before that IP is refused for a while
@@ -70,6 +76,12 @@ def read_env() -> WebEnv:
         var_dir=var_dir,
         max_event_bytes=_int("PARLEY_MAX_EVENT_BYTES", 1024 * 1024),
         default_model=_text("PARLEY_ENGINE"),
+        recording_retention_days=_int("PARLEY_RECORDING_RETENTION_DAYS", 90),
+        recordings_s3_bucket=_text("PARLEY_RECORDINGS_S3_BUCKET"),
+        recordings_s3_endpoint_url=_text("PARLEY_RECORDINGS_S3_ENDPOINT_URL"),
+        recordings_s3_region=_text("PARLEY_RECORDINGS_S3_REGION"),
+        recordings_s3_access_key=_text("PARLEY_RECORDINGS_S3_ACCESS_KEY"),
+        recordings_s3_secret_key=_text("PARLEY_RECORDINGS_S3_SECRET_KEY"),
         allowed_origins=_csv("PARLEY_ALLOWED_ORIGINS", ""),
         connect_rate=_text("PARLEY_CONNECT_RATE", "30/minute"),
         key_failure_rate=_text("PARLEY_KEY_FAILURE_RATE", "10/minute"),

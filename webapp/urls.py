@@ -5,5 +5,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("webapp.accounts.urls")),
     path("ops/", include("webapp.operations.urls")),
+    path("recordings/", include("webapp.recordings.urls")),
     path("", include("webapp.calls.urls")),
 ]

@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "webapp.conversations",
     "webapp.calls",
     "webapp.operations",
+    "webapp.recordings",
 ]
 
 MIDDLEWARE = [
@@ -123,6 +124,28 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 MEDIA_ROOT = VAR_DIR / "media"
 
+# Finished recordings (webapp/recordings/storage.py): local files by default, an S3 bucket when configured.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "recordings": (
+        {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {
+                "bucket_name": ENV.recordings_s3_bucket,
+                "endpoint_url": ENV.recordings_s3_endpoint_url or None,
+                "region_name": ENV.recordings_s3_region or None,
+                "access_key": ENV.recordings_s3_access_key or None,
+                "secret_key": ENV.recordings_s3_secret_key or None,
+                "default_acl": None,
+                "querystring_auth": True,
+            },
+        }
+        if ENV.recordings_s3_bucket
+        else {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": MEDIA_ROOT}}
+    ),
+}
+
 # ---- channels ------------------------------------------------------------------------------
 if ENV.redis_url:
     CHANNEL_LAYERS = {
@@ -142,10 +165,16 @@ else:
     CELERY_TASK_ALWAYS_EAGER = True  # no broker running: tasks run inline
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    # Recordings whose session ended with nobody to ask for processing (a killed service, a lost task).
+    "recordings-sweep": {"task": "webapp.recordings.tasks.sweep_recordings", "schedule": 60.0},
+    "recordings-purge": {"task": "webapp.recordings.tasks.purge_recordings", "schedule": 3600.0},
+}
 
 # ---- parley ------------------------------------------------------------------------------------
 PARLEY_MAX_EVENT_BYTES = ENV.max_event_bytes  # larger client events get event_too_large
 PARLEY_DEFAULT_MODEL = ENV.default_model or None
+PARLEY_RECORDING_RETENTION_DAYS = ENV.recording_retention_days  # 0 keeps recordings forever
 # Input sample rates the endpoint accepts; the facade resamples any of them to the engine rate.
 PARLEY_INPUT_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 PARLEY_ADMIN_PASSWORD_FILE = VAR_DIR / "admin-password.txt"

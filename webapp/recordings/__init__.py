@@ -1,0 +1,1 @@
+"""Recorded sessions: the catalogue, post-processing into playable files, and the review pages."""

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from django import forms
+
+from webapp.recordings.models import Recording
+from webapp.recordings.selectors import RecordingFilters
+
+
+class RecordingFilterForm(forms.Form):
+    """The list page's search and filters; invalid values are reported, never a server error."""
+
+    q = forms.CharField(required=False, max_length=200, label="Search")
+    persona = forms.CharField(required=False, max_length=200)
+    voice = forms.CharField(required=False, max_length=200)
+    engine = forms.CharField(required=False, max_length=50)
+    status = forms.ChoiceField(required=False, choices=[("", "any status"), *Recording.Status.choices])
+    date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}), label="From")
+    date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}), label="To")
+    min_duration_s = forms.FloatField(required=False, min_value=0, label="Min s")
+    max_duration_s = forms.FloatField(required=False, min_value=0, label="Max s")
+    mine = forms.BooleanField(required=False, label="Only mine")
+
+    def filters(self) -> RecordingFilters:
+        if not self.is_valid():
+            return RecordingFilters()
+        data = {k: v for k, v in self.cleaned_data.items() if v not in (None, "")}
+        return RecordingFilters(**data)

@@ -1,0 +1,71 @@
+"""Who sees which recordings, and the list page's filters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Q, QuerySet
+from django.http import Http404
+
+from webapp.recordings.models import Recording
+
+
+def recordings_visible_to(user: AbstractBaseUser) -> QuerySet[Recording]:
+    """Staff see everyone's recordings; everybody else only their own."""
+    rows = Recording.objects.select_related("user")
+    return rows if user.is_staff else rows.filter(user=user)
+
+
+def recording_get_for(*, user: AbstractBaseUser, recording_id: int) -> Recording:
+    """The recording if this user may see it; 404 otherwise (never 403: ids of others stay unknown)."""
+    recording = recordings_visible_to(user).filter(pk=recording_id).first()
+    if recording is None:
+        raise Http404("No such recording.")
+    return recording
+
+
+@dataclass(frozen=True)
+class RecordingFilters:
+    q: str = ""
+    persona: str = ""
+    voice: str = ""
+    engine: str = ""
+    status: str = ""
+    date_from: date | None = None
+    date_to: date | None = None
+    min_duration_s: float | None = None
+    max_duration_s: float | None = None
+    mine: bool = False
+
+
+def recordings_filtered(*, user: AbstractBaseUser, filters: RecordingFilters) -> QuerySet[Recording]:
+    rows = recordings_visible_to(user)
+    if filters.mine:
+        rows = rows.filter(user=user)
+    if filters.q:
+        rows = rows.filter(
+            Q(session_id__icontains=filters.q)
+            | Q(persona_name__icontains=filters.q)
+            | Q(voice__icontains=filters.q)
+            | Q(transcript_text__icontains=filters.q)
+            | Q(user__username__icontains=filters.q)
+        )
+    if filters.persona:
+        rows = rows.filter(persona_name__icontains=filters.persona)
+    if filters.voice:
+        rows = rows.filter(voice__icontains=filters.voice)
+    if filters.engine:
+        rows = rows.filter(engine=filters.engine)
+    if filters.status:
+        rows = rows.filter(status=filters.status)
+    if filters.date_from:
+        rows = rows.filter(started_at__date__gte=filters.date_from)
+    if filters.date_to:
+        rows = rows.filter(started_at__date__lte=filters.date_to)
+    if filters.min_duration_s is not None:
+        rows = rows.filter(duration_s__gte=filters.min_duration_s)
+    if filters.max_duration_s is not None:
+        rows = rows.filter(duration_s__lte=filters.max_duration_s)
+    return rows

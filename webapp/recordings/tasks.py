@@ -1,0 +1,184 @@
+"""Celery tasks: post-process a finished recording, sweep for ones nobody processed, purge old ones.
+
+``process_recording`` never leaves a row half-made: it ends ``ready``, ``partial``, ``interrupted``
+or ``failed`` (with the reason), or goes back to ``recording`` when the session has not ended yet.
+Storage faults are retried with exponential backoff; the raw chunks are deleted only once the
+files are stored, so a later run (the sweep, or a retry) can still succeed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from inference import api
+from inference.contracts import ParleyError
+from webapp.recordings import storage
+from webapp.recordings.models import Recording
+from webapp.recordings.render import Rendered, render
+
+logger = logging.getLogger(__name__)
+
+STORAGE_RETRIES = 4
+BACKOFF_BASE_S = 5  # 5, 10, 20, 40 s between attempts
+EAGER_BACKOFF_S = 0.1  # embedded default (eager, inline): 0.1, 0.2, 0.4, 0.8 s
+END_WAIT_S = 5.0  # the writer thread writes end.json a moment after the session closed
+STUCK_PROCESSING = timedelta(minutes=15)  # a worker that died mid-task left the row like this
+Status = Recording.Status
+
+
+@shared_task(bind=True, acks_late=True)
+def process_recording(self, recording_id: int, attempt: int = 0) -> str:
+    """Render and store one recording; returns its final status (or why nothing was done).
+
+    ``attempt`` counts storage failures so far; each one schedules the next run after a backoff
+    (a plain new task rather than ``self.retry``, whose eager form raises instead of retrying).
+    """
+    recording = Recording.objects.filter(pk=recording_id).first()
+    if recording is None:
+        return "deleted"
+    if recording.status not in (Status.RECORDING, Status.PROCESSING, Status.FAILED):
+        return recording.status  # already done by an earlier run
+    state = _wait_for_end(recording.session_id)
+    if state == "missing":
+        return _finish(recording, Status.FAILED, "the raw recording is missing (never written, or already removed)")
+    if state == "open":
+        Recording.objects.filter(pk=recording.pk).update(status=Status.RECORDING)
+        return "still recording"  # the sweep picks it up once the service ends it
+    _update(recording, status=Status.PROCESSING, progress=0.02, status_reason="")
+    try:
+        raw = api.read_recording(recording.session_id)
+    except ParleyError as exc:
+        return _finish(recording, Status.FAILED, exc.message)
+    _copy_meta(recording, raw)
+    try:
+        rendered = render(raw, progress=lambda f: _update(recording, progress=round(0.05 + 0.55 * f, 3)))
+    except Exception as exc:  # noqa: BLE001 - bad data must end as failed, never as a stuck row
+        logger.exception("recordings.render_failed", extra={"session_id": recording.session_id})
+        return _finish(recording, Status.FAILED, f"could not render the recording: {type(exc).__name__}: {exc}")
+    try:
+        _store(recording, rendered)
+    except Exception as exc:  # noqa: BLE001 - any storage fault (disk full, bucket unreachable) is retried
+        recording.attempts += 1
+        if attempt < STORAGE_RETRIES:
+            countdown = BACKOFF_BASE_S * 2**attempt
+            _update(
+                recording,
+                attempts=recording.attempts,
+                status_reason=f"storing failed ({_describe(exc)}); retry {attempt + 1} in {countdown} s",
+            )
+            if self.request.is_eager:  # no broker to hold the retry: wait here, briefly
+                time.sleep(EAGER_BACKOFF_S * 2**attempt)
+            process_recording.apply_async((recording_id, attempt + 1), countdown=countdown)
+            return "retrying"
+        return _finish(
+            recording,
+            Status.FAILED,
+            f"storing failed after {recording.attempts} attempts: {_describe(exc)}; the raw recording is kept",
+            attempts=recording.attempts,
+        )
+    status, reason = _outcome(raw)
+    _finish(
+        recording, status, reason, duration_s=round(rendered.duration_s, 3), transcript_text=rendered.transcript_text
+    )
+    api.delete_raw_recording(recording.session_id)
+    return status
+
+
+@shared_task
+def sweep_recordings() -> int:
+    """Beat: process recordings whose session ended without anyone asking (a kill, a lost task)."""
+    started = 0
+    for recording in Recording.objects.filter(status=Status.RECORDING).only("pk", "session_id"):
+        if api.raw_recording_state(recording.session_id) == "finished":
+            process_recording.delay(recording.pk)
+            started += 1
+    stuck = Recording.objects.filter(status=Status.PROCESSING, updated_at__lt=timezone.now() - STUCK_PROCESSING)
+    for recording in stuck.only("pk"):
+        process_recording.delay(recording.pk)
+        started += 1
+    return started
+
+
+@shared_task
+def purge_recordings() -> int:
+    """Beat: delete recordings older than ``PARLEY_RECORDING_RETENTION_DAYS`` (0 keeps them forever)."""
+    from webapp.recordings.services import recording_delete
+
+    days = settings.PARLEY_RECORDING_RETENTION_DAYS
+    if days <= 0:
+        return 0
+    old = Recording.objects.filter(started_at__lt=timezone.now() - timedelta(days=days))
+    purged = 0
+    for recording in old.exclude(status__in=(Status.RECORDING, Status.PROCESSING)):
+        recording_delete(recording)
+        purged += 1
+    return purged
+
+
+def _wait_for_end(session_id: str) -> str:
+    deadline = time.monotonic() + END_WAIT_S
+    while True:
+        state = api.raw_recording_state(session_id)
+        if state != "open" or time.monotonic() >= deadline:
+            return state
+        time.sleep(0.2)
+
+
+def _copy_meta(recording: Recording, raw) -> None:
+    meta = raw.meta
+    fields = {
+        "checkpoint": str(meta.get("checkpoint") or "")[:500],
+        "raw_bytes": api.raw_recording_size(recording.session_id),
+    }
+    if not recording.voice and meta.get("voice"):
+        fields["voice"] = str(meta["voice"])[:200]
+    _update(recording, **fields)
+
+
+def _store(recording: Recording, rendered: Rendered) -> None:
+    names: dict[str, str] = {}
+    total = 0
+    for i, (kind, (filename, content)) in enumerate(rendered.files.items()):
+        name = storage.file_name(user_id=recording.user_id, session_id=recording.session_id, filename=filename)
+        names[kind] = storage.save(name, content)
+        total += len(content)
+        _update(recording, progress=round(0.6 + 0.38 * (i + 1) / len(rendered.files), 3))
+    _update(recording, files=names, stored_bytes=total)
+
+
+def _outcome(raw) -> tuple[str, str]:
+    if raw.interrupted:
+        note = "the inference service stopped mid-call; the audio up to then was kept"
+        return Status.INTERRUPTED, note + (f" ({'; '.join(raw.problems)})" if raw.problems else "")
+    if raw.problems:
+        return Status.PARTIAL, "; ".join(raw.problems)
+    return Status.READY, ""
+
+
+def _finish(recording: Recording, status: str, reason: str, **fields) -> str:
+    _update(
+        recording,
+        status=status,
+        status_reason=reason,
+        progress=1.0 if status != Status.FAILED else recording.progress,
+        **fields,
+    )
+    log = logger.warning if status in (Status.FAILED, Status.PARTIAL) else logger.info
+    log("recordings.processed", extra={"session_id": recording.session_id, "status": status, "reason": reason})
+    return status
+
+
+def _update(recording: Recording, **fields) -> None:
+    for name, value in fields.items():
+        setattr(recording, name, value)
+    Recording.objects.filter(pk=recording.pk).update(**fields, updated_at=timezone.now())
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]

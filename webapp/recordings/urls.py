@@ -1,0 +1,13 @@
+from django.urls import path
+
+from webapp.recordings import views
+
+urlpatterns = [
+    path("", views.recording_list, name="recording-list"),
+    path("status.json", views.recording_statuses, name="recording-statuses"),
+    path("<int:recording_id>/", views.recording_detail, name="recording-detail"),
+    path("<int:recording_id>/status.json", views.recording_status, name="recording-status"),
+    path("<int:recording_id>/files/<str:kind>", views.recording_file, name="recording-file"),
+    path("<int:recording_id>/download.zip", views.recording_zip, name="recording-zip"),
+    path("<int:recording_id>/delete", views.recording_delete_view, name="recording-delete"),
+]

@@ -1,0 +1,118 @@
+"""Review pages: the list, the detail page with synchronised playback, files, zip and delete.
+
+Every route looks the recording up through ``selectors.recording_get_for``: another user's id is a
+404 everywhere (page, status, files, zip, delete).
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+
+from webapp.recordings.forms import RecordingFilterForm
+from webapp.recordings.models import Recording
+from webapp.recordings.selectors import recording_get_for, recordings_filtered, recordings_visible_to
+from webapp.recordings.services import recording_delete
+from webapp.recordings.storage import recordings_storage
+
+PAGE_SIZE = 20
+CONTENT_TYPES = {
+    "ogg": "audio/ogg",
+    "wav": "audio/wav",
+    "peaks": "application/json",
+    "transcript": "application/json",
+    "timeline": "application/json",
+}
+
+
+@login_required
+def recording_list(request: HttpRequest) -> HttpResponse:
+    form = RecordingFilterForm(request.GET or None)
+    rows = recordings_filtered(user=request.user, filters=form.filters())
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    engines = recordings_visible_to(request.user).order_by().values_list("engine", flat=True).distinct()
+    return render(
+        request,
+        "recordings/list.html",
+        {"form": form, "page": page, "query": query.urlencode(), "engines": sorted(set(engines))},
+    )
+
+
+@login_required
+def recording_detail(request: HttpRequest, recording_id: int) -> HttpResponse:
+    recording = recording_get_for(user=request.user, recording_id=recording_id)
+    urls = {kind: reverse("recording-file", args=[recording.pk, kind]) for kind in recording.files}
+    return render(request, "recordings/detail.html", {"recording": recording, "file_urls": urls})
+
+
+@login_required
+def recording_status(request: HttpRequest, recording_id: int) -> JsonResponse:
+    return JsonResponse(_status(recording_get_for(user=request.user, recording_id=recording_id)))
+
+
+@login_required
+def recording_statuses(request: HttpRequest) -> JsonResponse:
+    """The list page's progress poll: ``?ids=1,2,3`` (ids not visible to the user are left out)."""
+    ids = [int(part) for part in request.GET.get("ids", "").split(",") if part.strip().isdigit()][:100]
+    rows = recordings_visible_to(request.user).filter(pk__in=ids)
+    return JsonResponse({"recordings": [_status(r) for r in rows]})
+
+
+@login_required
+def recording_file(request: HttpRequest, recording_id: int, kind: str) -> FileResponse:
+    recording = recording_get_for(user=request.user, recording_id=recording_id)
+    name = recording.files.get(kind)
+    if name is None or kind not in CONTENT_TYPES:
+        raise Http404("No such file.")
+    storage = recordings_storage()
+    try:
+        handle = storage.open(name, "rb")
+    except FileNotFoundError as exc:
+        raise Http404("The file is gone from storage.") from exc
+    return FileResponse(handle, content_type=CONTENT_TYPES[kind], filename=name.rsplit("/", 1)[-1])
+
+
+@login_required
+def recording_zip(request: HttpRequest, recording_id: int) -> HttpResponse:
+    """Audio, transcript and timeline in one zip (built in memory: a call's files are a few MB)."""
+    recording = recording_get_for(user=request.user, recording_id=recording_id)
+    if not recording.files:
+        raise Http404("This recording has no files yet.")
+    storage = recordings_storage()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in recording.files.values():
+            with storage.open(name, "rb") as f:
+                archive.writestr(name.rsplit("/", 1)[-1], f.read())
+        archive.writestr("transcript.txt", recording.transcript_text + "\n")
+    response = HttpResponse(buffer.getvalue(), content_type="application/zip")
+    response["Content-Disposition"] = f'attachment; filename="{recording.session_id}.zip"'
+    return response
+
+
+@login_required
+def recording_delete_view(request: HttpRequest, recording_id: int) -> HttpResponse:
+    recording = recording_get_for(user=request.user, recording_id=recording_id)  # 404 before 405
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    recording_delete(recording)
+    return redirect("recording-list")
+
+
+def _status(recording: Recording) -> dict:
+    return {
+        "id": recording.pk,
+        "status": recording.status,
+        "progress": recording.progress,
+        "reason": recording.status_reason,
+        "playable": recording.playable,
+        "duration_s": recording.duration_s,
+    }
