@@ -360,13 +360,16 @@ def _metadata(target: PromptTarget) -> dict[str, str]:
 
 def read_codes_prompt(path: str | Path) -> np.ndarray | None:
     """The Mimi codes [8, F] of a lockstep codes prompt, or None when the file is another kind of prompt."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    with safe_open(str(path), framework="numpy") as handle:
-        metadata = handle.metadata() or {}
-        if metadata.get("family") != "lockstep" or "codes" not in handle.keys():
-            return None
-        return handle.get_tensor("codes")
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            metadata = handle.metadata() or {}
+            if metadata.get("family") != "lockstep" or "codes" not in handle.keys():
+                return None
+            return handle.get_tensor("codes")
+    except (SafetensorError, OSError) as exc:
+        raise ValueError(f"{path}: not a readable voice prompt ({exc})") from exc
 
 
 

@@ -33,6 +33,7 @@ from inference.engines.base import (
     SlotOutput,
 )
 from inference.engines.lockstep_backends import BACKENDS, USER_CODEBOOKS, LockstepBackend, StepRows, choose_backend
+from inference.engines.prefill_cache import DEFAULT_MAX_ENTRIES, PrefillCache, restore_slot, snapshot_slot, start_key
 from inference.models.moshi.config import CheckpointError, CheckpointInfo, read_checkpoint_dir
 from inference.models.moshi.fast.step import FastLockstep
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
@@ -46,6 +47,7 @@ from inference.models.moshi.personaplex import (
     iter_voice_frames_from_pcm,
     load_voice_prompt,
     persona_tokens,
+    voice_frames_from_codes,
     voice_frames_from_prompt,
     voice_pass_count,
 )
@@ -71,6 +73,7 @@ class _Slot:
     prefill_total: int
     prefill_done: int = 0
     live: bool = False
+    start_key: str | None = None  # where the state after this prefill goes in the prefill cache
 
 
 class LockstepEngine(Engine):
@@ -86,6 +89,7 @@ class LockstepEngine(Engine):
         seed: sampling RNG seed.
         backend: ``auto`` (= ``fast``: graphed on CUDA, torch twins on CPU) or ``eager`` (the native reference).
         kv_fp8: fast path KV rings in fp8; None means on for bfloat16 on CUDA.
+        prefill_cache_entries: instant starts kept (``prefill_cache``); 0 turns the cache off.
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class LockstepEngine(Engine):
         seed: int = 0,
         backend: str = "auto",
         kv_fp8: bool | None = None,
+        prefill_cache_entries: int = DEFAULT_MAX_ENTRIES,
     ):
         if num_slots < 1:
             raise EngineError("num_slots must be >= 1")
@@ -123,6 +128,7 @@ class LockstepEngine(Engine):
         self._slots: dict[int, _Slot] = {}
         self.backend: LockstepBackend | None = None
         self._prefill_pass_ms = 0.0  # measured cost of one prefill-only pass (warm-up, then every such pass)
+        self.prefill_cache = PrefillCache(prefill_cache_entries)
 
     @classmethod
     def from_config(cls, config) -> LockstepEngine:  # config: inference.config.InferenceConfig
@@ -223,9 +229,21 @@ class LockstepEngine(Engine):
             raise EngineError("open_slot() before warmup()")
         if slot in self._slots:
             raise EngineError(f"slot {slot} is already open")
+        key = None
+        if self.info.lm.personaplex and self.prefill_cache.max_entries > 0:
+            try:
+                key = start_key(self.info.directory, config, DEFAULT_PERSONA)
+            except OSError as exc:
+                raise EngineError(f"cannot prepare the session: {exc}") from exc
+        snapshot = self.prefill_cache.get(key) if key is not None else None
+        if snapshot is not None:  # instant start: the state after this very prefill, copied in
+            self.backend.reset_slot(slot)
+            restore_slot(self.backend.state, slot, snapshot)
+            self._slots[slot] = _Slot(prefill=None, prefill_total=0, live=True)
+            return
         prefill, total = self._make_prefill(config)
         self.backend.reset_slot(slot)
-        self._slots[slot] = _Slot(prefill=prefill, prefill_total=total)
+        self._slots[slot] = _Slot(prefill=prefill, prefill_total=total, start_key=key)
 
     def close_slot(self, slot: int) -> None:
         """Forget the slot; its rows are frozen until the next open resets them."""
@@ -250,6 +268,10 @@ class LockstepEngine(Engine):
                     raise VoicePromptError(f"{path}: voice prompt longer than {MAX_VOICE_FRAMES * FRAME_MS // 1000} s")
                 streamed_count = voice_pass_count(len(pcm))
                 streamed = iter_voice_frames_from_pcm(self.backend.codec, pcm, lm_config)
+            elif path is not None and (codes := _codes_prompt(path)) is not None:  # Mimi codes stored by the webapp
+                if codes.shape[-1] > MAX_VOICE_FRAMES:
+                    raise VoicePromptError(f"{path}: voice prompt longer than {MAX_VOICE_FRAMES * FRAME_MS // 1000} s")
+                voice_frames = voice_frames_from_codes(lm_config, codes)
             elif path is not None:
                 prompt = load_voice_prompt(path, lm_config, self.backend.ct)
                 voice_frames = voice_frames_from_prompt(lm_config, prompt)
@@ -350,7 +372,10 @@ class LockstepEngine(Engine):
         for s, cache in restores:
             self.backend.restore_token_cache(s, cache)
         for s in finished:
-            self._slots[s].live = True
+            st = self._slots[s]
+            st.live = True
+            if st.start_key is not None:  # the state right after the prefill: later identical starts copy it
+                self.prefill_cache.put(st.start_key, snapshot_slot(self.backend.state, s))
             # the live audio starts from fresh codec streams, as the reference resets Mimi after the prompts
             # (after this tick's decode, so the first live frame meets a fresh decoder too)
             self.backend.reset_codec(s)
@@ -374,6 +399,15 @@ class LockstepEngine(Engine):
         if self.backend is None:
             return {}
         return self.backend.memory_snapshot()
+
+
+def _codes_prompt(path) -> np.ndarray | None:
+    """The Mimi codes of a ``.safetensors`` codes prompt (``inference.voice_prompts``), None for other prompts."""
+    if Path(path).suffix.lower() != ".safetensors":
+        return None
+    from inference.voice_prompts import read_codes_prompt
+
+    return read_codes_prompt(path)
 
 
 __all__ = ["LockstepEngine", "VoicePromptError"]
