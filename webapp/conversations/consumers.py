@@ -42,6 +42,7 @@ from webapp.accounts import revocation
 from webapp.conversations import protocol as p
 from webapp.conversations import services
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
+from webapp.operations.metrics import count_error
 
 logger = logging.getLogger(__name__)
 
@@ -373,6 +374,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                 if isinstance(item, bytes):
                     await self.send(bytes_data=item)
                 else:
+                    if item.get("type") == "error":
+                        count_error(item["error"]["code"])  # the process's /ops/metrics, by code
                     await self.send(text_data=json.dumps(item, separators=(",", ":")))
 
     async def _close(self, code: int) -> None:
