@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make run` and `make test` (see README.md).
-.PHONY: run test serve-inference lint
+.PHONY: run test serve-inference lint cluster
 
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -13,6 +13,13 @@ test:
 	@scripts/install-system.sh test
 	@scripts/install-python.sh test
 	@scripts/test.sh
+
+# The production topology on loopback (PostgreSQL, Redis, 2 inference services, 2 daphne behind nginx,
+# Celery worker + beat) until Ctrl-C; docs/deploy.md.
+cluster:
+	@scripts/install-system.sh test
+	@scripts/install-python.sh
+	@.venv/bin/python scripts/cluster.py
 
 lint:
 	.venv/bin/ruff check inference webapp tests bench
