@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 from inference.config import InferenceConfig
 from inference.contracts import ParleyError, SessionEvent, SessionRequest, VoiceRef, WorkerSnapshot
 from inference.engines.base import Engine
+from inference.registry import admission_stopped_error
 from inference.status import ServiceStatus, SessionStatus
 
 
@@ -228,15 +229,6 @@ _routing = None  # inference.routing.Router for the current config, built on fir
 _admission_open = True  # without a registry the flags live here (one process); with one, in Redis
 _draining = False
 _local_history = None  # inference.status.History of the in-process service's statuses
-
-
-def admission_stopped_error() -> ParleyError:
-    return ParleyError(
-        "new calls are paused by an administrator; try again later",
-        code="resource_exhausted",
-        error_type="rate_limit_error",
-        param="admission",
-    )
 
 
 def _router():

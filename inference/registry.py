@@ -59,6 +59,16 @@ def _unavailable(exc: Exception) -> ParleyError:
     )
 
 
+def admission_stopped_error() -> ParleyError:
+    """An admin stopped admitting new calls (``param="admission"`` tells it from a full queue)."""
+    return ParleyError(
+        "new calls are paused by an administrator; try again later",
+        code="resource_exhausted",
+        error_type="rate_limit_error",
+        param="admission",
+    )
+
+
 # ---- the service side ---------------------------------------------------------------------------
 
 
@@ -168,11 +178,7 @@ class Registry:
             if current.state == "serving" or holds or recent:
                 return current
         if await client.get(ADMISSION_KEY) == b"stopped":
-            raise ParleyError(
-                "new calls are paused by an administrator; try again later",
-                code="resource_exhausted",
-                error_type="rate_limit_error",
-            )
+            raise admission_stopped_error()
         chosen = self.least_loaded(services)
         await client.set(PLACEMENT_KEY.format(user_key=user_key), chosen.service_id, ex=PLACEMENT_TTL_S)
         self._note_pending(chosen.service_id, user_key)

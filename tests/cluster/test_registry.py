@@ -1,0 +1,125 @@
+"""The Redis registry on a real throwaway redis-server: heartbeats, down detection, placement, drain, admission."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+
+from inference.config import InferenceConfig
+from inference.contracts import ParleyError
+from inference.registry import SERVICES_KEY, Heartbeat, Registry
+from inference.service import InferenceService
+from inference.status import ServiceStatus, SessionStatus, status_from_dict, status_to_dict
+
+
+@pytest.fixture
+def registry_url(redis_server):
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    yield redis_server.url
+    client.flushdb()
+    client.close()
+
+
+def publish(url: str, service_id: str, *, used: int, total: int = 4, queue: int = 0, age_s: float = 0.0, users=()):
+    """Write a record as a service's heartbeat would (``age_s`` back in time)."""
+    sessions = tuple(
+        SessionStatus(
+            session_id=f"sess_{u}", user_key=u, service_id=service_id, engine="echo", state="active", duration_s=1.0
+        )  # fmt: skip
+        for u in users
+    )
+    status = ServiceStatus(
+        service_id=service_id, address=f"tcp://127.0.0.1:1{len(service_id)}", host="h", device="cpu", engine="echo",
+        checkpoint=None, slots_used=used, slots_total=total, queue_length=queue, tick_ms_p50=1.0, tick_ms_p99=2.0,
+        gpu_memory={}, state="serving", heartbeat_at=time.time() - age_s, sessions=sessions,
+    )  # fmt: skip
+    client = redis.Redis.from_url(url)
+    client.hset(SERVICES_KEY, service_id, json.dumps(status_to_dict(status)))
+    client.close()
+
+
+async def test_silent_services_read_as_down_with_the_reason(registry_url):
+    publish(registry_url, "svc-a", used=0)
+    publish(registry_url, "svc-b", used=0, age_s=10)
+    services = {s.service_id: s for s in await Registry(registry_url, heartbeat_timeout_s=2).services()}
+    assert services["svc-a"].state == "serving" and services["svc-a"].down_reason is None
+    assert services["svc-b"].state == "down" and "no heartbeat for 10" in services["svc-b"].down_reason
+
+
+async def test_placement_spreads_then_sticks_to_the_users_service(registry_url):
+    publish(registry_url, "svc-a", used=1)
+    publish(registry_url, "svc-b", used=1)
+    registry = Registry(registry_url, heartbeat_timeout_s=2)
+    placed = [(await registry.route(f"user{i}")).service_id for i in range(4)]
+    # Placements not yet visible in a heartbeat count: two new sessions each, not four on one service.
+    assert sorted(placed) == ["svc-a", "svc-a", "svc-b", "svc-b"]
+    # Another web process (a fresh Registry) finds user0's service again from the placement key.
+    assert (await Registry(registry_url, heartbeat_timeout_s=2).route("user0")).service_id == placed[0]
+
+
+async def test_full_services_queue_on_the_shortest_queue_and_down_ones_are_skipped(registry_url):
+    publish(registry_url, "svc-a", used=4, queue=3)
+    publish(registry_url, "svc-b", used=4, queue=1)
+    publish(registry_url, "svc-c", used=0, age_s=30)  # free slots but silent
+    assert (await Registry(registry_url, heartbeat_timeout_s=2).route("u")).service_id == "svc-b"
+
+
+async def test_a_users_service_going_down_moves_them_to_a_survivor(registry_url):
+    publish(registry_url, "svc-a", used=1, users=("u",))
+    publish(registry_url, "svc-b", used=3)
+    registry = Registry(registry_url, heartbeat_timeout_s=2)
+    assert (await registry.route("u")).service_id == "svc-a"
+    publish(registry_url, "svc-a", used=1, users=("u",), age_s=5)
+    assert (await Registry(registry_url, heartbeat_timeout_s=2).route("u")).service_id == "svc-b"
+
+
+async def test_drain_keeps_existing_users_and_admission_stop_refuses_new_ones(registry_url):
+    publish(registry_url, "svc-a", used=0, users=("old",))
+    publish(registry_url, "svc-b", used=2)
+    registry = Registry(registry_url, heartbeat_timeout_s=2)
+    assert (await registry.route("old")).service_id == "svc-a"
+    await registry.set_draining("svc-a", True)
+    draining = redis.Redis.from_url(registry_url)
+    record = json.loads(draining.hget(SERVICES_KEY, "svc-a"))
+    record["state"] = "draining"  # what svc-a's next heartbeat says once it read the drain key
+    draining.hset(SERVICES_KEY, "svc-a", json.dumps(record))
+    draining.close()
+    assert (await registry.route("old")).service_id == "svc-a"  # its session is there: reattach
+    assert (await registry.route("new")).service_id == "svc-b"  # nothing new on a draining service
+
+    await registry.set_admission(False)
+    with pytest.raises(ParleyError) as refused:
+        await registry.route("newer")
+    assert refused.value.code == "resource_exhausted" and refused.value.param == "admission"
+    assert (await registry.route("old")).service_id == "svc-a"  # live users still reach their session
+    await registry.set_admission(True)
+    assert (await registry.route("newer")).service_id == "svc-b"
+
+
+async def test_no_serving_service_is_a_clear_error(registry_url):
+    publish(registry_url, "svc-a", used=0, age_s=60)
+    with pytest.raises(ParleyError, match=r"no inference service is accepting calls: svc-a \(down\)"):
+        await Registry(registry_url, heartbeat_timeout_s=2).route("u")
+
+
+async def test_a_real_services_heartbeat_round_trips_and_follows_the_drain_key(registry_url):
+    service = InferenceService(InferenceConfig(engine="echo", slots=3))
+    await service.start()
+    try:
+        beat = Heartbeat(
+            service, redis_url=registry_url, service_id="svc-x", address="tcp://127.0.0.1:7", interval_s=0.5
+        )
+        published = await beat.beat()
+        (read,) = await Registry(registry_url, heartbeat_timeout_s=2).services()
+        assert read == status_from_dict(status_to_dict(published))
+        assert (read.state, read.slots_total, read.engine, read.address) == ("serving", 3, "echo", "tcp://127.0.0.1:7")
+        await Registry(registry_url, heartbeat_timeout_s=2).set_draining("svc-x", True)
+        assert (await beat.beat()).state == "draining"
+        await beat.withdraw()
+        assert await Registry(registry_url, heartbeat_timeout_s=2).services() == []
+    finally:
+        await service.stop()
