@@ -74,7 +74,7 @@ class LMConfig:
         text_card: text vocabulary size; ``text_emb`` has ``text_card + 1`` rows.
         existing_text_padding_id: text PAD id.
         delays: per-row delays of the ``1 + n_q`` rows.
-        context: temporal KV ring capacity and attention window, in frames.
+        context: the checkpoint's attention context, in frames (``kv_window`` says how many frames a pass sees).
         max_period: RoPE max period.
         norm: ``rms_norm_f32`` (eps 1e-8, fp32) or ``rms_norm`` (eps 1e-5).
         depformer_*: the depformer's own widths.
@@ -121,6 +121,7 @@ class LMConfig:
             (all(d >= 0 for d in self.delays), "delays must be >= 0"),
             (0 < self.dep_q <= self.n_q, f"dep_q must be in 1..n_q, got {self.dep_q}"),
             (self.context is not None and self.context > 0, "context must be a positive number of frames"),
+            (self.dep_q != self.n_q or self.context >= 2, "a PersonaPlex context must be at least 2 frames"),
             (self.norm in ("rms_norm_f32", "rms_norm"), f"unsupported norm {self.norm!r}"),
             (self.gating == "silu" and self.depformer_gating == "silu", "only SiLU gating is supported"),
             (self.positional_embedding == "rope", f"unsupported positional_embedding {self.positional_embedding!r}"),
@@ -152,6 +153,18 @@ class LMConfig:
     def personaplex(self) -> bool:
         """dep_q == n_q: the depformer also predicts the user stream, which is teacher-forced (PersonaPlex)."""
         return self.dep_q == self.n_q
+
+    @property
+    def kv_window(self) -> int:
+        """Frames a temporal pass attends to (its own included), which is also the KV ring's size.
+
+        moshi 0.2.13 (Moshiko) sees the last ``context`` frames. The NVIDIA/personaplex fork keeps an older
+        ``RingKVCache`` that rebuilds slot positions from the offset *after* the write, so the slot about to be
+        overwritten next (the oldest frame) gets a future position and is masked out: from pass ``context - 1``
+        on, a pass sees only the last ``context - 1`` frames. A ring of ``context - 1`` slots reproduces exactly
+        that set of frames at every position, before and after the ring first wraps.
+        """
+        return self.context - 1 if self.personaplex else self.context
 
     @staticmethod
     def gated_hidden(dim: int, dim_feedforward: int) -> int:

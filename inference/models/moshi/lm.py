@@ -100,7 +100,7 @@ class TemporalKV:
 
     @classmethod
     def allocate(cls, config: LMConfig, batch_size: int, device, dtype) -> TemporalKV:
-        shape = (config.num_layers, batch_size, config.num_heads, config.context, config.dim // config.num_heads)
+        shape = (config.num_layers, batch_size, config.num_heads, config.kv_window, config.dim // config.num_heads)
         return cls(
             keys=torch.zeros(shape, device=device, dtype=dtype),
             values=torch.zeros(shape, device=device, dtype=dtype),
@@ -113,12 +113,12 @@ class TemporalKV:
 
 
 class TemporalAttention(nn.Module):
-    """Causal self-attention over a ring of ``context`` frames."""
+    """Causal self-attention over a ring of ``config.kv_window`` frames (see there for PersonaPlex's window)."""
 
     def __init__(self, config: LMConfig):
         super().__init__()
         self.num_heads = config.num_heads
-        self.context = config.context
+        self.context = config.kv_window
         self.max_period = config.max_period
         self.in_proj_weight = nn.Parameter(torch.empty(3 * config.dim, config.dim))
         self.out_proj = nn.Linear(config.dim, config.dim, bias=False)

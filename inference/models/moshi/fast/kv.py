@@ -1,12 +1,13 @@
 """Per-slot KV rings of the temporal transformer, in the model dtype or in fp8 (e4m3) with per-vector scales.
 
-One ring per (layer, slot, head) of ``context`` positions; a slot's frame at position p lives at ``p % context``.
+One ring per (layer, slot, head) of ``W = config.kv_window`` positions (the checkpoint's ``context``, one fewer
+for PersonaPlex: see ``LMConfig.kv_window``); a slot's frame at position p lives at ``p % W``.
 Slot ``num_slots`` is a scratch slot: padding rows of a batch bucket point there, so their writes never touch
-a live session. Nothing needs clearing on reset: a row only ever reads the first ``min(pos + 1, context)``
+a live session. Nothing needs clearing on reset: a row only ever reads the first ``min(pos + 1, W)``
 entries of its ring, and each of those was written by the same session before it is read.
 
-Memory per slot: ``layers x 2 x heads x context x head_dim`` bytes in fp8 (0.79 GB for the 7B at 3000 frames,
-half of bf16) plus ``layers x 2 x heads x context`` fp32 scales (25 MB).
+Memory per slot: ``layers x 2 x heads x W x head_dim`` bytes in fp8 (0.79 GB for the 7B at 3000 frames,
+half of bf16) plus ``layers x 2 x heads x W`` fp32 scales (25 MB).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class SlotKV:
 
     @classmethod
     def allocate(cls, config: LMConfig, num_slots: int, device, dtype: torch.dtype, fp8: bool = False) -> SlotKV:
-        shape = (num_slots + 1, config.num_heads, config.context, config.dim // config.num_heads)
+        shape = (num_slots + 1, config.num_heads, config.kv_window, config.dim // config.num_heads)
         ring_dtype = FP8_DTYPE if fp8 else dtype
         n = config.num_layers
         keys = [torch.zeros(shape, device=device, dtype=ring_dtype) for _ in range(n)]
@@ -67,5 +68,5 @@ class SlotKV:
         head_dim = config.dim // config.num_heads
         per_pos = config.num_layers * 2 * config.num_heads
         if fp8:
-            return per_pos * config.context * (head_dim + 4)
-        return per_pos * config.context * head_dim * torch.empty((), dtype=dtype).element_size()
+            return per_pos * config.kv_window * (head_dim + 4)
+        return per_pos * config.kv_window * head_dim * torch.empty((), dtype=dtype).element_size()

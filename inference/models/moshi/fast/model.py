@@ -125,7 +125,7 @@ class FastLM:
     def temporal(self, x: torch.Tensor, kv: SlotKV, slot_ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """x [R, d] at positions pos [R] -> hidden [R, d] after ``out_norm``; writes each layer's k/v."""
         c = self.config
-        lengths = torch.clamp(pos + 1, max=c.context)
+        lengths = torch.clamp(pos + 1, max=c.kv_window)
         R = x.shape[0]
         launch = self.attention_launch.get(R) or default_attention_launch(R, c.num_heads)
         for i, w in enumerate(self.layers):

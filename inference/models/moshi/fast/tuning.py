@@ -42,7 +42,7 @@ def tune_attention(fl: FastLM, kv: SlotKV, buckets: Sequence[int], repeats: int 
     if not ops.use_triton(kv.keys[0]):
         return {}
     c = fl.config
-    H, D, C = c.num_heads, c.dim // c.num_heads, c.context
+    H, D, C = c.num_heads, c.dim // c.num_heads, c.kv_window
     slots_available = kv.scratch_slot  # real slots; the scratch slot is left alone
     report = {}
     for rows in buckets:
