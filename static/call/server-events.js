@@ -84,6 +84,7 @@ const HANDLERS = {
   },
   "session.closed"(call, e) {
     hooks.closeReason = e.reason ?? null;
+    if (e.reason === "admin_ended") call.ui.notice("An administrator ended this call.", "info");
     call.teardown("closed", e.reason ? `Reason: ${e.reason.replaceAll("_", " ")}` : "");
   },
   error(call, e) {
