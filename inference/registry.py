@@ -20,6 +20,7 @@ import json
 import logging
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import replace
 
 from inference.contracts import ParleyError
@@ -77,21 +78,31 @@ class Heartbeat:
 
     Args:
         service: the running ``InferenceService`` (read on its own loop).
-        redis_url: the registry.
+        redis_url: the registry; None builds statuses for ``on_status`` only (a service on its own).
         service_id: stable name of this service (a restart under the same id replaces the old record).
         address: where the web tier reaches it (``tcp://host:port`` or ``unix:///path``).
         interval_s: heartbeat period.
+        on_status: also handed every status (the metrics exporter).
     """
 
-    def __init__(self, service, *, redis_url: str, service_id: str, address: str, interval_s: float):
+    def __init__(
+        self,
+        service,
+        *,
+        redis_url: str | None,
+        service_id: str,
+        address: str,
+        interval_s: float,
+        on_status: Callable[[ServiceStatus], None] | None = None,
+    ):
         self.service = service
         self.redis_url = redis_url
         self.service_id = service_id
         self.address = address
         self.interval_s = interval_s
+        self.on_status = on_status
         self.history = History()
         self.draining = False
-        self.beats = 0
 
     async def run(self) -> None:
         """Beat until cancelled; a Redis outage is logged and retried, never fatal to the service."""
@@ -105,11 +116,14 @@ class Heartbeat:
             await asyncio.sleep(self.interval_s)
 
     async def beat(self) -> ServiceStatus:
-        client = _redis(self.redis_url)
-        self.draining = bool(await client.exists(DRAIN_KEY.format(service_id=self.service_id)))
+        client = _redis(self.redis_url) if self.redis_url else None
+        if client is not None:
+            self.draining = bool(await client.exists(DRAIN_KEY.format(service_id=self.service_id)))
         status = self.status()
-        await client.hset(SERVICES_KEY, self.service_id, json.dumps(status_to_dict(status)))
-        self.beats += 1
+        if self.on_status is not None:
+            self.on_status(status)
+        if client is not None:
+            await client.hset(SERVICES_KEY, self.service_id, json.dumps(status_to_dict(status)))
         return status
 
     def status(self) -> ServiceStatus:
@@ -123,6 +137,8 @@ class Heartbeat:
 
     async def withdraw(self) -> None:
         """A clean stop: remove the record (a killed service's record goes stale and reads as down)."""
+        if not self.redis_url:
+            return
         with contextlib.suppress(Exception):
             await _redis(self.redis_url).hdel(SERVICES_KEY, self.service_id)
 
