@@ -5,7 +5,9 @@ whole engine ticks (Mimi encode -> LM step -> Mimi decode, text detokenisation) 
 
 1. ``steady``: 2 live sessions, nothing else;
 2. ``join``: the same 2 live sessions while a PersonaPlex session joins (voice prompt + persona prefill, which
-   rides along the live step and takes extra prefill-only steps within the engine's prefill budget).
+   rides along the live step and takes extra prefill-only steps within the engine's prefill budget);
+3. ``first_audio``: time from a joining session's first appended frame (at its open) to its first agent audio,
+   with the prefill cache off (a full prefill) and on (``prefill_cache``: the post-prefill state copied in).
 
 Ticks are paced to the 80 ms clock (as the worker does) so the CPU is not kept artificially hot. Prints a table
 and writes ``bench/results/lockstep-cpu.json``.
@@ -84,6 +86,32 @@ def run_ticks(engine, audio, frame, ticks, joiner: int | None, cpu: list[float])
     return times, frame, prefill_ticks
 
 
+def time_to_first_audio(engine, audio, frame, config) -> tuple[dict, int]:
+    """Open slot 2 with ``config`` next to the 2 live sessions; paced ticks until slot 2 returns agent audio.
+
+    Its audio is appended from the open on and fed once the engine says it is live, as the worker does. Returns
+    ({ms, ticks}, next frame); slot 2 is closed again.
+    """
+    started = time.perf_counter()
+    engine.open_slot(2, config)
+    ticks, next_at, own = 0, started, 0
+    while True:
+        inputs = {s: SlotInput(audio=audio[s][frame * 1920 : (frame + 1) * 1920]) for s in (0, 1)}
+        if engine._slots[2].live:
+            inputs[2] = SlotInput(audio=audio[0][own * 1920 : (own + 1) * 1920])
+            own += 1
+        out = engine.step(inputs)
+        ticks += 1
+        frame += 1
+        if out.get(2) is not None and out[2].audio.size:
+            elapsed_ms = (time.perf_counter() - started) * 1000.0
+            break
+        next_at += PERIOD_S
+        time.sleep(max(0.0, next_at - time.perf_counter()))
+    engine.close_slot(2)
+    return {"ms": elapsed_ms, "ticks": ticks}, frame
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="tiny-personaplex", choices=["tiny-personaplex", "tiny-moshiko"])
@@ -117,6 +145,13 @@ def main() -> int:
         join_prefill_total = engine._slots[2].prefill_total
         join, frame, prefill_ticks = run_ticks(engine, audio, frame, args.ticks, 2, join_cpu)
         load_after = os.getloadavg()[0]
+        engine.close_slot(2)
+        start_config = SlotConfig(persona="You are a patient museum guide.", voice=voice)
+        entries, engine.prefill_cache.max_entries = engine.prefill_cache.max_entries, 0
+        first_audio_uncached, frame = time_to_first_audio(engine, audio, frame, start_config)
+        engine.prefill_cache.max_entries = entries
+        _, frame = time_to_first_audio(engine, audio, frame, start_config)  # the first start fills the cache
+        first_audio_cached, frame = time_to_first_audio(engine, audio, frame, start_config)
 
     result = {
         "what": "LockstepEngine ticks, 2 live sessions (+1 joining), tiny random checkpoint, CPU fp32",
@@ -139,6 +174,8 @@ def main() -> int:
         "join_prefill_frames": join_prefill_total,
         "join_prefill_ticks": prefill_ticks,
         "join_voice_prompt": str(VOICE.name) if voice is not None else None,
+        "first_agent_audio_without_prefill_cache": first_audio_uncached,
+        "first_agent_audio_with_prefill_cache": first_audio_cached,
     }
     print(f"{'phase':34} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for name in ("steady_2_sessions", "join_2_sessions_plus_prefill", "steady_2_sessions_cpu_time",
@@ -146,6 +183,8 @@ def main() -> int:
         r = result[name]
         print(f"{name:34} {r['n']:5d} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['max_ms']:8.2f}")
     print(f"join: {join_prefill_total} prefill frames done in {prefill_ticks} ticks; budget 80 ms per tick")
+    for label, r in (("without", first_audio_uncached), ("with", first_audio_cached)):
+        print(f"first agent audio {label} the prefill cache: {r['ms']:.1f} ms ({r['ticks']} ticks)")
     print(f"load average (1 min) before/after: {load_before:.2f} / {load_after:.2f} on {os.cpu_count()} cores")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

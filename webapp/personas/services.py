@@ -189,7 +189,7 @@ def voice_process(*, voice_id: int) -> str:
             report = _share_of_progress(voice, target.family, start=50 + index * 45 / len(targets),
                                         width=45 / len(targets))  # fmt: skip
             blob = api.compute_voice_prompt(cached_local_path(voice.processed_audio), target, progress=report)
-            _store_prompt(voice, family=target.family, model_key=target.model_key, blob=blob)
+            voice_store_prompt(voice, family=target.family, model_key=target.model_key, blob=blob)
     except ParleyError as exc:
         _fail(voice, exc.message)
         return "failed"
@@ -234,7 +234,7 @@ def _fail(voice: Voice, reason: str) -> None:
     )
 
 
-def _store_prompt(voice: Voice, *, family: str, model_key: str, blob: bytes) -> VoicePrompt:
+def voice_store_prompt(voice: Voice, *, family: str, model_key: str, blob: bytes) -> VoicePrompt:
     prompt = VoicePrompt(voice=voice, family=family, model_key=model_key)
     prompt.file.save(f"{voice.storage_key}-{family}-{model_key}.safetensors", ContentFile(blob), save=False)
     prompt.save()
