@@ -1,5 +1,9 @@
-// AudioWorklet: microphone -> 24 kHz mono frames of 1920 samples (80 ms), plus a level per frame.
+// AudioWorklet: microphone -> 24 kHz mono pieces of 240 samples (10 ms), plus a level per piece
+// and the AudioContext time at which the piece's last sample entered the graph.
 //
+// Why small pieces: a sample waits in the worklet until its piece is full, so the piece length
+// is pure added latency (an 80 ms frame adds 0-80 ms by itself). The server cuts the stream into
+// engine frames aligned to its own tick (inference/audio/framing.py), so the page need not.
 // Why a worklet: ScriptProcessorNode is deprecated and runs on the main thread, where a busy
 // page would drop samples. Why resample here: the context runs at whatever rate the device
 // picked (headless chromium: 44.1 kHz, laptops: 48 kHz), and the server's engine clock is
@@ -10,7 +14,7 @@
 // keeps the frame level equal to the source level (the tests compare levels).
 
 const OUTPUT_RATE = 24000;
-const FRAME_SAMPLES = 1920;
+const PIECE_SAMPLES = 240;
 
 class ParleyMicProcessor extends AudioWorkletProcessor {
   constructor() {
@@ -18,7 +22,7 @@ class ParleyMicProcessor extends AudioWorkletProcessor {
     this.step = sampleRate / OUTPUT_RATE; // input samples advanced per output sample
     this.readPos = 0; // read position relative to the current block; -1 means `lastSample`
     this.lastSample = 0; // final sample of the previous block, to interpolate across the seam
-    this.frame = new Float32Array(FRAME_SAMPLES);
+    this.frame = new Float32Array(PIECE_SAMPLES);
     this.filled = 0;
     this.sumSquares = 0;
   }
@@ -34,7 +38,7 @@ class ParleyMicProcessor extends AudioWorkletProcessor {
       const frac = this.readPos - base;
       const left = base < 0 ? this.lastSample : block[base];
       const right = block[base + 1];
-      this.push(left + (right - left) * frac);
+      this.push(left + (right - left) * frac, currentTime + this.readPos / sampleRate);
       this.readPos += this.step;
     }
     this.readPos -= block.length;
@@ -42,14 +46,14 @@ class ParleyMicProcessor extends AudioWorkletProcessor {
     return true;
   }
 
-  push(sample) {
+  push(sample, time) {
     this.frame[this.filled++] = sample;
     this.sumSquares += sample * sample;
-    if (this.filled === FRAME_SAMPLES) {
-      const rms = Math.sqrt(this.sumSquares / FRAME_SAMPLES);
+    if (this.filled === PIECE_SAMPLES) {
+      const rms = Math.sqrt(this.sumSquares / PIECE_SAMPLES);
       // Transfer the buffer (no copy) and start a fresh one.
-      this.port.postMessage({ frame: this.frame, rms }, [this.frame.buffer]);
-      this.frame = new Float32Array(FRAME_SAMPLES);
+      this.port.postMessage({ frame: this.frame, rms, time }, [this.frame.buffer]);
+      this.frame = new Float32Array(PIECE_SAMPLES);
       this.filled = 0;
       this.sumSquares = 0;
     }

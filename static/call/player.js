@@ -1,24 +1,39 @@
-// Jitter buffer for the agent's voice: 24 kHz pcm16 chunks scheduled back to back on the AudioContext.
+// Adaptive jitter buffer for the agent's voice: 24 kHz pcm16 chunks scheduled back to back.
 //
-// Network arrival is bursty, so each chunk is scheduled at the end of the previous one, and the
-// first chunk after a gap waits `targetMs` so that small delays do not cut the voice. A gap the
-// buffer could not bridge is an underrun; a backlog beyond `maxMs` (the tab was throttled, the
-// server burst) is an overrun, and we drop the backlog rather than let latency creep.
+// Every chunk is scheduled at the end of the previous one. What is still queued when a chunk
+// arrives (its slack) measures the network and server jitter the buffer absorbed: the buffer
+// starts low (`startMs`), grows on an underrun by what was missing plus a step, and shrinks slowly
+// once the smallest slack over a window of arrivals shows more margin than it needs, by playing a
+// few chunks 2 % fast (not by cutting audio). A backlog beyond `maxMs` (the tab was throttled) is
+// an overrun and dropped, so latency cannot creep.
 
 /** The page's pcm16 rate on /v1/realtime, both ways (the mic worklet produces it too). */
 export const WIRE_RATE = 24000;
 
+const GROW_STEP_MS = 20; // added on top of what an underrun was missing: one miss should not repeat
+const MARGIN_MS = 10; // slack kept above the worst arrival of a window
+const WINDOW_ARRIVALS = 40; // about 3 s of 80 ms chunks: long enough to see the jitter's tail
+const FAST_RATE = 1.02; // shrinking plays 2 % fast: 1.6 ms less per 80 ms chunk, inaudible
+
 export class JitterPlayer {
   /**
    * @param {AudioContext} ctx
-   * @param {{rate?: number, targetMs?: number, maxMs?: number, onAck?: (playedMs: number) => void}} options
+   * @param {{rate?: number, startMs?: number, minMs?: number, maxTargetMs?: number, maxMs?: number,
+   *          onAck?: (playedMs: number) => void, onStart?: (chunk: ScheduledChunk) => void}} options
+   *   onStart is called with each chunk's schedule: {at (context time it starts), duration (s), samples}.
    */
-  constructor(ctx, { rate = WIRE_RATE, targetMs = 160, maxMs = 1200, onAck = null } = {}) {
+  constructor(
+    ctx,
+    { rate = WIRE_RATE, startMs = 40, minMs = 10, maxTargetMs = 600, maxMs = 1200, onAck = null, onStart = null } = {},
+  ) {
     this.ctx = ctx;
     this.rate = rate;
-    this.targetMs = targetMs;
+    this.targetMs = startMs; // the jitter allowance: how far ahead of now the first chunk after a gap starts
+    this.minMs = minMs;
+    this.maxTargetMs = maxTargetMs;
     this.maxMs = maxMs;
     this.onAck = onAck;
+    this.onStart = onStart;
     this.gain = ctx.createGain();
     this.analyser = ctx.createAnalyser(); // the output waveform view reads from here
     this.analyser.fftSize = 2048;
@@ -26,10 +41,14 @@ export class JitterPlayer {
     this.cursor = 0; // context time at which the next chunk starts
     this.primed = false; // false until the first chunk after start/reset is scheduled
     this.live = new Set(); // sources scheduled and not yet ended, so flush() can stop them
+    this.slacks = []; // slack (ms) of the arrivals in the current window
+    this.shrinkMs = 0; // buffer still to give back by playing fast
     this.stats = {
       chunksScheduled: 0,
       underruns: 0,
       overruns: 0,
+      grows: 0,
+      shrinks: 0,
       playedMs: 0,
       playedSumSquares: 0,
       playedSamples: 0,
@@ -49,9 +68,9 @@ export class JitterPlayer {
     return playedSamples ? Math.sqrt(playedSumSquares / playedSamples) : 0;
   }
 
-  /** Schedule one chunk of little-endian int16 samples at `this.rate`. */
+  /** Schedule one chunk of little-endian int16 samples at `this.rate`; returns its start (context time). */
   push(int16) {
-    if (int16.length === 0) return;
+    if (int16.length === 0) return null;
     const samples = new Float32Array(int16.length);
     let sumSquares = 0;
     for (let i = 0; i < int16.length; i++) {
@@ -59,29 +78,62 @@ export class JitterPlayer {
       sumSquares += samples[i] * samples[i];
     }
     const now = this.ctx.currentTime;
-    const target = this.targetMs / 1000;
     if (!this.primed) {
-      this.cursor = now + target;
+      this.cursor = now + this.targetMs / 1000;
       this.primed = true;
     } else if (this.cursor < now) {
-      this.stats.underruns++; // the buffer ran dry: the listener heard a gap
-      this.cursor = now + target;
+      // The buffer ran dry (the listener heard a gap): allow for at least that much jitter from now on.
+      this.stats.underruns++;
+      this.grow((now - this.cursor) * 1000 + GROW_STEP_MS);
+      this.cursor = now + this.targetMs / 1000;
     } else if (this.cursor - now > this.maxMs / 1000) {
       this.stats.overruns++; // drop the backlog so latency returns to the target
       this.flush();
       this.primed = true;
-      this.cursor = now + target;
+      this.cursor = now + this.targetMs / 1000;
+    } else {
+      this.observe((this.cursor - now) * 1000);
     }
     const buffer = this.ctx.createBuffer(1, samples.length, this.rate);
     buffer.copyToChannel(samples, 0);
     const source = this.ctx.createBufferSource();
     source.buffer = buffer;
+    let duration = buffer.duration;
+    if (this.shrinkMs > 0) {
+      source.playbackRate.value = FAST_RATE;
+      duration /= FAST_RATE;
+      this.shrinkMs -= (buffer.duration - duration) * 1000;
+    }
     source.connect(this.gain);
     source.onended = () => this.ended(source, samples.length, sumSquares);
-    source.start(this.cursor);
-    this.cursor += buffer.duration;
+    const at = this.cursor;
+    source.start(at);
+    this.cursor += duration;
     this.live.add(source);
     this.stats.chunksScheduled++;
+    this.onStart?.({ at, duration, samples: samples.length });
+    return at;
+  }
+
+  grow(ms) {
+    this.targetMs = Math.min(this.maxTargetMs, this.targetMs + ms);
+    this.stats.grows++;
+    this.slacks = [];
+    this.shrinkMs = 0;
+  }
+
+  /** One arrival's slack; at the end of a window, give back what the worst arrival did not need. */
+  observe(slackMs) {
+    this.slacks.push(slackMs);
+    if (this.slacks.length < WINDOW_ARRIVALS) return;
+    const spare = Math.min(...this.slacks) - MARGIN_MS;
+    this.slacks = [];
+    const give = Math.min(spare, this.targetMs - this.minMs);
+    if (give > 1) {
+      this.targetMs -= give;
+      this.shrinkMs = give;
+      this.stats.shrinks++;
+    }
   }
 
   ended(source, length, sumSquares) {
@@ -107,6 +159,8 @@ export class JitterPlayer {
     }
     this.live.clear();
     this.primed = false;
+    this.slacks = [];
+    this.shrinkMs = 0;
     this.cursor = this.ctx.currentTime;
   }
 }

@@ -1,5 +1,5 @@
 """The call page's audio modules in a real chromium, without Django: the mic worklet's
-resampling and framing, and the jitter buffer's accounting.
+resampling and pieces, and the adaptive jitter buffer.
 
 The modules are served from ``static/`` by a plain HTTP server on 127.0.0.1 (a secure context,
 which AudioWorklet and getUserMedia require). The worklet test launches its own chromium whose
@@ -73,7 +73,7 @@ async (count) => {
   const frames = [];
   await new Promise((resolve) => {
     node.port.onmessage = ({data}) => {
-      frames.push({samples: Array.from(data.frame), rms: data.rms});
+      frames.push({samples: Array.from(data.frame), rms: data.rms, time: data.time, now: ctx.currentTime});
       if (frames.length === count) resolve();
     };
     ctx.createMediaStreamSource(stream).connect(node);
@@ -85,7 +85,7 @@ async (count) => {
 """
 
 
-def test_mic_worklet_resamples_to_24k_frames_of_1920(browser_type, browser_type_launch_args, static_server, sine_wav):
+def test_mic_worklet_resamples_to_24k_pieces_of_10_ms(browser_type, browser_type_launch_args, static_server, sine_wav):
     args = [a for a in browser_type_launch_args["args"] if not a.startswith("--use-file-for-fake-audio-capture")]
     browser = browser_type.launch(
         **{**browser_type_launch_args, "args": [*args, f"--use-file-for-fake-audio-capture={sine_wav}"]}
@@ -93,18 +93,22 @@ def test_mic_worklet_resamples_to_24k_frames_of_1920(browser_type, browser_type_
     try:
         page = browser.new_page()
         page.goto(f"{static_server}/harness.html")
-        result = page.evaluate(CAPTURE_FRAMES_JS, 20)
+        result = page.evaluate(CAPTURE_FRAMES_JS, 160)
     finally:
         browser.close()
 
     assert result["contextRate"] != 24000, "the test must exercise resampling"
     frames = result["frames"]
-    assert all(len(f["samples"]) == 1920 for f in frames)
-    # Skip the first frames: the fake device and the interpolator start from silence.
-    steady = [s for f in frames[5:] for s in f["samples"]]
+    assert all(len(f["samples"]) == 240 for f in frames)
+    # Each piece says when its last sample entered the graph: 10 ms apart, never in the future.
+    times = [f["time"] for f in frames]
+    assert all(f["time"] <= f["now"] + 0.01 for f in frames)
+    assert (times[-1] - times[0]) / (len(times) - 1) == pytest.approx(0.010, rel=0.02)
+    # Skip the first pieces: the fake device and the interpolator start from silence.
+    steady = [s for f in frames[40:] for s in f["samples"]]
     rms = math.sqrt(sum(s * s for s in steady) / len(steady))
     assert rms == pytest.approx(0.5 / math.sqrt(2), rel=0.05)
-    assert all(f["rms"] == pytest.approx(0.354, rel=0.05) for f in frames[5:])
+    assert all(f["rms"] == pytest.approx(0.354, rel=0.05) for f in frames[40:])
     # A wrong resampling ratio would shift the tone: count upward zero crossings at 24 kHz.
     crossings = sum(1 for a, b in zip(steady, steady[1:], strict=False) if a < 0 <= b)
     frequency = crossings / (len(steady) / 24000)
@@ -117,7 +121,7 @@ async () => {
   const ctx = new AudioContext();
   await ctx.resume();
   const acks = [];
-  const player = new JitterPlayer(ctx, {rate: 24000, targetMs: 100, maxMs: 1200, onAck: (ms) => acks.push(ms)});
+  const player = new JitterPlayer(ctx, {rate: 24000, startMs: 100, maxMs: 1200, onAck: (ms) => acks.push(ms)});
   const sine = (n) => Float32Array.from({length: n}, (_, i) => 0.5 * Math.sin(2 * Math.PI * 440 * i / 24000));
   const chunk = () => base64ToInt16(float32ToBase64Pcm16(sine(1920)));
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -126,8 +130,10 @@ async () => {
   // 10 chunks of 80 ms pushed at once: they play back to back, no underrun.
   // The context clock runs on while we push, so measure the schedule against the start time.
   const startedAt = ctx.currentTime;
-  for (let i = 0; i < 10; i++) player.push(chunk());
-  const depthAfterPush = (player.cursor - startedAt) * 1000;
+  const firstAt = player.push(chunk());
+  for (let i = 1; i < 10; i++) player.push(chunk());
+  const depthAfterPush = (player.cursor - firstAt) * 1000;
+  const firstWaitMs = (firstAt - startedAt) * 1000;
   await until(() => player.stats.playedMs >= 800);
   const afterSteady = {...player.stats, playedRms: player.playedRms, acks: [...acks]};
 
@@ -135,6 +141,7 @@ async () => {
   await sleep(200);
   player.push(chunk());
   const underrunsAfterGap = player.stats.underruns;
+  const targetAfterGap = player.targetMs;
 
   // 2 s at once is more than maxMs (1200 ms): the backlog is dropped, latency returns to the target.
   player.flush();
@@ -144,7 +151,7 @@ async () => {
   await ctx.close();
 
   const roundTrip = Array.from(base64ToInt16(float32ToBase64Pcm16(Float32Array.from([0, 0.5, -0.5, 1, -1, 2]))));
-  return {depthAfterPush, afterSteady, underrunsAfterGap, overrun, roundTrip};
+  return {depthAfterPush, firstWaitMs, afterSteady, underrunsAfterGap, targetAfterGap, overrun, roundTrip};
 }
 """
 
@@ -153,8 +160,10 @@ def test_jitter_player_counts_playback_underruns_and_overruns(page, static_serve
     page.goto(f"{static_server}/harness.html")
     r = page.evaluate(PLAYER_JS)
 
-    # Ten 80 ms chunks plus the 100 ms target wait were buffered at once.
-    assert r["depthAfterPush"] == pytest.approx(900, abs=25)
+    # Ten 80 ms chunks were scheduled back to back, the first after the 100 ms start allowance
+    # (and after whatever time the page took to push it: the context clock runs on meanwhile).
+    assert r["depthAfterPush"] == pytest.approx(800, abs=1)
+    assert r["firstWaitMs"] >= 100
     steady = r["afterSteady"]
     assert steady["chunksScheduled"] == 10
     assert steady["playedMs"] == pytest.approx(800, abs=1)
@@ -162,7 +171,51 @@ def test_jitter_player_counts_playback_underruns_and_overruns(page, static_serve
     assert steady["playedRms"] == pytest.approx(0.5 / math.sqrt(2), rel=0.01)
     assert steady["acks"] and steady["acks"][0] >= 500  # acknowledged about twice a second
     assert r["underrunsAfterGap"] == 1
+    assert r["targetAfterGap"] >= 100 + 200  # it grew by at least the gap the listener heard
     assert r["overrun"]["overruns"] >= 1
-    assert r["overrun"]["depthMs"] <= 1200 + 100
+    assert r["overrun"]["depthMs"] <= 1200 + r["targetAfterGap"]
     # pcm16 encoding: clamped to [-1, 1], little-endian int16 after a base64 round trip.
     assert r["roundTrip"] == [0, 16383, -16384, 32767, -32768, 32767]
+
+
+ADAPT_JS = """
+async () => {
+  const {JitterPlayer} = await import("/call/player.js");
+  const ctx = new AudioContext();
+  await ctx.resume();
+  const player = new JitterPlayer(ctx, {rate: 24000, startMs: 60});
+  const chunk = () => new Int16Array(1920).fill(1000);
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  // Chunks arrive on the context clock every 80 ms, like a server tick; `stallAt` arrives 250 ms late.
+  const t0 = ctx.currentTime;
+  let k = 0;
+  const feed = async (until, stallAt = -1) => {
+    for (; k < until; k++) {
+      const due = t0 + k * 0.08 + (k === stallAt ? 0.25 : 0);
+      while (ctx.currentTime < due) await sleep(2);
+      player.push(chunk());
+    }
+  };
+  await feed(10);
+  const start = {target: player.targetMs, underruns: player.stats.underruns};
+  await feed(12, 11);
+  const stalled = {target: player.targetMs, underruns: player.stats.underruns};
+  await feed(12 + 120);  // 9.6 s without a stall: about three windows
+  const calm = {target: player.targetMs, underruns: player.stats.underruns, shrinks: player.stats.shrinks};
+  player.flush();
+  await ctx.close();
+  return {start, stalled, calm};
+}
+"""
+
+
+def test_jitter_player_starts_low_grows_on_underrun_and_shrinks_when_calm(page, static_server):
+    page.goto(f"{static_server}/harness.html")
+    r = page.evaluate(ADAPT_JS)
+    assert r["start"]["target"] <= 60  # it starts low
+    # one chunk 250 ms late against a 60 ms buffer: an underrun, and the buffer grows past the miss
+    assert r["stalled"]["underruns"] > r["start"]["underruns"]
+    assert r["stalled"]["target"] >= r["start"]["target"] + 150
+    # steady arrivals afterwards: the buffer is given back, slowly
+    assert r["calm"]["shrinks"] >= 1
+    assert r["calm"]["target"] < r["stalled"]["target"] - 50
