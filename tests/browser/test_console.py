@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+
 import pytest
+import redis
 from playwright.sync_api import expect
 
+from inference.registry import SERVICES_KEY
+from inference.status import ServiceStatus, SessionStatus, status_to_dict
 from tests.browser.pages import hooks, login, open_call_page, start_call, wait_for, wait_for_state
 
 pytestmark = pytest.mark.browser
@@ -95,3 +102,77 @@ def test_non_staff_get_403_for_the_console_and_its_socket(channels_live_server, 
     )
     assert refused.status == 403
     context.close()
+
+
+@pytest.fixture(scope="module")
+def registry_live_server(django_db_setup, django_db_blocker, redis_server):
+    """A live server whose console reads the Redis registry (no inference service of its own)."""
+    from tests.browser.conftest import live_server_env
+    from tests.live_server import run_live_server
+
+    env = live_server_env("echo", PARLEY_REGISTRY_URL=redis_server.url, PARLEY_HEARTBEAT_TIMEOUT_S="5")
+    with run_live_server(django_db_blocker, env) as server:
+        yield server
+
+
+def publish_busy_services(redis_url: str, stop: threading.Event) -> None:
+    """Two services with 250 sessions each, re-published like heartbeats until ``stop``."""
+    client = redis.Redis.from_url(redis_url)
+    states = ("active", "paused", "detached", "queued")
+    while not stop.is_set():
+        for s, service_id in enumerate(("gpu-a", "gpu-b")):
+            sessions = tuple(
+                SessionStatus(
+                    session_id=f"sess_{service_id}_{i:03d}",
+                    user_key=f"caller-{s}-{i:03d}",
+                    service_id=service_id,
+                    engine="echo",
+                    state=states[i % 4],
+                    duration_s=float(i),
+                    frames_in=i * 10,
+                    frames_out=i * 9,
+                )  # fmt: skip
+                for i in range(250)
+            )
+            status = ServiceStatus(
+                service_id=service_id, address=f"tcp://10.0.0.{s + 1}:7700", host=f"gpu{s}", device="cuda",
+                engine="echo", checkpoint=None, slots_used=190, slots_total=200, queue_length=60, tick_ms_p50=12.0,
+                tick_ms_p99=30.0, gpu_memory={"allocated": 2.5e9}, state="serving", heartbeat_at=time.time(),
+                history=tuple((time.time() - 60 + t, 12.0 + t % 5, 30.0 + t % 7, 180 + t % 10) for t in range(60)),
+                sessions=sessions,
+            )  # fmt: skip
+            client.hset(SERVICES_KEY, service_id, json.dumps(status_to_dict(status)))
+        stop.wait(0.5)
+    client.delete(SERVICES_KEY)
+    client.close()
+
+
+def test_console_stays_usable_with_500_sessions(registry_live_server, browser, make_user, redis_server):
+    url = registry_live_server.url
+    make_user("console_big", staff=True, perms=CONSOLE_PERMS)
+    stop = threading.Event()
+    publisher = threading.Thread(target=publish_busy_services, args=(redis_server.url, stop), daemon=True)
+    publisher.start()
+    try:
+        context = browser.new_context()
+        page = context.new_page()
+        login(page, url, "console_big")
+        page.goto(f"{url}/ops/console/")
+        expect(page.locator("#session-count")).to_have_text("500 shown of 500", timeout=10_000)
+        expect(page.locator(".service")).to_have_count(2)
+        expect(page.locator(".service canvas.tick-spark")).to_have_count(2)
+        page.fill("#filter-text", "caller-1-04")  # caller-1-040 .. caller-1-049
+        expect(page.locator("#session-count")).to_have_text("10 shown of 500")
+        page.select_option("#filter-state", "paused")  # i % 4 == 1 among 40..49: 41, 45, 49
+        expect(page.locator("#session-count")).to_have_text("3 shown of 500")
+        page.fill("#filter-text", "")
+        page.select_option("#filter-service", "gpu-a")
+        expect(page.locator("#session-count")).to_have_text("63 shown of 500")  # paused on gpu-a: i = 1, 5, ..., 249
+        # Still live after several pushes of the whole 500-row document.
+        page.wait_for_timeout(2000)
+        expect(page.locator("#live-state")).to_have_text("live")
+        expect(page.locator("#queue tbody tr")).to_have_count(124)  # queued: i = 3, 7, ..., 247 on each service
+        context.close()
+    finally:
+        stop.set()
+        publisher.join(5)
