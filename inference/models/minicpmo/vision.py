@@ -19,6 +19,9 @@ from transformers.models.siglip.modeling_siglip import SiglipEncoderLayer
 
 from inference.models.minicpmo.config import MiniCPMOConfig, VisionConfig
 
+# Far above any camera (4K is 8.3 M pixels); the decoded RGB bitmap stays under 50 MB.
+MAX_FRAME_PIXELS = 4096 * 4096
+
 
 class FrameError(ValueError):
     """A camera frame could not be decoded or has an unusable shape."""
@@ -41,13 +44,17 @@ def decode_frame(data: bytes, scale: int, patch: int = 14) -> np.ndarray:
 
     try:
         with Image.open(io.BytesIO(data)) as img:
-            img = img.convert("RGB")
-            if img.width < 1 or img.height < 1 or img.width * img.height > 64_000_000:
+            # open() has read only the header: refuse the size it declares before a pixel is decoded,
+            # so a small, highly compressed file cannot make us allocate a huge bitmap.
+            if img.width < 1 or img.height < 1 or img.width * img.height > MAX_FRAME_PIXELS:
                 raise FrameError(f"camera frame has an unusable size {img.width}x{img.height}")
+            img = img.convert("RGB")
             size = best_frame_size(img.width, img.height, scale, patch)
             if img.size != size:
                 img = img.resize(size, Image.Resampling.BICUBIC)
             return np.asarray(img, dtype=np.uint8).copy()
+    except FrameError:
+        raise
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
         raise FrameError(f"camera frame is not a decodable image ({exc})") from exc
 
