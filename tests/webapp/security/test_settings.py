@@ -20,7 +20,14 @@ ROOT = Path(__file__).resolve().parents[3]
 STRONG_SECRET = secrets.token_urlsafe(50)
 PROBE = "import django; from django.conf import settings; django.setup(); print(settings.SECRET_KEY)"
 # Variables of the developer's or CI's shell that would change what these processes see.
-SCRUBBED = ("DJANGO_SECRET_KEY", "DJANGO_DEBUG", "DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "PARLEY_INFERENCE_URL")
+SCRUBBED = (
+    "DJANGO_SECRET_KEY",
+    "DJANGO_DEBUG",
+    "DATABASE_URL",
+    "REDIS_URL",
+    "CELERY_BROKER_URL",
+    "PARLEY_INFERENCE_URL",
+)
 
 
 def run(args: list[str], *, settings: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
@@ -106,7 +113,12 @@ def get(url: str, host: str) -> tuple[int, bytes]:
 def test_make_run_keeps_var_private_and_shows_no_debug_page_to_a_foreign_host(tmp_path):
     var, port = tmp_path / "var", free_port()
     clean = {k: v for k, v in os.environ.items() if k not in SCRUBBED and k != "PARLEY_INFERENCE_TOKEN"}
-    env = {**clean, "PARLEY_VAR_DIR": str(var), "PARLEY_ENGINE": "echo", "DJANGO_SETTINGS_MODULE": "webapp.settings.local"}
+    env = {
+        **clean,
+        "PARLEY_VAR_DIR": str(var),
+        "PARLEY_ENGINE": "echo",
+        "DJANGO_SETTINGS_MODULE": "webapp.settings.local",
+    }
     server = subprocess.Popen(
         ["bash", "scripts/run.sh", "127.0.0.1", str(port)],
         cwd=ROOT,
