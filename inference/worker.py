@@ -20,13 +20,17 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from inference.audio.pcm import encode_pcm16
 from inference.engines.base import Engine, SlotConfig, SlotInput, SlotOutput
 from inference.metrics import TimingRing
+from inference.recording.recorder import record_steps
+
+if TYPE_CHECKING:
+    from inference.recording.recorder import SessionRecording
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +53,7 @@ class WorkerSlot:
     inbox: deque[tuple[np.ndarray, float]]  # (chunk, time.monotonic() when pushed)
     listener: SlotListener | None = None
     loop: asyncio.AbstractEventLoop | None = None
+    recording: SessionRecording | None = None  # gets each step's input and output when the session is recorded
     opened: bool = False
     prefilling: bool = False
     prefill_reported: bool = False  # the engine returned prefilling=True for this slot
@@ -118,9 +123,16 @@ class EngineWorker:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def open(self, slot: int, config: SlotConfig, listener: SlotListener, loop: asyncio.AbstractEventLoop) -> None:
+    def open(
+        self,
+        slot: int,
+        config: SlotConfig,
+        listener: SlotListener,
+        loop: asyncio.AbstractEventLoop,
+        recording: SessionRecording | None = None,
+    ) -> None:
         """Open ``slot`` in the engine with ``config``; outputs go to ``listener`` on ``loop``."""
-        self._send("open", slot, config, listener, loop)
+        self._send("open", slot, config, listener, loop, recording)
 
     def close(self, slot: int, on_closed: Callable[[], None], loop: asyncio.AbstractEventLoop) -> None:
         """Close ``slot`` (if open) and call ``on_closed`` on ``loop`` once the engine confirmed cleanup."""
@@ -204,7 +216,9 @@ class EngineWorker:
                 if s.index in inputs or s.prefilling:
                     self._fail(s, f"engine step failed: {type(exc).__name__}: {exc}")
             return
+        step_ms = (time.perf_counter() - started) * 1000.0
         deliveries: dict[asyncio.AbstractEventLoop, list[tuple[Callable[..., None], tuple]]] = {}
+        recorded: list[tuple[Any, ...]] = []
         for s in open_slots:
             out = outputs.get(s.index)
             if s.prefilling and out is not None and out.prefilling:
@@ -220,6 +234,8 @@ class EngineWorker:
             pcm16 = encode_pcm16(out.audio) if out.audio.size else b""
             if pcm16:
                 s.frames_out += 1
+            if s.recording is not None and s.index in inputs:
+                recorded.append(s.recording.step_item(inputs[s.index].audio, pcm16, out, step_ms))
             if s.listener is not None and s.loop is not None:
                 deliveries.setdefault(s.loop, []).append((s.listener.slot_output, (out, pcm16)))
         # One wake-up per event loop per tick, not one per slot.
@@ -228,6 +244,8 @@ class EngineWorker:
                 for s in open_slots:
                     if s.loop is loop:
                         s.listener = None  # its loop is gone; nobody will read these slots again
+        if recorded:
+            record_steps(recorded)
         self.ticks += 1
         self.tick_ms.add((time.perf_counter() - started) * 1000.0)
 
@@ -263,8 +281,8 @@ class EngineWorker:
             name, slot, *args = command
             getattr(self, f"_cmd_{name}")(self.slots[slot], *args)
 
-    def _cmd_open(self, s: WorkerSlot, config: SlotConfig, listener: SlotListener, loop) -> None:
-        s.listener, s.loop = listener, loop
+    def _cmd_open(self, s: WorkerSlot, config: SlotConfig, listener: SlotListener, loop, recording) -> None:
+        s.listener, s.loop, s.recording = listener, loop, recording
         s.frozen = s.failed = False
         s.frames_in = s.frames_out = s.underruns = s.dropped_in = s.trimmed = s.window_ticks = 0
         s.window_min = 1 << 30
@@ -294,7 +312,7 @@ class EngineWorker:
                     return
                 logger.error("slot %d: cleanup never confirmed; freeing it anyway", s.index)
         s.opened = s.prefilling = s.frozen = s.failed = False
-        s.listener, s.loop, s.image, s.force_listen = None, None, None, False
+        s.listener, s.loop, s.image, s.force_listen, s.recording = None, None, None, False, None
         s.inbox.clear()
         confirmations, s.pending_close = s.pending_close, []
         for confirm in confirmations:

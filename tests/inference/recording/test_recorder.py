@@ -11,7 +11,7 @@ import pytest
 from inference.engines.base import SlotOutput
 from inference.recording.chunks import END_FILE, META_FILE, chunk_files, folder_state
 from inference.recording.reader import RawRecordingError, read_recording
-from inference.recording.recorder import FLUSH_PERIOD_S, Recorder
+from inference.recording.recorder import FLUSH_PERIOD_S, Recorder, record_steps
 
 RATE, CHUNK, PERIOD_MS = 24_000, 1920, 80
 META = {"engine": "echo", "input_rate": RATE, "output_rate": RATE, "chunk_period_ms": PERIOD_MS,
@@ -31,7 +31,7 @@ def record_call(recorder: Recorder, session_id: str, steps: int, *, finish: bool
     recording = recorder.begin(session_id, META)
     for step in range(steps):
         text = f" word{step}" if step % 5 == 0 else ""
-        recording.step_done(marker(step), pcm(step), SlotOutput(audio=np.zeros(0), text=text), 1.5)
+        record_steps([recording.step_item(marker(step), pcm(step), SlotOutput(audio=np.zeros(0), text=text), 1.5)])
         if step == 3:
             recording.event("epoch", epoch=1, unplayed_ms=160.0)
         if step == 4:

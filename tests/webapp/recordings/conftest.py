@@ -12,7 +12,7 @@ from asgiref.sync import async_to_sync
 from inference import api
 from inference.engines.base import SlotOutput
 from inference.recording.chunks import folder_state
-from inference.recording.recorder import Recorder
+from inference.recording.recorder import Recorder, record_steps
 from webapp.recordings import services
 from webapp.recordings.models import Recording
 
@@ -65,7 +65,7 @@ def record_raw_call(recorder: Recorder, session_id: str, *, steps: int = 40, fin
     agent = (tone(600) * 32767).astype("<i2").tobytes()
     for step in range(steps):
         text = WORDS[step % len(WORDS)] if step < 10 or step >= 25 else ""
-        recording.step_done(tone(300), agent, SlotOutput(audio=np.zeros(0), text=text), 2.0 + step % 3)
+        record_steps([recording.step_item(tone(300), agent, SlotOutput(audio=np.zeros(0), text=text), 2.0 + step % 3)])
         if step % 4 == 0:
             recording.event("ack", played_ms=step * PERIOD_MS - 120.0, sent_ms=step * PERIOD_MS)
         if step == 12:
