@@ -440,49 +440,6 @@ def delete_raw_recording(session_id: str) -> None:
     shutil.rmtree(_raw_folder(session_id), ignore_errors=True)
 
 
-# ---- recordings (written by the service's recorder, read by the web tier's post-processing) ------------
-# The service process and the web tier share the folder (PARLEY_RECORDINGS_DIR): same host, same path.
-
-
-def _raw_folder(session_id: str):
-    from inference.recording.chunks import session_folder
-
-    return session_folder(_current_config().recordings_dir, session_id)
-
-
-def raw_recording_state(session_id: str) -> Literal["missing", "open", "finished"]:
-    """``finished`` once the session ended (or its killed service was restarted), ``open`` while it runs."""
-    from inference.recording.chunks import folder_state
-
-    return folder_state(_raw_folder(session_id))
-
-
-def read_recording(session_id: str):
-    """The decoded raw recording (``inference.recording.reader.RawRecording``).
-
-    Raises ``ParleyError(code="recording_unreadable")`` naming what is wrong when nothing is usable.
-    """
-    from inference.recording.reader import RawRecordingError, read_recording as read
-
-    try:
-        return read(_raw_folder(session_id))
-    except RawRecordingError as exc:
-        raise ParleyError(str(exc), code="recording_unreadable", error_type="server_error") from exc
-
-
-def raw_recording_size(session_id: str) -> int:
-    from inference.recording.chunks import folder_size
-
-    return folder_size(_raw_folder(session_id))
-
-
-def delete_raw_recording(session_id: str) -> None:
-    """Remove the raw chunks (after they were processed, or with the recording)."""
-    import shutil
-
-    shutil.rmtree(_raw_folder(session_id), ignore_errors=True)
-
-
 __all__ = [
     "IN_PROCESS_ID",
     "ParleyError",
@@ -497,10 +454,6 @@ __all__ = [
     "end_session",
     "occupancy",
     "open_session",
-    "raw_recording_size",
-    "raw_recording_state",
-    "read_recording",
-    "delete_raw_recording",
     "raw_recording_size",
     "raw_recording_state",
     "read_recording",
