@@ -13,10 +13,13 @@ Usage (loopback only; counts and durations are bounded)::
 
     .venv/bin/python bench/transport.py --clients 50 --seconds 20
     .venv/bin/python bench/transport.py --via facade --clients 50 --seconds 20   # no web tier
+    .venv/bin/python bench/transport.py --via cluster --clients 100 --seconds 20  # nginx, 2 daphne, 2 services
 
 ``--via ws`` starts daphne on 127.0.0.1 (free port) with ``webapp.settings.local`` in a temporary
 var dir (its own SQLite DB), creates one user + API key per client, and samples the daphne
-process's CPU with psutil. ``--via facade`` drives ``inference.api`` in this process.
+process's CPU with psutil. ``--via facade`` drives ``inference.api`` in this process. ``--via cluster``
+starts make cluster's topology (PostgreSQL, Redis, two echo services on TCP, two daphne behind
+nginx; tests/cluster/topology.py) and connects every client through nginx.
 Prints a table and writes JSON (default ``bench/results/transport-cpu.json``).
 """
 
@@ -158,6 +161,7 @@ def django_env(var_dir: Path, clients: int, delay_frames: int) -> dict[str, str]
         "PARLEY_QUEUE_MAX": "0",
         "PARLEY_ECHO_DELAY_FRAMES": str(delay_frames),
         "PARLEY_INPUT_QUEUE_FRAMES": "16",
+        "PARLEY_CONNECT_RATE": "100000/minute",  # every bench client connects from 127.0.0.1
     }
     for name in ("PARLEY_INFERENCE_URL", "DATABASE_URL"):
         env.pop(name, None)
@@ -247,11 +251,15 @@ def start_daphne(args, var_dir: Path) -> tuple[subprocess.Popen, str, list[str]]
     return proc, f"ws://127.0.0.1:{port}/v1/realtime", keys
 
 
-async def run_ws_clients(args, url: str, keys: list[str], server_pid: int) -> tuple[list[ClientStats], dict]:
+async def run_ws_clients(
+    args, url: str, keys: list[str], server_pids: dict[str, int]
+) -> tuple[list[ClientStats], dict]:
+    """Run the clients against ``url`` while sampling the CPU of each server process (name -> pid)."""
     frames = int(args.seconds / FRAME_S)
     stats = [ClientStats() for _ in range(args.clients)]
-    sampler, client_sampler = CpuSampler(server_pid), CpuSampler(os.getpid())
-    sampling = [asyncio.create_task(sampler.run()), asyncio.create_task(client_sampler.run())]
+    samplers = {name: CpuSampler(pid) for name, pid in server_pids.items()}
+    client_sampler = CpuSampler(os.getpid())
+    sampling = [asyncio.create_task(s.run()) for s in (*samplers.values(), client_sampler)]
     try:
         await asyncio.gather(
             *(ws_client(url, keys[i], frames, args.delay_frames, stats[i]) for i in range(args.clients))
@@ -260,7 +268,17 @@ async def run_ws_clients(args, url: str, keys: list[str], server_pid: int) -> tu
         for task in sampling:
             task.cancel()
     clients_cpu = client_sampler.summary()["cpu_percent_mean"]
-    return stats, {"server_process": "daphne", **sampler.summary(), "bench_clients_cpu_percent_mean": clients_cpu}
+    summaries = {name: sampler.summary() for name, sampler in samplers.items()}
+    if len(summaries) == 1:
+        ((name, summary),) = summaries.items()
+        return stats, {"server_process": name, **summary, "bench_clients_cpu_percent_mean": clients_cpu}
+    total = {
+        "server_process": " + ".join(summaries) + " (sum)",
+        "cpu_percent_mean": round(sum(s["cpu_percent_mean"] for s in summaries.values()), 1),
+        "cpu_percent_max_1s": round(sum(s["cpu_percent_max_1s"] for s in summaries.values()), 1),
+        "per_process": summaries,
+    }
+    return stats, {**total, "bench_clients_cpu_percent_mean": clients_cpu}
 
 
 def run_via_ws(args) -> tuple[list[ClientStats], dict]:
@@ -268,7 +286,7 @@ def run_via_ws(args) -> tuple[list[ClientStats], dict]:
     proc = None
     try:
         proc, url, keys = start_daphne(args, var_dir)
-        return asyncio.run(run_ws_clients(args, url, keys, proc.pid))
+        return asyncio.run(run_ws_clients(args, url, keys, {"daphne": proc.pid}))
     finally:
         if proc is not None:
             proc.terminate()
@@ -278,6 +296,28 @@ def run_via_ws(args) -> tuple[list[ClientStats], dict]:
                 proc.kill()
                 proc.wait(5)
         shutil.rmtree(var_dir, ignore_errors=True)
+
+
+# ---- via nginx, two daphne processes and two inference services (make cluster's topology) ----------
+
+
+def run_via_cluster(args) -> tuple[list[ClientStats], dict]:
+    """The loopback cluster (tests/cluster/topology.py): clients -> nginx -> 2 daphne -> 2 echo services on TCP."""
+    from tests.cluster.topology import Cluster
+
+    per_service = -(-args.clients // 2) + 2  # placement spreads the calls; a little room for imbalance
+    env = {
+        "PARLEY_ECHO_DELAY_FRAMES": str(args.delay_frames),
+        "PARLEY_QUEUE_MAX": "0",
+        "PARLEY_CONNECT_RATE": "100000/minute",
+    }
+    with Cluster(services=2, daphnes=2, slots=per_service, celery=False, extra_env=env) as cluster:
+        out = cluster.manage("shell", "-c", SETUP_SCRIPT.format(clients=args.clients))
+        line = next(line for line in out.splitlines() if line.startswith("KEYS="))
+        keys = json.loads(line.removeprefix("KEYS="))
+        pids = {p.name: p.popen.pid for p in cluster.processes if p.popen is not None}
+        pids["nginx worker"] = psutil.Process(cluster.nginx.pid).children()[0].pid  # the master only supervises
+        return asyncio.run(run_ws_clients(args, f"{cluster.nginx.ws_url}/v1/realtime", keys, pids))
 
 
 # ---- via the facade, in this process ------------------------------------------------------------
@@ -431,13 +471,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--delay-frames", type=int, default=3)
-    parser.add_argument("--via", choices=("ws", "facade"), default="ws")
+    parser.add_argument("--via", choices=("ws", "facade", "cluster"), default="ws")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "transport-cpu.json")
     args = parser.parse_args(argv)
     if not 1 <= args.clients <= MAX_CLIENTS or not 1 <= args.seconds <= MAX_SECONDS:
         parser.error(f"--clients must be in 1..{MAX_CLIENTS} and --seconds in 1..{MAX_SECONDS}")
     if args.via == "ws":
         stats, cpu = run_via_ws(args)
+    elif args.via == "cluster":
+        stats, cpu = run_via_cluster(args)
     else:
         stats, cpu = asyncio.run(run_via_facade(args))
     result = summarize(args, stats, cpu)

@@ -30,6 +30,7 @@ class NginxServer:
     ws_url: str
     port: int
     config: Path
+    pid: int  # the master process
 
 
 def render_config(*, listen: str, upstreams: list[str], run_dir: Path) -> str:
@@ -64,7 +65,9 @@ def start_nginx(upstreams: list[str], port: int | None = None) -> Iterator[Nginx
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         _wait_for_port(process, port, run_dir)
-        yield NginxServer(url=f"http://{HOST}:{port}", ws_url=f"ws://{HOST}:{port}", port=port, config=config)
+        yield NginxServer(
+            url=f"http://{HOST}:{port}", ws_url=f"ws://{HOST}:{port}", port=port, config=config, pid=process.pid
+        )
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGQUIT)  # graceful: finish open requests, then exit

@@ -92,6 +92,7 @@ class Cluster:
     heartbeat_timeout_s: float = 2.5
     celery: bool = True
     nginx_port: int | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)  # PARLEY_* and friends for every process
     var_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="parley-cluster-")))
     env: dict[str, str] = field(default_factory=dict)
     service_slots: list[ServiceSlot] = field(default_factory=list)
@@ -99,7 +100,7 @@ class Cluster:
     nginx: NginxServer | None = None
     redis_url: str = ""
     database_url: str = ""
-    _processes: list[Process] = field(default_factory=list)
+    processes: list[Process] = field(default_factory=list)
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     # ---- lifecycle --------------------------------------------------------------------------------
@@ -142,9 +143,9 @@ class Cluster:
             self.wait_for_service(slot.service_id, "serving")
 
     def close(self) -> None:
-        for process in reversed(self._processes):
+        for process in reversed(self.processes):
             process.stop()
-        self._processes.clear()
+        self.processes.clear()
         self._stack.close()
         shutil.rmtree(self.var_dir, ignore_errors=True)
 
@@ -207,23 +208,27 @@ class Cluster:
         token_file = self.var_dir / "inference-token"
         token_file.write_text(secrets.token_urlsafe(32))
         token_file.chmod(0o600)
-        return env | {
-            "PYTHONPATH": str(ROOT),
-            # The loopback cluster serves plain HTTP with the local settings (static files from daphne);
-            # a real deployment runs webapp.settings.production behind TLS (docs/deploy.md).
-            "DJANGO_SETTINGS_MODULE": "webapp.settings.local",
-            "PARLEY_VAR_DIR": str(self.var_dir),
-            "DATABASE_URL": self.database_url,
-            "REDIS_URL": redis.url,
-            "CELERY_BROKER_URL": f"redis://{redis.host}:{redis.port}/1",
-            "PARLEY_REGISTRY_URL": redis.url,
-            "PARLEY_INFERENCE_TOKEN": token_file.read_text(),
-            "PARLEY_ENGINE": "echo",
-            "PARLEY_SLOTS": str(self.slots),
-            "PARLEY_HEARTBEAT_S": str(self.heartbeat_s),
-            "PARLEY_HEARTBEAT_TIMEOUT_S": str(self.heartbeat_timeout_s),
-            "PARLEY_RECORDINGS_DIR": str(self.var_dir / "recordings" / "raw"),
-        }
+        return (
+            env
+            | {
+                "PYTHONPATH": str(ROOT),
+                # The loopback cluster serves plain HTTP with the local settings (static files from daphne);
+                # a real deployment runs webapp.settings.production behind TLS (docs/deploy.md).
+                "DJANGO_SETTINGS_MODULE": "webapp.settings.local",
+                "PARLEY_VAR_DIR": str(self.var_dir),
+                "DATABASE_URL": self.database_url,
+                "REDIS_URL": redis.url,
+                "CELERY_BROKER_URL": f"redis://{redis.host}:{redis.port}/1",
+                "PARLEY_REGISTRY_URL": redis.url,
+                "PARLEY_INFERENCE_TOKEN": token_file.read_text(),
+                "PARLEY_ENGINE": "echo",
+                "PARLEY_SLOTS": str(self.slots),
+                "PARLEY_HEARTBEAT_S": str(self.heartbeat_s),
+                "PARLEY_HEARTBEAT_TIMEOUT_S": str(self.heartbeat_timeout_s),
+                "PARLEY_RECORDINGS_DIR": str(self.var_dir / "recordings" / "raw"),
+            }
+            | self.extra_env
+        )
 
     def _slot(self, service_id: str) -> ServiceSlot:
         return next(s for s in self.service_slots if s.service_id == service_id)
@@ -231,7 +236,7 @@ class Cluster:
     def _spawn(self, name: str, command: list[str]) -> Process:
         process = Process(name, command, self.env, self.var_dir / "logs" / f"{name}.log")
         process.start()
-        self._processes.append(process)
+        self.processes.append(process)
         return process
 
     def _run_once(self, name: str, command: list[str]) -> str:
@@ -246,7 +251,7 @@ class Cluster:
             with socket.socket() as probe:
                 if probe.connect_ex((HOST, port)) == 0:
                     return
-            dead = [p for p in self._processes if not p.alive]
+            dead = [p for p in self.processes if not p.alive]
             if dead:
                 raise ServiceError(f"{dead[0].name} exited: {dead[0].tail()}")
             time.sleep(0.2)
