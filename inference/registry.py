@@ -189,9 +189,10 @@ class Registry:
         held = await client.get(PLACEMENT_KEY.format(user_key=user_key))
         current = by_id.get(held.decode()) if held else None
         if current is not None and current.state != "down":
+            # Sticky only while the user's session lives there (or was just placed, before a heartbeat
+            # could show it): a user whose session ended is placed afresh, like anyone else.
             holds = any(s.user_key == user_key for s in current.sessions)
-            recent = current.service_id in self._pending_here(user_key)
-            if current.state == "serving" or holds or recent:
+            if holds or current.service_id in self._pending_here(user_key):
                 return current
         if await client.get(ADMISSION_KEY) == b"stopped":
             raise admission_stopped_error()
