@@ -4,8 +4,9 @@
 // arrives (its slack) measures the network and server jitter the buffer absorbed: the buffer
 // starts low (`startMs`), grows on an underrun by what was missing plus a step, and shrinks slowly
 // once the smallest slack over a window of arrivals shows more margin than it needs, by playing a
-// few chunks 2 % fast (not by cutting audio). A backlog beyond `maxMs` (the tab was throttled) is
-// an overrun and dropped, so latency cannot creep.
+// few chunks 2 % fast (not by cutting audio). A backlog of more than `maxMs` beyond the target (the
+// tab was throttled, a stalled connection flushed at once) is an overrun and dropped, so latency
+// cannot creep.
 
 /** The page's pcm16 rate on /v1/realtime, both ways (the mic worklet produces it too). */
 export const WIRE_RATE = 24000;
@@ -24,7 +25,7 @@ export class JitterPlayer {
    */
   constructor(
     ctx,
-    { rate = WIRE_RATE, startMs = 40, minMs = 10, maxTargetMs = 600, maxMs = 1200, onAck = null, onStart = null } = {},
+    { rate = WIRE_RATE, startMs = 40, minMs = 10, maxTargetMs = 600, maxMs = 1000, onAck = null, onStart = null } = {},
   ) {
     this.ctx = ctx;
     this.rate = rate;
@@ -86,7 +87,7 @@ export class JitterPlayer {
       this.stats.underruns++;
       this.grow((now - this.cursor) * 1000 + GROW_STEP_MS);
       this.cursor = now + this.targetMs / 1000;
-    } else if (this.cursor - now > this.maxMs / 1000) {
+    } else if (this.cursor - now > (this.targetMs + this.maxMs) / 1000) {
       this.stats.overruns++; // drop the backlog so latency returns to the target
       this.flush();
       this.primed = true;
