@@ -323,14 +323,16 @@ def _lockstep_codes(wav_path: Path, target: PromptTarget, report: Progress) -> b
     from safetensors.torch import save
 
     from inference.models.moshi.audio_prep import load_voice_wav
+    from inference.models.moshi.config import read_checkpoint_dir
     from inference.models.moshi.personaplex import FRAME_SAMPLES, stream_encode
 
     report("loading the Mimi codec", 0.0)
     codec = _mimi_for(target.checkpoint)
+    personaplex = read_checkpoint_dir(target.checkpoint).lm.personaplex
     pcm = load_voice_wav(wav_path)  # exactly what the engine does with a .wav prompt
     total = max(1, math.ceil(len(pcm) / FRAME_SAMPLES))
     codes = []
-    for index, frame_codes in enumerate(stream_encode(codec, pcm)):
+    for index, frame_codes in enumerate(stream_encode(codec, pcm, personaplex=personaplex)):
         codes.append(frame_codes)
         if index % 10 == 0:
             report("encoding Mimi codes", index / total)

@@ -183,8 +183,11 @@ export class Call {
   sendSessionUpdate(resumed) {
     const session = { type: "realtime", audio: { input: { format: { type: "audio/pcm", rate: WIRE_RATE } } } };
     const persona = this.ui.persona();
+    const personaId = this.ui.personaId();
     const voice = this.ui.voice();
     if (!resumed && persona) session.instructions = persona;
+    // A saved persona, unedited, also goes by id (the server prefers it): the session names the persona version.
+    if (!resumed && personaId) session.duplex = { persona_id: Number(personaId) };
     if (!resumed && voice) session.audio.output = { voice };
     this.send({ type: "session.update", session });
   }

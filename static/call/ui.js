@@ -63,7 +63,29 @@ export class CallUi {
     $("persona-preset")?.addEventListener("change", (event) => {
       const option = event.target.selectedOptions[0];
       $("persona").value = option?.dataset.instructions ?? "";
+      const voice = option?.dataset.defaultVoice;
+      if (voice && [...$("voice").options].some((o) => o.value === voice)) $("voice").value = voice;
+      this.showVoicePreview();
     });
+    $("voice")?.addEventListener("change", () => this.showVoicePreview());
+    this.showVoicePreview();
+  }
+
+  /** A few seconds of the chosen voice, playable before the call starts. */
+  showVoicePreview() {
+    const option = $("voice")?.selectedOptions[0];
+    const preview = $("voice-preview");
+    if (!preview) return;
+    const url = option?.dataset.previewUrl;
+    preview.hidden = !url;
+    if (url && preview.getAttribute("src") !== url) preview.src = url;
+  }
+
+  /** The saved persona's id while the text box still holds its text unchanged, else null. */
+  personaId() {
+    const option = $("persona-preset")?.selectedOptions[0];
+    if (!option || option.dataset.instructions !== $("persona").value) return null;
+    return option.value;
   }
 
   /** Show what the server rendered about the default engine (banner, controls) before a call. */

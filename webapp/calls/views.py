@@ -24,7 +24,7 @@ def call_page(request: HttpRequest) -> HttpResponse:
         capabilities, unavailable = None, exc.message
     context = {
         "personas": personas,
-        "voices": list(voice_list_for(user=request.user)),
+        "voices": list(voice_list_for(user=request.user, usable_only=True)),  # ready: not pending, failed, disabled
         "default_persona": personas[0].instructions if personas else DEFAULT_PERSONA,
         "capabilities": capabilities,
         "inference_unavailable": unavailable,
