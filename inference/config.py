@@ -9,7 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DEFAULT_SOCKET_PATH = "/tmp/parley-inference.sock"
+_VAR = Path(__file__).resolve().parent.parent / "var"
+# In a private directory (0700, checked at start), never in world-writable /tmp where anyone could squat it.
+DEFAULT_SOCKET_PATH = str(_VAR / "run" / "inference.sock")
+# Where the web tier stores voice files (var/media, and its local copies of remote ones).
+DEFAULT_VOICE_ROOTS = (_VAR / "media" / "voices", _VAR / "media" / "voice-prompts", _VAR / "cache" / "voices")
 
 
 class ConfigError(ValueError):
@@ -43,6 +47,10 @@ class InferenceConfig:
         echo_prefill_ticks: echo engine: ticks of simulated prefill after a slot opens.
         input_queue_frames: bounded per-session inbox (engine chunks); overflow drops the oldest.
         output_queue_frames: bounded per-attachment outbound audio queue; overflow drops the oldest.
+        record: deployment recording policy: ``auto`` (recorded unless the session asks not to be),
+            ``on`` (always, whatever the session asks) or ``off`` (never).
+        recordings_dir: where raw recordings are written (one folder per session); the web tier's
+            post-processing reads the same folder, so both processes must see the same path.
     """
 
     engine: str = "echo"
@@ -65,6 +73,11 @@ class InferenceConfig:
     echo_prefill_ticks: int = 0
     input_queue_frames: int = 16
     output_queue_frames: int = 64
+    # Every connection to the service must present it (inference/transport_auth.py); never printed.
+    inference_token: str | None = dataclasses.field(default=None, repr=False)
+    voices_dirs: str = ""  # os.pathsep-separated roots a voice file must be in; "" = DEFAULT_VOICE_ROOTS
+    record: str = "auto"
+    recordings_dir: Path = Path(__file__).resolve().parent.parent / "var" / "recordings" / "raw"
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -93,6 +106,13 @@ class InferenceConfig:
         if self.inference_url:
             return self.inference_url.removeprefix("unix://")
         return DEFAULT_SOCKET_PATH
+
+    @property
+    def voice_roots(self) -> tuple[Path, ...]:
+        """The only directories the service reads voice files from (inference/voice_files.py)."""
+        if self.voices_dirs:
+            return tuple(Path(part) for part in self.voices_dirs.split(os.pathsep) if part)
+        return DEFAULT_VOICE_ROOTS
 
     def with_overrides(self, **overrides: Any) -> InferenceConfig:
         """A copy with some fields replaced; unknown names raise ConfigError."""
@@ -126,6 +146,6 @@ def _parse(name: str, default: Any, raw: str) -> Any:
             return float(raw)
     except ValueError as exc:
         raise ConfigError(f"PARLEY_{name.upper()}={raw!r} is not a valid number") from exc
-    if name == "checkpoint":
+    if name in ("checkpoint", "recordings_dir"):
         return Path(raw)
     return raw

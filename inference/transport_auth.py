@@ -14,7 +14,8 @@ the peer (never the token).
 
 API: ``server_handshake(reader, writer, token)`` -> ``Peer`` or ``HandshakeRefused``;
 ``client_handshake(reader, writer, token)`` / ``client_handshake_sync(sock, token)`` raise
-``ParleyError`` when refused; ``token_from_env()``; ``private_socket_dir(path)``.
+``ParleyError`` when refused; ``private_socket_dir(path)``. The token itself is
+``InferenceConfig.inference_token`` (``PARLEY_INFERENCE_TOKEN``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import os
 import socket
 import stat
 import struct
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +36,7 @@ from inference.errors import WireError
 
 logger = logging.getLogger(__name__)
 
-TOKEN_ENV = "PARLEY_INFERENCE_TOKEN"
+TOKEN_ENV = "PARLEY_INFERENCE_TOKEN"  # named in messages; read by inference/config.py
 HELLO_TIMEOUT_S = 5.0
 MAX_HELLO_BYTES = 4096  # a hello is a few dozen bytes; a stranger must not make us buffer megabytes
 _FRAME_HEADER = struct.Struct(">IB")  # wire's frame header: length (kind byte + payload), kind
@@ -58,11 +58,6 @@ class Peer:
     pid: int | None = None
     uid: int | None = None
     address: str | None = None
-
-
-def token_from_env(environ: Mapping[str, str] | None = None) -> str | None:
-    token = (os.environ if environ is None else environ).get(TOKEN_ENV, "").strip()
-    return token or None
 
 
 def tokens_match(given: object, expected: str) -> bool:
