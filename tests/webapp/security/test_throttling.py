@@ -85,3 +85,18 @@ def test_logins_are_locked_out_per_ip_after_the_failure_limit(django_user_model,
     other = Client(REMOTE_ADDR="198.51.100.10")
     ok = other.post("/accounts/login/", {"username": "bob", "password": "right-password-for-bob"})
     assert ok.status_code == 302
+
+
+async def test_counts_live_in_redis_when_the_deployment_has_one(inference_service, redis_server):
+    """With REDIS_URL every web process counts in the same place (here: a real throwaway Redis)."""
+    import redis
+
+    storage = f"async+{redis_server.url}"
+    with override_settings(PARLEY_RATE_LIMIT_STORAGE=storage, PARLEY_CONNECT_RATE="2/minute"):
+        await throttling.reset()
+        for _ in range(2):
+            assert (await (await connect()).error())["code"] == "forbidden"
+        await assert_throttled(await connect(), "Too many connections")
+        keys = redis.Redis.from_url(redis_server.url).keys("*connect*203.0.113.7*")
+        assert keys, "the connect count is not in Redis"
+        await throttling.reset()
