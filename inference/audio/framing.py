@@ -6,9 +6,10 @@ it: with 80 ms frames, 40 ms on average, forever, for every session. Here the wo
 ``N`` oldest samples of a FIFO instead, and the FIFO is kept just deep enough that the frame it takes
 always ends with audio that arrived moments before the tick:
 
-- The first take after a (re)start keeps only ``margin`` of what is buffered beyond one frame; older
-  audio is dropped (at a call's start, after a pause) or, when less than a frame is there, the frame
-  is padded with silence in front. From then on the frames are phase-aligned with the tick.
+- A new stream starts with whatever has arrived (a burst right behind the start is all kept); the
+  standing-depth trim below brings it in phase within a window. After a pause or a prefill
+  (``realign``), the first take keeps only ``margin`` of what is buffered beyond one frame: older
+  audio is dropped, or, when less than a frame is there, the frame is padded with silence in front.
 - A take that finds less than a frame (the newest audio arrived late) is padded in front, not
   delayed by a tick, and the margin grows by the shortfall: jitter is met with a slightly deeper
   FIFO, not with a standing extra frame.
@@ -74,7 +75,7 @@ class TickAlignedFramer:
         self._size = 0  # buffered samples
         self._position = 0  # samples ever pushed (the stream position after the newest sample)
         self._pushes: deque[tuple[int, float]] = deque()  # (stream position after a push, monotonic time)
-        self._aligned = False
+        self._mode = "fresh"  # fresh (a new stream) | realign (keep only the newest) | aligned
         self.margin = self._samples(START_MARGIN_MS)
         self._window_ticks = 0
         self._window_min = 1 << 62
@@ -115,13 +116,19 @@ class TickAlignedFramer:
         """The tick's frame, or None when nothing new arrived since the last take (an underrun)."""
         n = self.frame_samples
         with self._lock:
-            if not self._aligned:
+            if self._mode == "realign":
                 available = self._size - self.margin
                 if available <= 0:
                     return None
-                self._drop(max(0, available - n))  # a backlog from before the start is latency, not audio
-                self._aligned = True
+                self._drop(max(0, available - n))  # a backlog from before the pause is latency, not audio
+                self._mode = "aligned"
                 frame = self._pop_padded(min(available, n))
+                short = False
+            elif self._mode == "fresh":
+                if self._size == 0:
+                    return None
+                self._mode = "aligned"
+                frame = self._pop_padded(min(self._size, n))
                 short = False
             elif self._size == 0:
                 self._window_short = True
@@ -142,14 +149,24 @@ class TickAlignedFramer:
     def realign(self) -> None:
         """The next take starts the stream afresh (after a pause or a prefill): it keeps only the newest audio."""
         with self._lock:
-            self._aligned = False
+            self._mode = "realign"
             self._window_ticks, self._window_min, self._window_short = 0, 1 << 62, False
 
     def clear(self) -> None:
         """Forget the buffered audio (a frozen slot resumes from fresh audio); the next take realigns."""
         with self._lock:
             self._drop(self._size)
-            self._aligned = False
+            self._mode = "realign"
+
+    def reset(self) -> None:
+        """A new session on this slot: empty, stream position 0, margin and counters as at the start."""
+        with self._lock:
+            self._start = self._size = self._position = 0
+            self._pushes.clear()
+            self._mode = "fresh"
+            self.margin = self._samples(START_MARGIN_MS)
+            self._window_ticks, self._window_min, self._window_short = 0, 1 << 62, False
+            self.dropped = self.short_frames = 0
 
     def keep_newest(self, samples: int) -> int:
         """Drop all but the newest ``samples`` (a slot in prefill takes none); returns how many were dropped."""

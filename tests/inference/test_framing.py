@@ -21,9 +21,19 @@ def positions(frame: np.ndarray) -> np.ndarray:
     return np.rint(frame.astype(np.float64) * 1e6).astype(int)
 
 
-def test_first_take_keeps_only_the_margin_and_drops_the_older_backlog():
+def test_a_new_stream_keeps_a_burst_at_its_start():
     framer = TickAlignedFramer(N, RATE)
-    framer.push(ramp(0, 3 * N))  # three frames buffered before the first tick: latency, not audio
+    assert framer.take() is None  # nothing yet: an underrun, the worker feeds silence
+    framer.push(ramp(0, 3 * N + 100))
+    heard = [positions(framer.take().audio) for _ in range(3)]
+    np.testing.assert_array_equal(np.concatenate(heard), np.arange(0, 3 * N))
+    assert framer.dropped == 0
+
+
+def test_after_realign_the_first_take_keeps_only_the_margin_and_drops_the_older_backlog():
+    framer = TickAlignedFramer(N, RATE)
+    framer.realign()  # a prefill ended
+    framer.push(ramp(0, 3 * N))  # three frames buffered meanwhile: latency, not audio
     taken = framer.take()
     assert taken is not None and not taken.short
     assert taken.end_position == 3 * N - MARGIN
@@ -32,9 +42,10 @@ def test_first_take_keeps_only_the_margin_and_drops_the_older_backlog():
     assert framer.dropped == 2 * N - MARGIN
 
 
-def test_first_take_with_less_than_a_frame_pads_in_front():
+def test_first_take_after_realign_with_less_than_a_frame_pads_in_front():
     framer = TickAlignedFramer(N, RATE)
-    assert framer.take() is None  # nothing yet: an underrun, the worker feeds silence
+    framer.realign()
+    assert framer.take() is None
     framer.push(ramp(0, 1000))
     taken = framer.take()
     assert taken is not None
@@ -125,3 +136,13 @@ def test_the_bound_drops_the_oldest_audio():
     assert framer.pending == 2 * N
     framer.take()
     assert framer.take().end_position == 8 * N - framer.pending
+
+
+def test_reset_starts_a_new_stream_at_position_zero():
+    framer = TickAlignedFramer(N, RATE)
+    framer.push(ramp(0, 3 * N))
+    framer.take()
+    framer.reset()
+    assert (framer.pending, framer.dropped, framer.short_frames) == (0, 0, 0)
+    framer.push(ramp(0, N + MARGIN))
+    assert framer.take().end_position == N
