@@ -22,6 +22,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from inference.contracts import ParleyError
 from inference.status import History, ServiceStatus, service_status, status_from_dict, status_to_dict
@@ -68,6 +69,25 @@ def admission_stopped_error() -> ParleyError:
         error_type="rate_limit_error",
         param="admission",
     )
+
+
+def capabilities_now(redis_url: str, heartbeat_timeout_s: float) -> dict[str, Any] | None:
+    """Blocking: the engine capabilities of a serving service (for pages rendered outside an event loop)."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
+    try:
+        raw = client.hgetall(SERVICES_KEY)
+    except redis.RedisError as exc:
+        raise _unavailable(exc) from exc
+    finally:
+        client.close()
+    now = time.time()
+    for value in sorted(raw.values()):
+        record = json.loads(value)
+        if record.get("state") == "serving" and now - record["heartbeat_at"] <= heartbeat_timeout_s:
+            return record.get("capabilities") or None
+    return None
 
 
 # ---- the service side ---------------------------------------------------------------------------

@@ -74,6 +74,7 @@ class ServiceStatus:
     down_reason: str | None = None
     history: tuple[tuple[float, float, float, int], ...] = ()  # (unix time, tick p50, tick p99, slots used)
     recent_tick_ms: tuple[float, ...] = ()
+    capabilities: dict[str, Any] = field(default_factory=dict)  # the engine's, for pages rendered before a call
     sessions: tuple[SessionStatus, ...] = field(default_factory=tuple)
 
     @property
@@ -161,6 +162,7 @@ def service_status(
         tick_count=history.count,
         history=tuple(history.points),
         recent_tick_ms=tuple(round(v, 3) for v in stats.recent_tick_ms),
+        capabilities={**dataclasses.asdict(service.capabilities), "extra": dict(service.capabilities.extra)},
         sessions=tuple(sessions),
     )
 

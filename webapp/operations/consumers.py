@@ -59,8 +59,10 @@ class _Broadcaster:
 
     def listening(self, delta: int) -> None:
         self.listeners = max(0, self.listeners + delta)
-        if self.listeners and (self.task is None or self.task.done()):
-            self.task = asyncio.get_running_loop().create_task(self._run())
+        loop = asyncio.get_running_loop()
+        # A task of another (finished) loop never ends by itself: tests run each on a fresh loop.
+        if self.listeners and (self.task is None or self.task.done() or self.task.get_loop() is not loop):
+            self.task = loop.create_task(self._run())
 
     async def _run(self) -> None:
         layer = get_channel_layer()
