@@ -15,7 +15,8 @@ import time
 
 import torch
 
-from inference.models.moshi.mimi import MimiCodec, MimiConfig, random_mimi_state_dict
+from inference.models.moshi.mimi import MimiCodec, MimiConfig
+from inference.models.moshi.mimi_loading import random_mimi_state_dict
 
 FRAME = 1920
 

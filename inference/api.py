@@ -13,13 +13,15 @@ import asyncio
 import collections
 import dataclasses
 from collections.abc import AsyncIterator
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from inference.config import InferenceConfig
 from inference.contracts import ParleyError, SessionEvent, SessionRequest, VoiceRef, WorkerSnapshot
-from inference.engines.base import Engine
 from inference.registry import admission_stopped_error
 from inference.status import ServiceStatus, SessionStatus
+
+if TYPE_CHECKING:  # the web tier imports this module: it loads the service and engines only when it runs them
+    from inference.engines.base import Engine
 
 
 class SessionHandle(Protocol):
@@ -295,12 +297,6 @@ async def admission_open() -> bool:
 
 async def occupancy() -> list[WorkerSnapshot]:
     """Per-worker slot states and tick timings for the operations view."""
-    router = _router()
-    if router is not None:
-        from inference.client import remote_occupancy
-
-        live = [s for s in await router.services() if s.state != "down"]
-        return [snapshot for s in live for snapshot in await remote_occupancy(s.address)]
     socket_path = _remote_socket()
     if socket_path is not None:
         from inference.client import remote_occupancy
@@ -325,14 +321,6 @@ async def end_session(session_id: str, reason: str = "admin_ended") -> bool:
 def capabilities_preview() -> dict:
     """The default engine's capabilities as a plain dict (for pages rendered before a call)."""
     global _service
-    config = _current_config()
-    if config.registry_url:
-        from inference.registry import capabilities_now
-
-        preview = capabilities_now(config.registry_url, config.heartbeat_timeout_s)
-        if preview is None:
-            raise ParleyError("no inference service is serving", code="internal_error", error_type="server_error")
-        return preview
     socket_path = _remote_socket()
     if socket_path is not None:
         from inference.client import remote_capabilities

@@ -1,11 +1,9 @@
-"""The web tier's side of a session: the two ``SessionHandle`` implementations.
+"""The web tier's client of ``python -m inference serve``, used when ``PARLEY_INFERENCE_URL`` is set.
 
-- ``LocalHandle``: in-process transport for the embedded default (and what the socket service
-  serves each connection with): calls go straight to the ``DialogueSession``, events come from a
-  bounded ``Outbox``.
-- ``RemoteSessionHandle``: one unix-socket connection to ``python -m inference serve``, used when
-  ``PARLEY_INFERENCE_URL`` is set. Calls wait for the service's reply, so bad input raises
-  ``ParleyError`` here exactly as in-process.
+- ``RemoteSessionHandle``: the ``SessionHandle`` over one unix-socket connection. Calls wait for the
+  service's reply, so bad input raises ``ParleyError`` here exactly as in-process
+  (``inference.local_handle.LocalHandle``).
+- ``remote_occupancy``, ``remote_end_session``, ``remote_capabilities``: one-shot calls.
 """
 
 from __future__ import annotations
@@ -15,159 +13,23 @@ import contextlib
 import itertools
 import json
 import socket
-import time
-from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, get_args
+from typing import Any
 
 from inference import wire
 from inference.contracts import (
-    AudioOut,
-    CloseReason,
     EngineCapabilities,
     ParleyError,
     Ready,
     SessionEvent,
     SessionRequest,
-    TextOut,
     VoiceRef,
     WorkerSnapshot,
 )
 from inference.errors import WireError
 
-if TYPE_CHECKING:
-    from inference.session import DialogueSession
-
 GONE = "the inference service connection is closed"
-CLOSE_REASONS: frozenset[str] = frozenset(get_args(CloseReason))
 CLOSE_DRAIN_S = 2.0
-
-
-class Outbox:
-    """Events for one connection: control events are never dropped, audio beyond the bound drops the oldest.
-
-    It also measures how long audio waits here for the connection to take it (the web tier's send
-    path), which ``session.metrics`` reports as ``out_wait_ms_max``.
-    """
-
-    def __init__(self, max_audio: int):
-        self.max_audio = max_audio
-        self._items: deque[tuple[SessionEvent, float]] = deque()  # (event, monotonic time put)
-        self._audio = 0
-        self._ready = asyncio.Event()
-        self.finished = False
-        self.dropped_audio = 0
-        self._max_wait_s = 0.0
-
-    def put(self, event: SessionEvent) -> None:
-        if self.finished:
-            return
-        if isinstance(event, AudioOut):
-            if self._audio >= self.max_audio:
-                self._drop_oldest_audio()
-            self._audio += 1
-        self._items.append((event, time.monotonic()))
-        self._ready.set()
-
-    def drop_epoch_before(self, epoch: int) -> None:
-        """Barge-in: forget audio and text of older epochs that were not sent yet."""
-        kept = [item for item in self._items if not (isinstance(item[0], AudioOut | TextOut) and item[0].epoch < epoch)]
-        self._items = deque(kept)
-        self._audio = sum(isinstance(event, AudioOut) for event, _ in kept)
-
-    def finish(self) -> None:
-        self.finished = True
-        self._ready.set()
-
-    def take_max_wait_ms(self) -> float:
-        """The longest wait of an audio event since the last call (ms)."""
-        wait, self._max_wait_s = self._max_wait_s, 0.0
-        return round(wait * 1000.0, 1)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def stream(self) -> AsyncIterator[SessionEvent]:
-        """Iterate the events; cancelling one ``__anext__`` (e.g. under ``wait_for``) loses nothing."""
-        return self
-
-    def __aiter__(self) -> Outbox:
-        return self
-
-    async def __anext__(self) -> SessionEvent:
-        # A class, not an async generator: a generator cancelled at its await would be finished for good.
-        while not self._items:
-            if self.finished:
-                raise StopAsyncIteration
-            self._ready.clear()
-            await self._ready.wait()
-        event, put_at = self._items.popleft()
-        if isinstance(event, AudioOut):
-            self._audio -= 1
-            self._max_wait_s = max(self._max_wait_s, time.monotonic() - put_at)
-        return event
-
-    def _drop_oldest_audio(self) -> None:
-        for i, (event, _) in enumerate(self._items):
-            if isinstance(event, AudioOut):
-                del self._items[i]
-                self._audio -= 1
-                self.dropped_audio += 1
-                return
-
-
-class LocalHandle:
-    """The in-process ``SessionHandle``: one connection's view of a ``DialogueSession``."""
-
-    def __init__(self, session: DialogueSession, max_audio: int):
-        self._session = session
-        self.outbox = Outbox(max_audio)
-
-    @property
-    def session_id(self) -> str | None:
-        return None if self._session.state == "queued" else self._session.session_id
-
-    def events(self) -> AsyncIterator[SessionEvent]:
-        return self.outbox.stream()
-
-    def _current(self) -> DialogueSession:
-        if self._session.attachment is not self:
-            raise ParleyError("this connection no longer owns the session", code="session_not_ready")
-        return self._session
-
-    async def update(self, *, persona: str | None = None, voice: VoiceRef | None = None) -> None:
-        self._current().update(persona=persona, voice=voice)
-
-    async def append_audio(self, data: bytes, *, encoding: str, rate: int) -> None:
-        self._current().append_audio(data, encoding, rate)
-
-    async def append_image(self, data: bytes) -> None:
-        self._current().append_image(data)
-
-    async def pause(self) -> None:
-        self._current().pause()
-
-    async def resume(self) -> None:
-        self._current().resume()
-
-    async def cancel(self) -> None:
-        self._current().cancel()
-
-    async def force_listen(self) -> None:
-        self._current().force_listen()
-
-    async def playback_ack(self, played_ms: float) -> None:
-        self._current().playback_ack(played_ms)
-
-    async def close(self, reason: str = "client_close") -> None:
-        """End the session; a handle that was replaced or already closed does nothing."""
-        if reason not in CLOSE_REASONS:
-            raise ParleyError(f"unknown close reason {reason!r}", code="invalid_value", param="reason")
-        if self._session.attachment is self:
-            self._session.close(reason)  # type: ignore[arg-type]
-
-    async def detach(self) -> None:
-        self._session.detach(self)
 
 
 class RemoteSessionHandle:

@@ -1,14 +1,15 @@
 """Frozen dataclasses and typed errors that cross the seam between ``webapp`` and ``inference``.
 
-``webapp`` imports only this module and ``inference.api``. Nothing here imports torch.
+``webapp`` imports only this module and ``inference.api``. This is the leaf of the package: the
+engines, the service and the web tier all import it, and it imports nothing of theirs (nor torch).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
-
-from inference.engines.base import EngineCapabilities, VoiceRef
 
 __all__ = [
     "AudioOut",
@@ -17,6 +18,7 @@ __all__ = [
     "Decision",
     "EngineCapabilities",
     "ErrorEvent",
+    "Family",
     "Metrics",
     "ParleyError",
     "Paused",
@@ -31,6 +33,35 @@ __all__ = [
     "VoiceRef",
     "WorkerSnapshot",
 ]
+
+Family = Literal["echo", "lockstep", "unit"]
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What an engine can do; sent to clients inside ``session.created.session.duplex``."""
+
+    engine: str  # e.g. "echo", "moshi", "personaplex", "minicpmo"
+    family: Family
+    chunk_period_ms: int  # the engine clock: 80 for lockstep, 1000 for unit engines
+    input_rate: int  # the engine's native input sample rate (Hz)
+    input_chunk_samples: int  # samples per tick per slot at input_rate
+    output_rate: int  # sample rate of SlotOutput.audio (Hz)
+    video: bool = False
+    barge_in: bool = True
+    pause: bool = True
+    resume: bool = True
+    demo_weights: bool = False  # random weights: the UI shows a banner
+    extra: Mapping[str, Any] = field(default_factory=dict)  # engine-specific facts, e.g. vocoder, memory_s
+
+
+@dataclass(frozen=True)
+class VoiceRef:
+    """A voice the webapp resolved for a session: a file the engine knows how to read."""
+
+    voice_id: str
+    path: Path | None = None  # .pt / .safetensors (PersonaPlex prompt) or .wav / .npy reference audio
+
 
 CloseReason = Literal[
     "client_close",

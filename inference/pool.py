@@ -8,19 +8,26 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 from inference.contracts import ParleyError
 from inference.worker import EngineWorker
-
-if TYPE_CHECKING:
-    from inference.session import DialogueSession
 
 QUEUE_NOTIFY_PERIOD_S = 3.0
 DEFAULT_SESSION_S = 120.0  # wait estimate before any session has finished
 
 
-class SlotPool:
+class Applicant(Protocol):
+    """A session as the pool sees it: told when it gets a slot, and its place while it waits."""
+
+    def admitted(self, slot: int) -> None: ...
+    def queue_position(self, position: int, queue_length: int, estimated_wait_s: float) -> None: ...
+
+
+A = TypeVar("A", bound=Applicant)
+
+
+class SlotPool(Generic[A]):
     """Slots of one engine plus the FIFO queue of sessions waiting for one.
 
     Args:
@@ -33,9 +40,9 @@ class SlotPool:
         self.worker = worker
         self.queue_max = queue_max
         self.loop = loop
-        self.owners: list[DialogueSession | None] = [None] * worker.engine.num_slots
+        self.owners: list[A | None] = [None] * worker.engine.num_slots
         self.closing: set[int] = set()
-        self.queue: deque[DialogueSession] = deque()
+        self.queue: deque[A] = deque()
         self._last_position: dict[int, int] = {}  # id(session) -> position last told
         self._notify_timer: asyncio.TimerHandle | None = None
         self._mean_session_s = DEFAULT_SESSION_S
@@ -47,7 +54,7 @@ class SlotPool:
     def free_slots(self) -> list[int]:
         return [i for i, owner in enumerate(self.owners) if owner is None and i not in self.closing]
 
-    def request(self, session: DialogueSession) -> None:
+    def request(self, session: A) -> None:
         """Admit ``session`` to a free slot, or queue it; raise resource_exhausted when the queue is full."""
         free = self.free_slots()
         if free and not self.queue:
@@ -63,12 +70,12 @@ class SlotPool:
         self.queue.append(session)
         self._notify_positions(force_ids={id(session)})
 
-    def tell_position(self, session: DialogueSession) -> None:
+    def tell_position(self, session: A) -> None:
         """Re-send the current position to ``session`` (e.g. a new connection took it over)."""
         if session in self.queue:
             self._notify_positions(force_ids={id(session)})
 
-    def release(self, session: DialogueSession, slot: int | None, held_s: float = 0.0) -> None:
+    def release(self, session: A, slot: int | None, held_s: float = 0.0) -> None:
         """``session`` is done: leave the queue, or close its slot in the engine and free it when confirmed."""
         if session in self.queue:
             self.queue.remove(session)
@@ -104,7 +111,7 @@ class SlotPool:
             self._assign(free.pop(0), session)
         self._notify_positions()
 
-    def _assign(self, slot: int, session: DialogueSession) -> None:
+    def _assign(self, slot: int, session: A) -> None:
         self.owners[slot] = session
         session.admitted(slot)
 

@@ -1,8 +1,12 @@
 """DialogueSession: one user's persistent session, on the service's event loop.
 
 A session outlives the connections that attach to it. Each connection gets a
-``inference.client.LocalHandle`` (the in-process ``SessionHandle``) with its own bounded outbox of
-events; a new connection replaces the old handle, a dropped one detaches and starts the grace timer.
+``inference.local_handle.LocalHandle`` (the in-process ``SessionHandle``) with its own bounded outbox
+of events; a new connection replaces the old handle, a dropped one detaches and starts the grace timer.
+
+The session knows its collaborators only through the narrow interfaces below (``SessionContext``):
+the engine worker as a ``SlotDriver``, the slot pool as an ``Admission``, and the service as a
+``forget`` callback. It imports neither the service, the pool nor the handle.
 
 States: ``queued`` -> ``admitted`` (slot reserved) -> ``prefilling`` (slot opened at the first audio)
 -> ``live`` -> ``closed``. Paused (by the user) and detached (no connection) are flags on top of
@@ -15,18 +19,22 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 import numpy as np
 
 from inference.audio import pcm
 from inference.audio.framing import FrameAccumulator
 from inference.audio.resample import StreamingResampler
+from inference.config import InferenceConfig
 from inference.contracts import (
     AudioOut,
     Closed,
     CloseReason,
     Decision,
+    EngineCapabilities,
     ErrorEvent,
     Metrics,
     ParleyError,
@@ -41,10 +49,8 @@ from inference.contracts import (
     VoiceRef,
 )
 from inference.engines.base import SlotConfig, SlotOutput
-
-if TYPE_CHECKING:
-    from inference.client import LocalHandle
-    from inference.service import InferenceService
+from inference.outbox import Outbox
+from inference.worker import SlotCounters, SlotListener, WorkerStats
 
 logger = logging.getLogger(__name__)
 
@@ -54,27 +60,82 @@ BACKPRESSURE_REPORT_PERIOD_S = 1.0
 IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 
 
+class SlotDriver(Protocol):
+    """The engine worker, as a session drives its slot (``inference.worker.EngineWorker``)."""
+
+    def open(self, slot: int, config: SlotConfig, listener: SlotListener, loop: asyncio.AbstractEventLoop) -> None: ...
+    def freeze(self, slot: int, frozen: bool) -> None: ...
+    def cancel(self, slot: int) -> None: ...
+    def force_listen(self, slot: int) -> None: ...
+    def set_image(self, slot: int, image: bytes) -> None: ...
+    def push(self, slot: int, chunk: np.ndarray) -> bool: ...
+    def stats(self) -> WorkerStats: ...
+    def take_slot_counters(self, slot: int) -> SlotCounters: ...
+
+
+class Admission(Protocol):
+    """The slot pool, as a session asks it for its queue position and gives its slot back (``SlotPool``)."""
+
+    def tell_position(self, session: DialogueSession) -> None: ...
+    def release(self, session: DialogueSession, slot: int | None, held_s: float = 0.0) -> None: ...
+
+
+class Attachment(Protocol):
+    """A connection attached to the session: the session only ever writes to its outbox."""
+
+    outbox: Outbox
+
+
+@dataclass(frozen=True)
+class SessionTimeouts:
+    """The timers every session runs (seconds), from the service configuration."""
+
+    disconnect_grace_s: float
+    max_session_s: float
+    pause_timeout_s: float
+    idle_timeout_s: float
+
+    @classmethod
+    def from_config(cls, config: InferenceConfig) -> SessionTimeouts:
+        return cls(config.disconnect_grace_s, config.max_session_s, config.pause_timeout_s, config.idle_timeout_s)
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """What the sessions of one service share: capabilities, event loop, collaborators, timeouts."""
+
+    capabilities: EngineCapabilities
+    loop: asyncio.AbstractEventLoop
+    worker: SlotDriver
+    admission: Admission
+    timeouts: SessionTimeouts
+    forget: Callable[[DialogueSession], None]  # the service drops a closed session from its registry
+
+
 class DialogueSession:
     """One user's session: state, timers, audio framing, and the current connection.
 
     Args:
-        service: the owning service (worker, pool, config, capabilities).
+        context: the service's shared ``SessionContext``.
         user_key: the user this session belongs to.
         persona: persona text, fixed once audio starts.
         voice: voice reference, fixed once audio starts.
     """
 
-    def __init__(self, service: InferenceService, user_key: str, persona: str | None, voice: VoiceRef | None):
-        self.service = service
-        self.caps = service.capabilities
-        self.loop = service.loop
+    def __init__(self, context: SessionContext, user_key: str, persona: str | None, voice: VoiceRef | None):
+        self.caps = context.capabilities
+        self.loop = context.loop
+        self._worker = context.worker
+        self._admission = context.admission
+        self._timeouts = context.timeouts
+        self._forget = context.forget
         self.user_key = user_key
         self.session_id = "sess_" + uuid.uuid4().hex[:20]
         self.persona, self.voice = persona, voice
         self.state: State = "queued"
         self.slot: int | None = None
         self.user_paused = False
-        self.attachment: LocalHandle | None = None
+        self.attachment: Attachment | None = None
         self.audio_started = False
         self.epoch = 0
         self.created_at = time.monotonic()
@@ -92,7 +153,7 @@ class DialogueSession:
 
     # ---- connections --------------------------------------------------------------------------
 
-    def attach(self, handle: LocalHandle, *, takeover: bool) -> None:
+    def attach(self, handle: Attachment, *, takeover: bool) -> None:
         """Make ``handle`` the session's connection; an older one gets Replaced and ends."""
         old, self.attachment = self.attachment, handle
         if old is not None:
@@ -101,7 +162,7 @@ class DialogueSession:
         self._cancel_timer("grace")
         self.last_activity = time.monotonic()  # a (re)connection is activity for the idle watchdog
         if self.state == "queued":
-            self.service.pool.tell_position(self)
+            self._admission.tell_position(self)
             return
         if self.state == "closed":
             raise AssertionError("attach to a closed session")
@@ -111,7 +172,7 @@ class DialogueSession:
         self._apply_freeze()
         self._schedule_metrics()
 
-    def detach(self, handle: LocalHandle) -> None:
+    def detach(self, handle: Attachment) -> None:
         """The connection dropped: keep the session paused for the grace period (queued: leave the queue)."""
         if handle is not self.attachment:
             return
@@ -121,9 +182,9 @@ class DialogueSession:
         self._retire(handle)
         self.attachment = None
         self._apply_freeze()
-        self._start_timer("grace", self.service.config.disconnect_grace_s, "grace_expired")
+        self._start_timer("grace", self._timeouts.disconnect_grace_s, "grace_expired")
 
-    def _retire(self, handle: LocalHandle) -> None:
+    def _retire(self, handle: Attachment) -> None:
         self.dropped_out += handle.outbox.dropped_audio
         handle.outbox.finish()
 
@@ -132,7 +193,7 @@ class DialogueSession:
     def admitted(self, slot: int) -> None:
         self.slot, self.state = slot, "admitted"
         self.admitted_at = time.monotonic()
-        self._start_timer("max_duration", self.service.config.max_session_s, "max_duration")
+        self._start_timer("max_duration", self._timeouts.max_session_s, "max_duration")
         if self.attachment is not None:
             self.attachment.outbox.put(self._ready_event(resumed=False))
             self._schedule_metrics()
@@ -177,7 +238,7 @@ class DialogueSession:
             self._open_slot()
         assert self.slot is not None
         for frame in frames:
-            if not self.service.worker.push(self.slot, frame):
+            if not self._worker.push(self.slot, frame):
                 self.dropped_in += 1
                 self._report_backpressure()
 
@@ -189,7 +250,7 @@ class DialogueSession:
         self._require_admitted()
         self.last_activity = time.monotonic()
         if self.audio_started and self.slot is not None:
-            self.service.worker.set_image(self.slot, data)
+            self._worker.set_image(self.slot, data)
 
     def pause(self) -> None:
         self._require_admitted()
@@ -197,7 +258,7 @@ class DialogueSession:
         if not self.user_paused:
             self.user_paused = True
             self._apply_freeze()
-            self._start_timer("pause", self.service.config.pause_timeout_s, "pause_timeout")
+            self._start_timer("pause", self._timeouts.pause_timeout_s, "pause_timeout")
         self._emit(Paused())
 
     def resume(self) -> None:
@@ -215,14 +276,14 @@ class DialogueSession:
         if self.attachment is not None:
             self.attachment.outbox.drop_epoch_before(self.epoch)
         if self.audio_started and self.slot is not None:
-            self.service.worker.cancel(self.slot)
+            self._worker.cancel(self.slot)
 
     def force_listen(self) -> None:
         if self.caps.family != "unit":
             raise ParleyError(f"engine {self.caps.engine!r} has no listen/speak units", code="unsupported_input")
         self._require_admitted()
         if self.audio_started and self.slot is not None:
-            self.service.worker.force_listen(self.slot)
+            self._worker.force_listen(self.slot)
 
     def playback_ack(self, played_ms: float) -> None:
         if not isinstance(played_ms, int | float) or not np.isfinite(played_ms) or played_ms < 0:
@@ -240,8 +301,8 @@ class DialogueSession:
         if self.attachment is not None:
             self.attachment.outbox.put(Closed(reason))
             self._retire(self.attachment)
-        self.service.forget(self)
-        self.service.pool.release(self, self.slot, held_s)
+        self._forget(self)
+        self._admission.release(self, self.slot, held_s)
         logger.info("session.closed", extra={"session_id": self.session_id, "reason": reason})
 
     # ---- worker callbacks (on this loop) ------------------------------------------------------
@@ -284,7 +345,7 @@ class DialogueSession:
         return "live" if self.state == "live" else "prefilling"
 
     def metrics(self) -> dict[str, float]:
-        stats = self.service.worker.stats()
+        stats = self._worker.stats()
         values: dict[str, float] = {
             "tick_ms_p50": round(stats.tick_ms_p50, 3),
             "tick_ms_p99": round(stats.tick_ms_p99, 3),
@@ -292,30 +353,24 @@ class DialogueSession:
             "dropped_frames": self._dropped(),
         }
         if self.slot is not None:
-            ws = self.service.worker.slots[self.slot]
+            counters = self._worker.take_slot_counters(self.slot)
             period = self.caps.chunk_period_ms
             queued_out = len(self.attachment.outbox) if self.attachment is not None else 0
             values |= {
-                "frames_in": ws.frames_in,
-                "frames_out": ws.frames_out,
-                "underruns": ws.underruns,
-                "dropped_frames": self._dropped() + ws.dropped_in + ws.trimmed,
-                "trimmed_frames": ws.trimmed,
-                "input_queue_frames": len(ws.inbox),
-                "lag_ms": (len(ws.inbox) + queued_out) * period,
-                "in_wait_ms_max": self._take_in_wait_ms(ws),
+                "frames_in": counters.frames_in,
+                "frames_out": counters.frames_out,
+                "underruns": counters.underruns,
+                "dropped_frames": self._dropped() + counters.dropped_in + counters.trimmed,
+                "trimmed_frames": counters.trimmed,
+                "input_queue_frames": counters.inbox_depth,
+                "lag_ms": (counters.inbox_depth + queued_out) * period,
+                "in_wait_ms_max": round(counters.max_in_wait_s * 1000.0, 1),
                 "out_wait_ms_max": self.attachment.outbox.take_max_wait_ms() if self.attachment is not None else 0.0,
                 "unplayed_ms": round(max(0.0, self.sent_audio_ms - self.played_ms), 1) if self.played_ms else 0.0,
             }
         return values
 
     # ---- internals ----------------------------------------------------------------------------
-
-    @staticmethod
-    def _take_in_wait_ms(ws) -> float:
-        """Longest inbox wait since the last Metrics (the worker writes it; a lost update is harmless)."""
-        wait, ws.max_in_wait_s = ws.max_in_wait_s, 0.0
-        return round(wait * 1000.0, 1)
 
     def _dropped(self) -> int:
         """Input dropped here plus outbound audio dropped by this and earlier connections' outboxes."""
@@ -341,12 +396,12 @@ class DialogueSession:
         assert self.slot is not None
         self.state = "prefilling"
         config = SlotConfig(persona=self.persona, voice=self.voice)
-        self.service.worker.open(self.slot, config, self, self.loop)
+        self._worker.open(self.slot, config, self, self.loop)
         self._apply_freeze()
 
     def _apply_freeze(self) -> None:
         if self.slot is not None and self.audio_started and self.state != "closed":
-            self.service.worker.freeze(self.slot, self.user_paused or self.attachment is None)
+            self._worker.freeze(self.slot, self.user_paused or self.attachment is None)
 
     def _emit(self, event: SessionEvent) -> None:
         if self.attachment is not None:
@@ -381,7 +436,7 @@ class DialogueSession:
         self._timers.pop("metrics", None)
         if self.state == "closed" or self.attachment is None:
             return
-        if not self.user_paused and time.monotonic() - self.last_activity > self.service.config.idle_timeout_s:
+        if not self.user_paused and time.monotonic() - self.last_activity > self._timeouts.idle_timeout_s:
             self.close("idle_timeout")
             return
         if self.audio_started and not self.user_paused:

@@ -68,9 +68,22 @@ class WorkerSlot:
     trimmed: int = 0  # chunks dropped to remove a standing input queue (latency)
     window_ticks: int = 0  # takes in the current trim window
     window_min: int = 1 << 30  # smallest inbox depth after a take in the current window
-    max_in_wait_s: float = 0.0  # longest wait of a chunk in the inbox; read and reset by the session
+    max_in_wait_s: float = 0.0  # longest wait of a chunk in the inbox; read and reset by take_slot_counters
     close_attempts: int = 0
     pending_close: list[Callable[[], None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SlotCounters:
+    """One slot's counters for its session's Metrics event (a copy: sessions never touch ``WorkerSlot``)."""
+
+    frames_in: int
+    frames_out: int
+    underruns: int
+    dropped_in: int
+    trimmed: int
+    inbox_depth: int
+    max_in_wait_s: float  # longest inbox wait since the previous take
 
 
 @dataclass(frozen=True)
@@ -157,6 +170,16 @@ class EngineWorker:
         full = len(inbox) == inbox.maxlen
         inbox.append((chunk, time.monotonic()))  # deque(maxlen) drops the oldest itself; atomic in CPython
         return not full
+
+    def take_slot_counters(self, slot: int) -> SlotCounters:
+        """A copy of ``slot``'s counters; its longest inbox wait starts again from 0.
+
+        The worker thread writes these fields while this reads them: a reading one tick stale, or a
+        wait recorded between the read and the reset and so lost, only blurs one Metrics event.
+        """
+        s = self.slots[slot]
+        wait, s.max_in_wait_s = s.max_in_wait_s, 0.0
+        return SlotCounters(s.frames_in, s.frames_out, s.underruns, s.dropped_in, s.trimmed, len(s.inbox), wait)
 
     def stats(self) -> WorkerStats:
         p50, p99 = self.tick_ms.percentiles()

@@ -21,42 +21,17 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-Family = Literal["echo", "lockstep", "unit"]
+# The capabilities and voice types live in the leaf ``inference.contracts``; engines take them from here.
+from inference.contracts import EngineCapabilities, VoiceRef
+
 Decision = Literal["listen", "speak"]
 ProgressFn = Callable[[float, str], None]
 """Called with (fraction done in [0, 1], human-readable stage) during long work."""
-
-
-@dataclass(frozen=True)
-class EngineCapabilities:
-    """What an engine can do; sent to clients inside ``session.created.session.duplex``."""
-
-    engine: str  # e.g. "echo", "moshi", "personaplex", "minicpmo"
-    family: Family
-    chunk_period_ms: int  # the engine clock: 80 for lockstep, 1000 for unit engines
-    input_rate: int  # the engine's native input sample rate (Hz)
-    input_chunk_samples: int  # samples per tick per slot at input_rate
-    output_rate: int  # sample rate of SlotOutput.audio (Hz)
-    video: bool = False
-    barge_in: bool = True
-    pause: bool = True
-    resume: bool = True
-    demo_weights: bool = False  # random weights: the UI shows a banner
-    extra: Mapping[str, Any] = field(default_factory=dict)  # engine-specific facts, e.g. vocoder, memory_s
-
-
-@dataclass(frozen=True)
-class VoiceRef:
-    """A voice the webapp resolved for a session: a file the engine knows how to read."""
-
-    voice_id: str
-    path: Path | None = None  # .pt / .safetensors (PersonaPlex prompt) or .wav / .npy reference audio
 
 
 @dataclass(frozen=True)

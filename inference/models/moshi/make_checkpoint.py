@@ -136,7 +136,8 @@ def train_tokenizer(path: Path, vocab_size: int, seed: int) -> None:
 
 def write_mimi(out: Path, seed: int) -> None:
     """The small Mimi config and its random weights (Kyutai key layout), from helper M2's module."""
-    from inference.models.moshi.mimi import MimiConfig, random_mimi_state_dict
+    from inference.models.moshi.mimi import MimiConfig
+    from inference.models.moshi.mimi_loading import random_mimi_state_dict
 
     mimi_config = MimiConfig.tiny()
     (out / "mimi_config.json").write_text(json.dumps(mimi_config.to_dict(), indent=1))

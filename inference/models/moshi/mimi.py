@@ -15,7 +15,8 @@ tail, so frame-by-frame decoding equals whole-clip decoding (transformers 5.x ke
 
 The module tree mirrors the names of Kyutai's published Mimi checkpoint (`encoder.model.0.conv.conv.weight`,
 `quantizer.rvq_first.vq.layers.0._codebook.embedding_sum`, ...), so that file loads without renaming; the
-transformers layout is translated in `mimi_loading.py`. Numerics follow moshi 0.2.13 (fp32 RoPE, `cdist` +
+transformers layout is translated in `mimi_loading.py`, which also holds `load_mimi` (this module imports nothing
+from it). Numerics follow moshi 0.2.13 (fp32 RoPE, `cdist` +
 `argmin` codebook search, moshi's ring-KV window) so codes match the reference exactly.
 """
 
@@ -38,8 +39,6 @@ __all__ = [
     "QuantizerConfig",
     "SeanetConfig",
     "TransformerConfig",
-    "load_mimi",
-    "random_mimi_state_dict",
 ]
 
 
@@ -977,41 +976,3 @@ class MimiCodec(nn.Module):
         if validate and bool(((codes < 0) | (codes >= self.cardinality)).any()):
             bad = codes[(codes < 0) | (codes >= self.cardinality)][0].item()
             raise MimiInputError(f"codes must lie in [0, {self.cardinality}), found {bad}")
-
-
-def random_mimi_state_dict(config: MimiConfig, seed: int) -> dict[str, torch.Tensor]:
-    """A complete random Mimi state dict in Kyutai's key layout, deterministic from `seed`.
-
-    See `mimi_loading.random_kyutai_state_dict` (checkpoint generation lives with the other layout code).
-    """
-    from inference.models.moshi.mimi_loading import random_kyutai_state_dict
-
-    return random_kyutai_state_dict(config, seed)
-
-
-def load_mimi(
-    path: Any,
-    config: MimiConfig | None = None,
-    num_codebooks: int = 8,
-    device: torch.device | str = "cpu",
-    dtype: torch.dtype = torch.float32,
-) -> MimiCodec:
-    """Load a Mimi safetensors file (Kyutai or transformers layout, detected from the keys).
-
-    Args:
-        path: the `.safetensors` file.
-        config: codec config; None means the published Kyutai Mimi.
-        num_codebooks: active codebooks K.
-        device: target device.
-        dtype: parameter dtype (codebook buffers follow it).
-
-    Raises:
-        MimiLoadError: unreadable file, unknown layout, missing/unexpected key or wrong shape (named).
-    """
-    from inference.models.moshi.mimi_loading import load_mimi_state_dict
-
-    config = config if config is not None else MimiConfig.kyutai_default()
-    state = load_mimi_state_dict(path, config)
-    codec = MimiCodec(config, num_codebooks=num_codebooks)
-    codec.load_state_dict(state, strict=True)
-    return codec.to(device=device, dtype=dtype).eval()

@@ -12,7 +12,8 @@ Three layouts are recognised from the keys alone:
 transformers applies RoPE to half-split (rotate-half) head dims while Mimi rotates interleaved pairs, so its q/k
 rows are a per-head permutation of Kyutai's; `hf` q/k rows are permuted back before fusing q|k|v.
 
-`random_kyutai_state_dict` writes the other way round: a complete random checkpoint for tests and demos.
+`load_mimi` builds a ready `MimiCodec` from such a file; `random_mimi_state_dict` writes the other way round: a
+complete random checkpoint for tests and demos.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ __all__ = [
     "MimiLoadError",
     "detect_layout",
     "hf_to_kyutai",
+    "load_mimi",
     "load_mimi_state_dict",
-    "random_kyutai_state_dict",
+    "random_mimi_state_dict",
     "read_safetensors",
 ]
 
@@ -222,7 +224,7 @@ def _codebook_buffers(config: MimiConfig, generator: torch.Generator) -> dict[st
     return out
 
 
-def random_kyutai_state_dict(config: MimiConfig, seed: int) -> dict[str, torch.Tensor]:
+def random_mimi_state_dict(config: MimiConfig, seed: int) -> dict[str, torch.Tensor]:
     """A complete random Mimi state dict in Kyutai's key layout, deterministic from `seed`.
 
     Weights are N(0, 1) / sqrt(fan_in); LayerNorm gains 1 + 0.1 N(0, 1), biases 0.1 N(0, 1); layer scales
@@ -251,5 +253,31 @@ def random_kyutai_state_dict(config: MimiConfig, seed: int) -> dict[str, torch.T
             value = torch.randn(shape, generator=generator) / math.sqrt(fan_in)
         out[name] = value.contiguous()
     missing = set(skeleton.state_dict()) - set(out)
-    assert not missing, f"random_kyutai_state_dict left out {sorted(missing)}"
+    assert not missing, f"random_mimi_state_dict left out {sorted(missing)}"
     return out
+
+
+def load_mimi(
+    path: Any,
+    config: MimiConfig | None = None,
+    num_codebooks: int = 8,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> MimiCodec:
+    """Load a Mimi safetensors file (Kyutai or transformers layout, detected from the keys).
+
+    Args:
+        path: the `.safetensors` file.
+        config: codec config; None means the published Kyutai Mimi.
+        num_codebooks: active codebooks K.
+        device: target device.
+        dtype: parameter dtype (codebook buffers follow it).
+
+    Raises:
+        MimiLoadError: unreadable file, unknown layout, missing/unexpected key or wrong shape (named).
+    """
+    config = config if config is not None else MimiConfig.kyutai_default()
+    state = load_mimi_state_dict(path, config)
+    codec = MimiCodec(config, num_codebooks=num_codebooks)
+    codec.load_state_dict(state, strict=True)
+    return codec.to(device=device, dtype=dtype).eval()

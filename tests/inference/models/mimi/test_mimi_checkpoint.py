@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from inference.models.moshi.mimi import MimiCodec, MimiConfig, random_mimi_state_dict
+from inference.models.moshi.mimi import MimiCodec, MimiConfig
+from inference.models.moshi.mimi_loading import random_mimi_state_dict
 
 
 def test_same_seed_same_tensors_other_seed_other_tensors(tiny_config):

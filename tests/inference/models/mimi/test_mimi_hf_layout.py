@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from inference.models.moshi.mimi import MimiCodec, MimiConfig, load_mimi
-from inference.models.moshi.mimi_loading import detect_layout
+from inference.models.moshi.mimi import MimiCodec, MimiConfig
+from inference.models.moshi.mimi_loading import detect_layout, load_mimi
 
 FRAME = 1920
 

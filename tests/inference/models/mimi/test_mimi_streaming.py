@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference.models.moshi.mimi import MimiCodec, MimiConfigError, load_mimi
+from inference.models.moshi.mimi import MimiCodec, MimiConfigError
+from inference.models.moshi.mimi_loading import load_mimi
 
 FRAME = 1920
 DATA = Path(__file__).resolve().parents[4] / "tests" / "data" / "personaplex"

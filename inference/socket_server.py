@@ -1,0 +1,192 @@
+"""The unix-socket face of an ``InferenceService``: ``python -m inference serve``.
+
+Each connection is either one session handle (``open``, then calls and events until it ends) or a
+single one-shot call (``capabilities``, ``occupancy``, ``end_session``). Framing is ``inference.wire``;
+the client side is ``inference.client``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+
+from inference import wire
+from inference.config import InferenceConfig
+from inference.contracts import ParleyError
+from inference.errors import WireError
+from inference.local_handle import LocalHandle
+from inference.service import InferenceService
+
+logger = logging.getLogger(__name__)
+
+
+class Connection:
+    """One socket connection: a session handle, or a single one-shot call."""
+
+    def __init__(self, service: InferenceService, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.service, self.reader, self.writer = service, reader, writer
+        self.handle: LocalHandle | None = None
+
+    async def run(self) -> None:
+        try:
+            first = await wire.read_frame(self.reader)
+            if first is not None and first[0] == wire.JSON:
+                await self._first_call(wire.parse_json(first[1]))
+        except WireError as exc:
+            logger.warning("service.bad_frame", extra={"detail": str(exc)})
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            if self.handle is not None:
+                await self.handle.detach()  # no-op if the session was closed or taken over
+            self.writer.close()
+            with contextlib.suppress(ConnectionError):
+                await self.writer.wait_closed()
+
+    async def _first_call(self, call: dict) -> None:
+        op = call.get("op")
+        if op == "capabilities":
+            await self._send({"reply": 0, "ok": wire.capabilities_to_dict(self.service.capabilities)})
+        elif op == "occupancy":
+            snapshots = [wire.snapshot_to_dict(s) for s in self.service.occupancy()]
+            await self._send({"reply": 0, "ok": snapshots})
+        elif op == "end_session":
+            ended = self.service.end_session(str(call.get("session_id")), str(call.get("reason", "admin_ended")))
+            await self._send({"reply": 0, "ok": ended})
+        elif op == "open":
+            try:
+                self.handle = await self.service.open_session(wire.request_from_dict(call.get("request")))
+            except ParleyError as exc:
+                await self._send({"reply": 0, "error": wire.error_to_dict(exc)})
+                return
+            await self._send({"reply": 0, "ok": True})
+            await self._serve_handle(self.handle)
+        else:
+            await self._send({"reply": 0, "error": {"message": f"unknown op {op!r}", "code": "unknown_event"}})
+
+    async def _serve_handle(self, handle: LocalHandle) -> None:
+        pump = asyncio.create_task(self._pump_events(handle))
+        try:
+            while (item := await wire.read_frame(self.reader)) is not None:
+                await self._call(handle, *item)
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+
+    async def _pump_events(self, handle: LocalHandle) -> None:
+        with contextlib.suppress(ConnectionError):
+            async for event in handle.events():
+                self.writer.write(wire.event_frame(event))
+                await self.writer.drain()
+            await self._send({"event": "end"})
+
+    async def _call(self, handle: LocalHandle, kind: int, payload: bytes) -> None:
+        if kind == wire.AUDIO_IN:
+            call_id, encoding, rate, data = wire.parse_audio_in(payload)
+            await self._reply(call_id, handle.append_audio(data, encoding=encoding, rate=rate))
+        elif kind == wire.IMAGE_IN:
+            call_id, data = wire.parse_id_frame(payload)
+            await self._reply(call_id, handle.append_image(data))
+        elif kind == wire.JSON:
+            call = wire.parse_json(payload)
+            call_id, op, args = call.get("id"), call.get("op"), call.get("args") or {}
+            if not isinstance(call_id, int) or not isinstance(args, dict):
+                raise WireError("a call needs an integer id and object args")
+            await self._reply(call_id, self._dispatch(handle, op, args))
+        else:
+            raise WireError(f"unexpected frame kind {kind}")
+
+    def _dispatch(self, handle: LocalHandle, op: object, args: dict):
+        if op == "update":
+            return handle.update(persona=args.get("persona"), voice=wire.voice_from_dict(args.get("voice")))
+        if op in ("pause", "resume", "cancel", "force_listen", "detach"):
+            return getattr(handle, op)()
+        if op == "playback_ack":
+            return handle.playback_ack(args.get("played_ms"))
+        if op == "close":
+            return handle.close(str(args.get("reason", "client_close")))
+        raise ParleyError(f"unknown op {op!r}", code="unknown_event")
+
+    async def _reply(self, call_id: int, call) -> None:
+        try:
+            await call
+        except ParleyError as exc:
+            await self._send({"reply": call_id, "error": wire.error_to_dict(exc)})
+            return
+        await self._send({"reply": call_id, "ok": True})
+
+    async def _send(self, obj: dict) -> None:
+        self.writer.write(wire.json_frame(obj))
+        await self.writer.drain()
+
+
+async def serve(service: InferenceService, socket_path: str, stop: asyncio.Event) -> None:
+    """Accept connections on ``socket_path`` until ``stop`` is set."""
+    _remove_stale_socket(socket_path)
+    server = await asyncio.start_unix_server(
+        lambda r, w: Connection(service, r, w).run(), path=socket_path, limit=wire.MAX_FRAME_BYTES
+    )
+    os.chmod(socket_path, 0o660)
+    print(f"ready: serving {service.capabilities.engine!r} on unix://{socket_path}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        await service.stop()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(socket_path)
+
+
+def _remove_stale_socket(path: str) -> None:
+    """Remove a socket file left by a dead service; refuse to start next to a live one."""
+    if not os.path.exists(path):
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        os.unlink(path)
+        return
+    finally:
+        probe.close()
+    raise SystemExit(f"another inference service is already listening on {path}")
+
+
+# ---- python -m inference serve ------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--socket", help="unix socket path (default: from PARLEY_INFERENCE_URL, else /tmp)")
+    parser.add_argument("--engine", help="engine name (default: PARLEY_ENGINE, else echo)")
+    parser.add_argument("--slots", type=int, help="slots (default: PARLEY_SLOTS, else 4)")
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = {k: v for k, v in (("engine", args.engine), ("slots", args.slots)) if v is not None}
+    config = InferenceConfig.from_env().with_overrides(**overrides)
+    socket_path = args.socket or config.socket_path
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def progress(fraction: float, stage: str) -> None:
+        print(f"warming up {config.engine}: {fraction * 100:5.1f}% {stage}", flush=True)
+
+    async def main() -> None:
+        service = InferenceService(config)
+        print(f"starting engine {config.engine!r} with {config.slots} slot(s) on {config.device}", flush=True)
+        await service.start(progress)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(service, socket_path, stop)
+
+    asyncio.run(main())
+    print("stopped", file=sys.stderr, flush=True)
+    return 0
