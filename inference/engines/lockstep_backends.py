@@ -170,7 +170,7 @@ class EagerBackend(LockstepBackend):
         generator = torch.Generator(device=self.device).manual_seed(seed)
         self.gen = LockstepGen(lm, num_slots, sampling, generator)
         self.state = self.gen
-        self.mimi_state = codec.init_stream(num_slots)
+        self.mimi_state = codec.init_stream(num_slots, personaplex=lm.config.personaplex)
 
     def warmup(self) -> None:
         self._tick_every_slot_then_reset()
@@ -269,7 +269,7 @@ class FastBackend(LockstepBackend):
         if self.device.type == "cpu":  # no graphs here, so a private generator is safe (and seeds the session)
             self.lockstep.generator = torch.Generator().manual_seed(seed)
         self.graphed = GraphedLockstep(self.lockstep, DEFAULT_BUCKETS)
-        self.mimi = GraphedMimi(codec, num_slots)
+        self.mimi = GraphedMimi(codec, num_slots, personaplex=lm.config.personaplex)
         self.tuning: dict[int, dict] = {}
         self.fused_gemv = False
 

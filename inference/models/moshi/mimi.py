@@ -621,9 +621,11 @@ class MimiAttention(nn.Module):
         self.in_proj_weight = nn.Parameter(torch.empty(3 * cfg.d_model, cfg.d_model))  # rows q|k|v, each (h d)
         self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
-    def init_state(self, batch_size: int) -> _AttentionState:
+    def init_state(self, batch_size: int, personaplex: bool) -> _AttentionState:
+        # PersonaPlex's ring: one slot fewer (see MimiCodec.init_stream)
+        capacity = self.context - 1 if personaplex else self.context
         w = self.in_proj_weight
-        return _AttentionState(batch_size, self.num_heads, self.context, self.head_dim, w.device, w.dtype)
+        return _AttentionState(batch_size, self.num_heads, capacity, self.head_dim, w.device, w.dtype)
 
     def forward(self, x: torch.Tensor, offset: torch.Tensor, state: _AttentionState | None) -> torch.Tensor:
         # x: [B, T, C]; offset: [B] position of x[:, 0]
@@ -719,8 +721,8 @@ class MimiTransformer(nn.Module):
             [nn.Identity() if out_dim == cfg.d_model else nn.Linear(cfg.d_model, out_dim, bias=False)]
         )
 
-    def init_state(self, batch_size: int) -> _TransformerState:
-        layers = [layer.self_attn.init_state(batch_size) for layer in self.transformer.layers]
+    def init_state(self, batch_size: int, personaplex: bool) -> _TransformerState:
+        layers = [layer.self_attn.init_state(batch_size, personaplex) for layer in self.transformer.layers]
         offset = torch.zeros(batch_size, dtype=torch.long, device=layers[0].end_offset.device)
         return _TransformerState(offset, layers)
 
@@ -905,18 +907,26 @@ class MimiCodec(nn.Module):
 
     # --- streaming --------------------------------------------------------------------------------------------
 
-    def init_stream(self, batch_size: int) -> MimiStreamState:
-        """Fresh streaming state for `batch_size` independent rows, on the codec's device and dtype."""
+    def init_stream(self, batch_size: int, *, personaplex: bool = False) -> MimiStreamState:
+        """Fresh streaming state for `batch_size` independent rows, on the codec's device and dtype.
+
+        `personaplex` selects the transformers' attention window of the NVIDIA/personaplex fork instead of moshi
+        0.2.13's. The fork's older `RingKVCache` rebuilds slot positions from the offset after the write, so the
+        slot the next step overwrites (the oldest key) gets a future position and is masked: once its ring is
+        full, every query sees one key fewer. A ring of `context - 1` slots holds exactly the keys it sees.
+        """
         if not _is_int(batch_size) or batch_size < 1:
             raise MimiInputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if personaplex and self.config.transformer.context < 2:
+            raise MimiInputError("the PersonaPlex attention window needs a transformer context of at least 2")
         encoder = [
             self.encoder.init_state(batch_size),
-            self.encoder_transformer.init_state(batch_size),
+            self.encoder_transformer.init_state(batch_size, personaplex),
             self.downsample.init_state(batch_size),
         ]
         decoder = [
             self.upsample.init_state(batch_size),
-            self.decoder_transformer.init_state(batch_size),
+            self.decoder_transformer.init_state(batch_size, personaplex),
             self.decoder.init_state(batch_size),
         ]
         return MimiStreamState(batch_size, self._param.device, encoder, decoder)

@@ -164,13 +164,14 @@ def voice_pass_count(num_samples: int) -> int:
     return max(0, -(-num_samples // FRAME_SAMPLES) - 1)
 
 
-def stream_encode(codec, pcm: np.ndarray) -> Iterator[torch.Tensor]:
+def stream_encode(codec, pcm: np.ndarray, *, personaplex: bool) -> Iterator[torch.Tensor]:
     """Mimi codes [8] (host) of each 1920-sample frame of float32 24 kHz ``pcm`` (last frame zero-padded),
-    encoded lazily with a private codec stream."""
+    encoded lazily with a private codec stream (``personaplex``: the NVIDIA/personaplex fork's attention
+    window, see ``MimiCodec.init_stream``)."""
     n = -(-len(pcm) // FRAME_SAMPLES) * FRAME_SAMPLES
     pcm = np.pad(np.asarray(pcm, dtype=np.float32), (0, n - len(pcm)))
     device = next(codec.parameters()).device
-    state = codec.init_stream(1)
+    state = codec.init_stream(1, personaplex=personaplex)
     for start in range(0, n, FRAME_SAMPLES):
         chunk = torch.from_numpy(pcm[start : start + FRAME_SAMPLES]).to(device).view(1, 1, FRAME_SAMPLES)
         with torch.no_grad():
@@ -181,7 +182,7 @@ def stream_encode(codec, pcm: np.ndarray) -> Iterator[torch.Tensor]:
 def iter_voice_frames_from_pcm(codec, pcm: np.ndarray, config: LMConfig) -> Iterator[PrefillFrame]:
     """The wav path, lazily: one Mimi-encoded frame per pass, so a long prompt costs one encode per tick
     instead of one long stall."""
-    for index, codes in enumerate(stream_encode(codec, pcm)):
+    for index, codes in enumerate(stream_encode(codec, pcm, personaplex=True)):
         if index > 0:  # frame 0 makes no model pass (see voice_frames_from_codes)
             yield _frame(config, TEXT_PAD, codes, SINE_TOKENS)
 

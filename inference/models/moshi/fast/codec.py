@@ -21,15 +21,16 @@ class GraphedMimi:
     Args:
         codec: the codec (eval mode, on its device).
         num_slots: rows of the captured batch; slot ids index them.
+        personaplex: the NVIDIA/personaplex fork's attention window (``MimiCodec.init_stream``).
     """
 
-    def __init__(self, codec: MimiCodec, num_slots: int):
+    def __init__(self, codec: MimiCodec, num_slots: int, *, personaplex: bool = False):
         self.codec = codec
         self.num_slots = num_slots
         param = next(codec.parameters())
         self.device = param.device
         self.frame = codec.frame_size
-        self.state = codec.init_stream(num_slots)
+        self.state = codec.init_stream(num_slots, personaplex=personaplex)
         self.pcm_in = torch.zeros((num_slots, 1, self.frame), device=self.device, dtype=param.dtype)
         self.codes_in = torch.zeros((num_slots, codec.num_codebooks, 1), device=self.device, dtype=torch.long)
         self.codes_out: torch.Tensor | None = None
