@@ -47,6 +47,9 @@ class InferenceConfig:
         echo_prefill_ticks: echo engine: ticks of simulated prefill after a slot opens.
         input_queue_frames: bounded per-session inbox (engine chunks); overflow drops the oldest.
         output_queue_frames: bounded per-attachment outbound audio queue; overflow drops the oldest.
+        test_output_jitter_ms: test-only: hold each tick's output back a random 0..N ms (order kept), to
+            show bad networks degrade a call without breaking it (``bench/latency_browser.py``).
+        test_output_jitter_s: test-only: ... during each session's first N seconds of output (0 = always).
         record: deployment recording policy: ``auto`` (recorded unless the session asks not to be),
             ``on`` (always, whatever the session asks) or ``off`` (never).
         recordings_dir: where raw recordings are written (one folder per session); the web tier's
@@ -73,6 +76,8 @@ class InferenceConfig:
     echo_prefill_ticks: int = 0
     input_queue_frames: int = 16
     output_queue_frames: int = 64
+    test_output_jitter_ms: float = 0.0
+    test_output_jitter_s: float = 0.0
     # Every connection to the service must present it (inference/transport_auth.py); never printed.
     inference_token: str | None = dataclasses.field(default=None, repr=False)
     voices_dirs: str = ""  # os.pathsep-separated roots a voice file must be in; "" = DEFAULT_VOICE_ROOTS
@@ -89,6 +94,8 @@ class InferenceConfig:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.echo_delay_frames < 0 or self.echo_prefill_ticks < 0:
             raise ConfigError("echo_delay_frames and echo_prefill_ticks must be >= 0")
+        if self.test_output_jitter_ms < 0 or self.test_output_jitter_s < 0:
+            raise ConfigError("test_output_jitter_ms and test_output_jitter_s must be >= 0")
         if self.input_queue_frames < 1 or self.output_queue_frames < 1:
             raise ConfigError("input_queue_frames and output_queue_frames must be >= 1")
         if self.lockstep_backend not in ("auto", "eager", "fast"):

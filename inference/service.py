@@ -70,6 +70,8 @@ class InferenceService:
             admission=self.pool,
             timeouts=SessionTimeouts.from_config(self.config),
             forget=self.forget,
+            test_output_jitter_ms=self.config.test_output_jitter_ms,
+            test_output_jitter_s=self.config.test_output_jitter_s,
         )
         self.worker.start()
         self.started = True

@@ -26,7 +26,6 @@ from typing import Literal, Protocol
 import numpy as np
 
 from inference.audio import pcm
-from inference.audio.framing import FrameAccumulator
 from inference.audio.resample import StreamingResampler
 from inference.config import InferenceConfig
 from inference.contracts import (
@@ -50,6 +49,7 @@ from inference.contracts import (
 )
 from inference.engines.base import SlotConfig, SlotOutput
 from inference.outbox import Outbox
+from inference.output_jitter import OutputJitter
 from inference.worker import SlotCounters, SlotListener, WorkerStats
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class SlotDriver(Protocol):
     def cancel(self, slot: int) -> None: ...
     def force_listen(self, slot: int) -> None: ...
     def set_image(self, slot: int, image: bytes) -> None: ...
-    def push(self, slot: int, chunk: np.ndarray) -> bool: ...
+    def push(self, slot: int, samples: np.ndarray) -> bool: ...
     def stats(self) -> WorkerStats: ...
     def take_slot_counters(self, slot: int) -> SlotCounters: ...
 
@@ -110,6 +110,8 @@ class SessionContext:
     admission: Admission
     timeouts: SessionTimeouts
     forget: Callable[[DialogueSession], None]  # the service drops a closed session from its registry
+    test_output_jitter_ms: float = 0.0  # test-only: random 0..N ms delays on outgoing audio (output_jitter.py)
+    test_output_jitter_s: float = 0.0  # ... during a session's first N seconds of output (0 = always)
 
 
 class DialogueSession:
@@ -146,7 +148,15 @@ class DialogueSession:
         self.dropped_out = 0  # outbound audio dropped by full outboxes
         self.played_ms = 0.0
         self.sent_audio_ms = 0.0
-        self._framer = FrameAccumulator(self.caps.input_chunk_samples)
+        # Input goes to the worker as it comes; its framer cuts frames in phase with the tick. These
+        # positions let session.metrics name one tick exactly (the page measures mouth-to-ear with them).
+        self._pushed = 0  # input samples handed to the worker (engine rate): the stream position
+        self._input_rate = self.caps.input_rate  # the client's rate, to give positions in its own samples
+        self._attached_at = 0  # stream position when the current connection attached
+        self._sent_samples = 0  # output samples handed to the current connection
+        self._heard: tuple[int, int] | None = None  # latest tick: (stream position heard, output samples sent)
+        jitter_ms, jitter_s = context.test_output_jitter_ms, context.test_output_jitter_s
+        self._jitter = OutputJitter(self.loop, jitter_ms, jitter_s) if jitter_ms > 0 else None
         self._resampler: StreamingResampler | None = None
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._last_backpressure = 0.0
@@ -156,6 +166,7 @@ class DialogueSession:
     def attach(self, handle: Attachment, *, takeover: bool) -> None:
         """Make ``handle`` the session's connection; an older one gets Replaced and ends."""
         old, self.attachment = self.attachment, handle
+        self._attached_at, self._sent_samples, self._heard = self._pushed, 0, None
         if old is not None:
             old.outbox.put(Replaced())
             self._retire(old)
@@ -232,15 +243,16 @@ class DialogueSession:
             if self._resampler is None or self._resampler.src_rate != rate:
                 self._resampler = StreamingResampler(rate, self.caps.input_rate)
             samples = self._resampler.process(samples)
-        frames = self._framer.push(samples)
+        self._input_rate = rate
         if not self.audio_started:
             self.audio_started = True
             self._open_slot()
         assert self.slot is not None
-        for frame in frames:
-            if not self._worker.push(self.slot, frame):
+        if samples.size:
+            if not self._worker.push(self.slot, samples):
                 self.dropped_in += 1
                 self._report_backpressure()
+            self._pushed += samples.size
 
     def append_image(self, data: bytes) -> None:
         if not self.caps.video:
@@ -296,6 +308,8 @@ class DialogueSession:
             return
         held_s = time.monotonic() - self.admitted_at if self.admitted_at is not None else 0.0
         self.state = "closed"
+        if self._jitter is not None:
+            self._jitter.cancel()
         for name in list(self._timers):
             self._cancel_timer(name)
         if self.attachment is not None:
@@ -307,7 +321,7 @@ class DialogueSession:
 
     # ---- worker callbacks (on this loop) ------------------------------------------------------
 
-    def slot_output(self, output: SlotOutput, pcm16: bytes) -> None:
+    def slot_output(self, output: SlotOutput, pcm16: bytes, heard_position: int | None = None) -> None:
         if self.state == "closed":
             return
         if output.prefilling:
@@ -318,12 +332,25 @@ class DialogueSession:
             self._emit(Prefill(progress=1.0, done=True))
         if pcm16:
             self.sent_audio_ms += 1000.0 * len(pcm16) / 2 / self.caps.output_rate
-            self._emit(AudioOut(pcm16, self.epoch))
+            self._send_output(self._send_audio, pcm16, heard_position, self.epoch)
         if output.text:
-            self._emit(TextOut(output.text, self.epoch))
+            self._send_output(self._emit, TextOut(output.text, self.epoch))
         if output.decision is not None:
-            self._emit(Decision(output.decision, self.unit, output.end_of_turn))
+            self._send_output(self._emit, Decision(output.decision, self.unit, output.end_of_turn))
             self.unit += 1
+
+    def _send_output(self, send: Callable[..., None], *args: object) -> None:
+        """A tick's output goes to the connection at once (or, under test-only jitter, later and in order)."""
+        if self._jitter is None:
+            send(*args)
+        else:
+            self._jitter.send(lambda: send(*args))
+
+    def _send_audio(self, pcm16: bytes, heard_position: int | None, epoch: int) -> None:
+        self._sent_samples += len(pcm16) // 2
+        if heard_position is not None:
+            self._heard = (heard_position, self._sent_samples)
+        self._emit(AudioOut(pcm16, epoch))
 
     def slot_failed(self, message: str) -> None:
         if self.state == "closed":
@@ -368,6 +395,12 @@ class DialogueSession:
                 "out_wait_ms_max": self.attachment.outbox.take_max_wait_ms() if self.attachment is not None else 0.0,
                 "unplayed_ms": round(max(0.0, self.sent_audio_ms - self.played_ms), 1) if self.played_ms else 0.0,
             }
+        if self._heard is not None and self._heard[0] > self._attached_at:
+            # One tick, exactly: it had heard this connection's input up to heard_input_samples (the
+            # client's rate) and its audio ends at heard_output_samples of what this connection got.
+            heard, sent = self._heard
+            values["heard_input_samples"] = round((heard - self._attached_at) * self._input_rate / self.caps.input_rate)
+            values["heard_output_samples"] = sent
         return values
 
     # ---- internals ----------------------------------------------------------------------------

@@ -4,9 +4,10 @@ The asyncio side never touches the engine. It sends commands (open, close, freez
 this thread, pushes input chunks into each slot's bounded inbox, and receives outputs and
 confirmations through ``loop.call_soon_threadsafe``.
 
-Every tick: run queued commands, take exactly one chunk from each live slot's inbox (silence and an
-underrun when empty; frozen slots are left out of the step), ``engine.step``, hand the outputs to
-the listeners. A tick that overruns its deadline is counted as late; the clock does not burst to
+Every tick: run queued commands, take one frame from each live slot's inbox, a tick-aligned framer
+(``inference.audio.framing``: the frame ends with the audio that arrived just before the tick;
+silence and an underrun when nothing came; frozen slots are left out of the step), ``engine.step``,
+hand the outputs to the listeners at once, each with the input position its tick had heard. A tick that overruns its deadline is counted as late; the clock does not burst to
 catch up.
 """
 
@@ -17,13 +18,13 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from inference.audio.framing import TickAlignedFramer
 from inference.audio.pcm import encode_pcm16
 from inference.engines.base import Engine, SlotConfig, SlotInput, SlotOutput
 from inference.metrics import TimingRing
@@ -35,13 +36,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CLOSE_ATTEMPTS = 3
-TRIM_WINDOW_TICKS = 12  # about 1 s at 80 ms: long enough to see jitter, short enough to cut lag quickly
 
 
 class SlotListener(Protocol):
     """The asyncio-side owner of a slot; its methods are called on its own event loop."""
 
-    def slot_output(self, output: SlotOutput, pcm16: bytes) -> None: ...
+    def slot_output(self, output: SlotOutput, pcm16: bytes, heard_position: int | None) -> None: ...
     def slot_failed(self, message: str) -> None: ...
 
 
@@ -50,7 +50,7 @@ class WorkerSlot:
     """The worker's view of one slot. Counters are written by the worker thread only."""
 
     index: int
-    inbox: deque[tuple[np.ndarray, float]]  # (chunk, time.monotonic() when pushed)
+    inbox: TickAlignedFramer  # the session's input samples; each tick takes one aligned frame
     listener: SlotListener | None = None
     loop: asyncio.AbstractEventLoop | None = None
     recording: SessionRecording | None = None  # gets each step's input and output when the session is recorded
@@ -65,9 +65,7 @@ class WorkerSlot:
     frames_out: int = 0
     underruns: int = 0
     dropped_in: int = 0  # input discarded while prefilling (all but the newest chunk)
-    trimmed: int = 0  # chunks dropped to remove a standing input queue (latency)
-    window_ticks: int = 0  # takes in the current trim window
-    window_min: int = 1 << 30  # smallest inbox depth after a take in the current window
+    heard_position: int | None = None  # input stream position the current tick's frame ends at (None: underrun)
     max_in_wait_s: float = 0.0  # longest wait of a chunk in the inbox; read and reset by take_slot_counters
     close_attempts: int = 0
     pending_close: list[Callable[[], None]] = field(default_factory=list)
@@ -82,7 +80,7 @@ class SlotCounters:
     underruns: int
     dropped_in: int
     trimmed: int
-    inbox_depth: int
+    inbox_depth: float  # frames' worth of input waiting
     max_in_wait_s: float  # longest inbox wait since the previous take
 
 
@@ -111,7 +109,11 @@ class EngineWorker:
         caps = engine.capabilities
         self.period_s = caps.chunk_period_ms / 1000.0
         self._silence = np.zeros(caps.input_chunk_samples, dtype=np.float32)
-        self.slots = [WorkerSlot(i, deque(maxlen=inbox_frames)) for i in range(engine.num_slots)]
+        self._frame = caps.input_chunk_samples
+        self.slots = [
+            WorkerSlot(i, TickAlignedFramer(caps.input_chunk_samples, caps.input_rate, max_frames=inbox_frames))
+            for i in range(engine.num_slots)
+        ]
         self._commands: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -164,12 +166,9 @@ class EngineWorker:
     def set_image(self, slot: int, image: bytes) -> None:
         self._send("image", slot, image)
 
-    def push(self, slot: int, chunk: np.ndarray) -> bool:
-        """Queue one input chunk; returns False when the inbox was full and its oldest chunk was dropped."""
-        inbox = self.slots[slot].inbox
-        full = len(inbox) == inbox.maxlen
-        inbox.append((chunk, time.monotonic()))  # deque(maxlen) drops the oldest itself; atomic in CPython
-        return not full
+    def push(self, slot: int, samples: np.ndarray) -> bool:
+        """Queue input samples (any length); returns False when the inbox was full and its oldest audio was dropped."""
+        return self.slots[slot].inbox.push(samples) == 0
 
     def take_slot_counters(self, slot: int) -> SlotCounters:
         """A copy of ``slot``'s counters; its longest inbox wait starts again from 0.
@@ -179,7 +178,9 @@ class EngineWorker:
         """
         s = self.slots[slot]
         wait, s.max_in_wait_s = s.max_in_wait_s, 0.0
-        return SlotCounters(s.frames_in, s.frames_out, s.underruns, s.dropped_in, s.trimmed, len(s.inbox), wait)
+        trimmed = round(s.inbox.dropped / self._frame)  # alignment and standing-queue trims, in frames
+        depth = round(s.inbox.pending / self._frame, 2)
+        return SlotCounters(s.frames_in, s.frames_out, s.underruns, s.dropped_in, trimmed, depth, wait)
 
     def stats(self) -> WorkerStats:
         p50, p99 = self.tick_ms.percentiles()
@@ -223,12 +224,11 @@ class EngineWorker:
         for s in open_slots:
             if s.prefilling:
                 # Once the engine says it is prefilling (seconds, for a voice prompt), keep only the
-                # newest chunk: a backlog built up meanwhile would stay on as latency. Before that
+                # newest frame: a backlog built up meanwhile would stay on as latency. Before that
                 # (the first tick after open) nothing is dropped, so an engine without prefill loses
                 # no audio.
-                while s.prefill_reported and len(s.inbox) > 1:
-                    s.inbox.popleft()
-                    s.dropped_in += 1
+                if s.prefill_reported:
+                    s.dropped_in += -(-s.inbox.keep_newest(self._frame) // self._frame)
             elif not s.frozen:
                 inputs[s.index] = self._take_input(s)
         try:
@@ -248,8 +248,8 @@ class EngineWorker:
                 s.prefill_reported = True
             elif s.prefilling:
                 s.prefilling = False  # prefill done: the slot takes input from the next tick
-                if s.prefill_reported:  # a backlog left by a real prefill is trimmed at the first take
-                    s.window_ticks = TRIM_WINDOW_TICKS - 1
+                if s.prefill_reported:  # ... after a real prefill, from the newest audio, in phase with the tick
+                    s.inbox.realign()
                 if out is None:
                     out = SlotOutput(audio=np.zeros(0, dtype=np.float32), progress=1.0)
             if out is None:
@@ -260,7 +260,8 @@ class EngineWorker:
             if s.recording is not None and s.index in inputs:
                 recorded.append(s.recording.step_item(inputs[s.index].audio, pcm16, out, step_ms))
             if s.listener is not None and s.loop is not None:
-                deliveries.setdefault(s.loop, []).append((s.listener.slot_output, (out, pcm16)))
+                heard = s.heard_position if s.index in inputs else None
+                deliveries.setdefault(s.loop, []).append((s.listener.slot_output, (out, pcm16, heard)))
         # One wake-up per event loop per tick, not one per slot.
         for loop, calls in deliveries.items():
             if not self._post_to(loop, _deliver, calls):
@@ -273,24 +274,16 @@ class EngineWorker:
         self.tick_ms.add((time.perf_counter() - started) * 1000.0)
 
     def _take_input(self, s: WorkerSlot) -> SlotInput:
-        try:
-            audio, pushed_at = s.inbox.popleft()
-            s.frames_in += 1
-            s.max_in_wait_s = max(s.max_in_wait_s, time.monotonic() - pushed_at)
-        except IndexError:
-            audio = self._silence
+        # The framer keeps the frame in phase with this tick and trims a standing queue itself.
+        taken = s.inbox.take()
+        if taken is None:
+            audio, s.heard_position = self._silence, None
             s.underruns += 1
-        # Chunks that stay queued after every take of a whole window are a standing queue: pure added
-        # latency which, with input and clock at the same rate, never drains by itself (a past burst,
-        # client clock drift). At the end of each window drop exactly that standing part (the
-        # window's minimum depth); the part that comes and goes is jitter, and is kept.
-        s.window_min = min(s.window_min, len(s.inbox))
-        s.window_ticks += 1
-        if s.window_ticks >= TRIM_WINDOW_TICKS:
-            for _ in range(s.window_min):
-                s.inbox.popleft()
-                s.trimmed += 1
-            s.window_ticks, s.window_min = 0, 1 << 30
+        else:
+            audio, s.heard_position = taken.audio, taken.end_position
+            s.frames_in += 1
+            s.underruns += taken.short  # late audio: the frame was padded in front
+            s.max_in_wait_s = max(s.max_in_wait_s, taken.wait_s)
         slot_input = SlotInput(audio=audio, image=s.image, force_listen=s.force_listen)
         s.image, s.force_listen = None, False
         return slot_input
@@ -307,8 +300,7 @@ class EngineWorker:
     def _cmd_open(self, s: WorkerSlot, config: SlotConfig, listener: SlotListener, loop, recording) -> None:
         s.listener, s.loop, s.recording = listener, loop, recording
         s.frozen = s.failed = False
-        s.frames_in = s.frames_out = s.underruns = s.dropped_in = s.trimmed = s.window_ticks = 0
-        s.window_min = 1 << 30
+        s.frames_in = s.frames_out = s.underruns = s.dropped_in = 0
         try:
             self.engine.open_slot(s.index, config)
         except Exception as exc:  # noqa: BLE001 - the session gets engine_failed, the worker goes on
@@ -336,7 +328,7 @@ class EngineWorker:
                 logger.error("slot %d: cleanup never confirmed; freeing it anyway", s.index)
         s.opened = s.prefilling = s.frozen = s.failed = False
         s.listener, s.loop, s.image, s.force_listen, s.recording = None, None, None, False, None
-        s.inbox.clear()
+        s.inbox.reset()  # the next session's stream starts at position 0
         confirmations, s.pending_close = s.pending_close, []
         for confirm in confirmations:
             confirm()
@@ -350,7 +342,6 @@ class EngineWorker:
         s.frozen = frozen
         if frozen:
             s.inbox.clear()  # a resumed slot starts from fresh audio, not from stale frames
-            s.window_ticks, s.window_min = 0, 1 << 30
 
     def _cmd_cancel(self, s: WorkerSlot) -> None:
         if s.opened and not s.failed:
