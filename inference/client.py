@@ -12,11 +12,13 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
-from inference import wire
+from inference import transport_auth, wire
+from inference.config import InferenceConfig
 from inference.contracts import (
     EngineCapabilities,
     ParleyError,
@@ -27,6 +29,8 @@ from inference.contracts import (
     WorkerSnapshot,
 )
 from inference.errors import WireError
+
+logger = logging.getLogger(__name__)
 
 GONE = "the inference service connection is closed"
 CLOSE_DRAIN_S = 2.0
@@ -184,11 +188,14 @@ class RemoteSessionHandle:
 
 
 def _not_running(socket_path: str) -> ParleyError:
-    return ParleyError(
-        f"the inference service is not running at unix://{socket_path}",
-        code="internal_error",
-        error_type="server_error",
-    )
+    # The path is for the operator's log; callers (and the pages that show this) get no server paths.
+    logger.warning("inference.unreachable: nothing listens on unix://%s", socket_path)
+    return ParleyError("the inference service is not running", code="internal_error", error_type="server_error")
+
+
+def _token() -> str | None:
+    """This process's PARLEY_INFERENCE_TOKEN: every connection to the service says hello with it."""
+    return InferenceConfig.from_env().inference_token
 
 
 def _service_closed() -> ParleyError:
@@ -196,10 +203,17 @@ def _service_closed() -> ParleyError:
 
 
 async def _connect(socket_path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection that has passed the service's handshake (inference/transport_auth.py)."""
     try:
-        return await asyncio.open_unix_connection(socket_path, limit=wire.MAX_FRAME_BYTES)
+        reader, writer = await asyncio.open_unix_connection(socket_path, limit=wire.MAX_FRAME_BYTES)
     except (FileNotFoundError, ConnectionRefusedError) as exc:
         raise _not_running(socket_path) from exc
+    try:
+        await transport_auth.client_handshake(reader, writer, _token())
+    except BaseException:
+        writer.close()
+        raise
+    return reader, writer
 
 
 async def _read_reply(reader: asyncio.StreamReader) -> dict[str, Any]:
@@ -241,6 +255,7 @@ def remote_capabilities(socket_path: str, timeout_s: float = 5.0) -> EngineCapab
             sock.connect(socket_path)
         except OSError as exc:
             raise _not_running(socket_path) from exc
+        transport_auth.client_handshake_sync(sock, _token())
         sock.sendall(wire.json_frame({"op": "capabilities"}))
         header = _recv_exactly(sock, 5)
         length = int.from_bytes(header[:4], "big")

@@ -10,18 +10,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
 import socket
 import sys
+from pathlib import Path
 
-from inference import wire
+from inference import transport_auth, wire
 from inference.config import InferenceConfig
-from inference.contracts import ParleyError
+from inference.contracts import ParleyError, VoiceRef
 from inference.errors import WireError
 from inference.local_handle import LocalHandle
 from inference.service import InferenceService
+from inference.voice_files import checked_voice
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +38,11 @@ class Connection:
 
     async def run(self) -> None:
         try:
+            token = self.service.config.inference_token or ""  # serve() refuses to start without one
+            try:
+                await transport_auth.server_handshake(self.reader, self.writer, token)
+            except transport_auth.HandshakeRefused:
+                return  # answered and logged by the handshake
             first = await wire.read_frame(self.reader)
             if first is not None and first[0] == wire.JSON:
                 await self._first_call(wire.parse_json(first[1]))
@@ -61,7 +69,9 @@ class Connection:
             await self._send({"reply": 0, "ok": ended})
         elif op == "open":
             try:
-                self.handle = await self.service.open_session(wire.request_from_dict(call.get("request")))
+                request = wire.request_from_dict(call.get("request"))
+                request = dataclasses.replace(request, voice=self._voice(request.voice))
+                self.handle = await self.service.open_session(request)
             except ParleyError as exc:
                 await self._send({"reply": 0, "error": wire.error_to_dict(exc)})
                 return
@@ -99,13 +109,17 @@ class Connection:
             call_id, op, args = call.get("id"), call.get("op"), call.get("args") or {}
             if not isinstance(call_id, int) or not isinstance(args, dict):
                 raise WireError("a call needs an integer id and object args")
-            await self._reply(call_id, self._dispatch(handle, op, args))
+            await self._reply(call_id, self._dispatch_checked(handle, op, args))
         else:
             raise WireError(f"unexpected frame kind {kind}")
 
+    def _voice(self, voice: VoiceRef | None) -> VoiceRef | None:
+        """Only files in the voices storage: a peer never makes the engine read a path of its choosing."""
+        return checked_voice(voice, self.service.config.voice_roots)
+
     def _dispatch(self, handle: LocalHandle, op: object, args: dict):
         if op == "update":
-            return handle.update(persona=args.get("persona"), voice=wire.voice_from_dict(args.get("voice")))
+            return handle.update(persona=args.get("persona"), voice=self._voice(wire.voice_from_dict(args.get("voice"))))
         if op in ("pause", "resume", "cancel", "force_listen", "detach"):
             return getattr(handle, op)()
         if op == "playback_ack":
@@ -113,6 +127,9 @@ class Connection:
         if op == "close":
             return handle.close(str(args.get("reason", "client_close")))
         raise ParleyError(f"unknown op {op!r}", code="unknown_event")
+
+    async def _dispatch_checked(self, handle: LocalHandle, op: object, args: dict) -> None:
+        await self._dispatch(handle, op, args)  # a refusal while building the call (a voice) becomes its reply
 
     async def _reply(self, call_id: int, call) -> None:
         try:
@@ -128,12 +145,21 @@ class Connection:
 
 
 async def serve(service: InferenceService, socket_path: str, stop: asyncio.Event) -> None:
-    """Accept connections on ``socket_path`` until ``stop`` is set."""
+    """Accept connections on ``socket_path`` (in a private directory) until ``stop`` is set."""
+    if not service.config.inference_token:
+        raise SystemExit(
+            f"{transport_auth.TOKEN_ENV} is not set: the service authenticates every connection with it "
+            "(the web tier needs the same value; make run generates var/inference-token)"
+        )
+    try:
+        transport_auth.private_socket_dir(Path(socket_path).parent)
+    except PermissionError as exc:
+        raise SystemExit(f"refusing to serve on {socket_path}: {exc}") from exc
     _remove_stale_socket(socket_path)
     server = await asyncio.start_unix_server(
         lambda r, w: Connection(service, r, w).run(), path=socket_path, limit=wire.MAX_FRAME_BYTES
     )
-    os.chmod(socket_path, 0o660)
+    os.chmod(socket_path, 0o600)  # and its directory is 0700: only this user reaches it at all
     print(f"ready: serving {service.capabilities.engine!r} on unix://{socket_path}", flush=True)
     try:
         await stop.wait()
@@ -163,7 +189,9 @@ def _remove_stale_socket(path: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--socket", help="unix socket path (default: from PARLEY_INFERENCE_URL, else /tmp)")
+    parser.add_argument(
+        "--socket", help="unix socket path, in a private directory (default: PARLEY_INFERENCE_URL, else var/run/)"
+    )
     parser.add_argument("--engine", help="engine name (default: PARLEY_ENGINE, else echo)")
     parser.add_argument("--slots", type=int, help="slots (default: PARLEY_SLOTS, else 4)")
 

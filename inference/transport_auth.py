@@ -161,7 +161,10 @@ async def client_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamW
     """Say hello with ``token`` and wait for the welcome; raises ParleyError when refused."""
     writer.write(_hello(token))
     await writer.drain()
-    item = await wire.read_frame(reader)
+    try:
+        item = await wire.read_frame(reader)
+    except (ConnectionError, WireError):
+        item = None  # dropped without a word: no welcome either
     _check_welcome(wire.parse_json(item[1]) if item is not None and item[0] == wire.JSON else {})
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -21,9 +22,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def service_socket():
+def service_token():
+    """The shared token, in this process's environment (the client's side) for the module's tests."""
+    with pytest.MonkeyPatch.context() as patch:
+        token = secrets.token_urlsafe(24)
+        patch.setenv("PARLEY_INFERENCE_TOKEN", token)
+        yield token
+
+
+@pytest.fixture(scope="module")
+def service_socket(service_token):
     """A real service process (echo engine, 1 slot, no queue, 1 s grace) on a short temp socket path."""
-    tmp = tempfile.mkdtemp(prefix="parley-", dir="/tmp")  # unix socket paths must stay short
+    tmp = tempfile.mkdtemp(prefix="parley-", dir="/tmp")  # unix socket paths must stay short; mkdtemp is 0700
     path = os.path.join(tmp, "inference.sock")
     env = {
         **os.environ,
