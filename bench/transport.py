@@ -99,9 +99,12 @@ async def paced_send(frames: int, send, stats: ClientStats) -> None:
 # ---- via the WebSocket endpoint -----------------------------------------------------------------
 
 
-async def ws_client(url: str, key: str, frames: int, delay_frames: int, stats: ClientStats) -> None:
+async def ws_client(
+    url: str, key: str, frames: int, delay_frames: int, stats: ClientStats, start_after_s: float = 0.0
+) -> None:
     from websockets.asyncio.client import connect
 
+    await asyncio.sleep(start_after_s)  # --ramp-s: users arrive over a while, not in one instant
     payloads = [base64.b64encode(marked_frame(k)).decode() for k in range(frames)]
     try:
         async with connect(url, additional_headers={"Authorization": f"Bearer {key}"}, max_size=2**22) as ws:
@@ -262,7 +265,10 @@ async def run_ws_clients(
     sampling = [asyncio.create_task(s.run()) for s in (*samplers.values(), client_sampler)]
     try:
         await asyncio.gather(
-            *(ws_client(url, keys[i], frames, args.delay_frames, stats[i]) for i in range(args.clients))
+            *(
+                ws_client(url, keys[i], frames, args.delay_frames, stats[i], i * args.ramp_s / args.clients)
+                for i in range(args.clients)
+            )
         )
     finally:
         for task in sampling:
@@ -407,6 +413,7 @@ def summarize(args, stats: list[ClientStats], cpu: dict) -> dict:
         "via": args.via,
         "clients": args.clients,
         "seconds": args.seconds,
+        "ramp_s": args.ramp_s,
         "delay_frames": args.delay_frames,
         "host": {
             "cpus": psutil.cpu_count(),
@@ -472,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--delay-frames", type=int, default=3)
     parser.add_argument("--via", choices=("ws", "facade", "cluster"), default="ws")
+    parser.add_argument(
+        "--ramp-s", type=float, default=0.0, help="spread the WebSocket clients' connects over this many seconds"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "transport-cpu.json")
     args = parser.parse_args(argv)
     if not 1 <= args.clients <= MAX_CLIENTS or not 1 <= args.seconds <= MAX_SECONDS:
