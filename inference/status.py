@@ -120,7 +120,6 @@ def service_status(
     address: str,
     state: ServiceState,
     history: History,
-    records: dict[str, bool] | None = None,
 ) -> ServiceStatus:
     """Describe ``service`` now (call on its event loop: it reads the pool and the sessions)."""
     now_mono, now = time.monotonic(), time.time()
@@ -134,11 +133,7 @@ def service_status(
     sessions = []
     for session in list(service.sessions.values()):
         position = queue_positions.get(id(session))
-        sessions.append(
-            _session_status(
-                session, service, service_id, engine, now_mono, position, (records or {}).get(session.session_id)
-            )
-        )
+        sessions.append(_session_status(session, service, service_id, engine, now_mono, position))
     checkpoint = service.config.checkpoint
     return ServiceStatus(
         service_id=service_id,
@@ -174,19 +169,19 @@ def _session_status(
     engine: str,
     now_mono: float,
     queue_position: int | None,
-    record: bool | None,
 ) -> SessionStatus:
+    # The same figures as the session's own Metrics event, read without resetting its maxima.
     frames_in = frames_out = 0
     dropped = session.dropped_in + session.dropped_out
     if session.attachment is not None:
         dropped += session.attachment.outbox.dropped_audio
     lag_ms = 0.0
     if session.slot is not None and session.state != "queued":
-        ws = service.worker.slots[session.slot]
-        frames_in, frames_out = ws.frames_in, ws.frames_out
-        dropped += ws.dropped_in + ws.trimmed
+        counters = service.worker.peek_slot_counters(session.slot)
+        frames_in, frames_out = counters.frames_in, counters.frames_out
+        dropped += counters.dropped_in + counters.trimmed
         queued_out = len(session.attachment.outbox) if session.attachment is not None else 0
-        lag_ms = (len(ws.inbox) + queued_out) * session.caps.chunk_period_ms
+        lag_ms = (counters.inbox_depth + queued_out) * session.caps.chunk_period_ms
     state: SessionState
     if session.state == "queued":
         state = "queued"
@@ -210,7 +205,6 @@ def _session_status(
         frames_out=frames_out,
         dropped_frames=dropped,
         lag_ms=round(lag_ms, 1),
-        record=bool(record),
         queue_position=queue_position,
         estimated_wait_s=service.pool.estimated_wait_s(queue_position) if queue_position else None,
     )

@@ -176,11 +176,16 @@ class EngineWorker:
         The worker thread writes these fields while this reads them: a reading one tick stale, or a
         wait recorded between the read and the reset and so lost, only blurs one Metrics event.
         """
+        counters = self.peek_slot_counters(slot)
+        self.slots[slot].max_in_wait_s = 0.0
+        return counters
+
+    def peek_slot_counters(self, slot: int) -> SlotCounters:
+        """A copy of ``slot``'s counters that resets nothing (the operations console reads it twice a second)."""
         s = self.slots[slot]
-        wait, s.max_in_wait_s = s.max_in_wait_s, 0.0
         trimmed = round(s.inbox.dropped / self._frame)  # alignment and standing-queue trims, in frames
         depth = round(s.inbox.pending / self._frame, 2)
-        return SlotCounters(s.frames_in, s.frames_out, s.underruns, s.dropped_in, trimmed, depth, wait)
+        return SlotCounters(s.frames_in, s.frames_out, s.underruns, s.dropped_in, trimmed, depth, s.max_in_wait_s)
 
     def stats(self) -> WorkerStats:
         p50, p99 = self.tick_ms.percentiles()
