@@ -110,14 +110,15 @@ def build_pack(name: str, spec: dict, tmp: Path, *, check_hashes: bool = True) -
     return Pack(name, spec, ckpt, voices)
 
 
-def session_prefill(pack: Pack, session: dict, gen: LockstepGen):
-    """Our prefill for one session: voice prompt of its kind, then silence, persona, silence."""
+def session_prefill(pack: Pack, session: dict, ct: int):
+    """Our prefill for one session (``ct``: token-ring columns): voice prompt of its kind, silence, persona,
+    silence."""
     info = pack.info
     path = pack.voices[session["voice"]]
     if session["voice"] == "wav":
         voice = voice_frames_from_codes(info.lm, encode_voice(info, path))
     else:
-        voice = voice_frames_from_prompt(info.lm, load_voice_prompt(path, info.lm, gen.ct))
+        voice = voice_frames_from_prompt(info.lm, load_voice_prompt(path, info.lm, ct))
     ids = persona_tokens(spm.SentencePieceProcessor(model_file=str(info.tokenizer)), session["persona"])
     return build_prefill(info.lm, voice=voice, persona_ids=ids)
 
@@ -140,7 +141,7 @@ def run_ours(pack: Pack, rows: list[int]) -> np.ndarray:
     lm = load_lm(info.moshi_weights, info.lm)
     gen = LockstepGen(lm, len(rows), SamplingConfig(use_sampling=False))
     sessions = [pack.spec["sessions"][r] for r in rows]
-    run_prefill(gen, [session_prefill(pack, s, gen) for s in sessions])
+    run_prefill(gen, [session_prefill(pack, s, gen.ct) for s in sessions])
     codes = torch.from_numpy(np.load(pack.dir / "user_codes.npy")[rows])
     return live_steps(gen, codes, keep_first=True).numpy().astype(np.int64)
 

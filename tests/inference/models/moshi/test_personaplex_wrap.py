@@ -29,6 +29,7 @@ from tests.inference.models.moshi.personaplex_packs import (
     require_reference,
     run_ours,
     run_reference,
+    session_prefill,
 )
 
 SPECS = load_specs()
@@ -93,6 +94,34 @@ def test_solo_sessions_equal_reference_goldens(pack, golden, ours_solo):
 def test_batched_sessions_equal_reference_goldens(pack, golden, ours_batched):
     """The three sessions in one batch, each at its own position (their prefills differ in length)."""
     compare_frames(ours_batched, golden, f"{pack.name} batched")
+
+
+def test_fast_path_equals_reference_goldens(pack, golden):
+    """The fast path (its CPU twin: the code the CUDA graphs capture) on three slots of a four-slot ring set,
+    each prefilled in turn while the others wait, then live together: same tokens as the reference."""
+    from inference.models.moshi.fast.graphs import GraphedLockstep
+    from inference.models.moshi.fast.model import FastLM
+    from inference.models.moshi.fast.session import live_forced, run_prefill
+    from inference.models.moshi.fast.step import FastLockstep
+    from inference.models.moshi.gen import SamplingConfig
+    from inference.models.moshi.loading import load_lm
+
+    info = pack.info
+    slots = [3, 0, 2]  # session i runs in slots[i]; slot 1 stays idle
+    with _one_thread():
+        ls = FastLockstep(FastLM(load_lm(info.moshi_weights, info.lm)), num_slots=4, max_rows=4,
+                          sampling=SamplingConfig(use_sampling=False))  # fmt: skip
+        gl = GraphedLockstep(ls, buckets=(1, 2, 4))
+        for slot, session in zip(slots, pack.spec["sessions"], strict=True):
+            run_prefill(gl.step, ls, [slot], session_prefill(pack, session, ls.ct).frames)
+        codes = torch.from_numpy(np.load(DATA / pack.name / "user_codes.npy"))  # [S, 8, T]
+        out = []
+        for k in range(codes.shape[2]):
+            forced, mask = live_forced(info.lm, codes[:, :, k])
+            tokens, valid = gl.step(torch.tensor(slots), forced, mask)
+            assert bool(valid.all())
+            out.append(tokens.clone())
+    compare_frames(torch.stack(out, dim=1).numpy().astype(np.int64), golden, f"{pack.name} fast path")
 
 
 def test_wav_voice_codes_equal_reference_mimi(pack):
