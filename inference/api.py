@@ -37,8 +37,11 @@ class SessionHandle(Protocol):
         """Queued* -> Ready -> (Prefill | AudioOut | TextOut | Decision | Metrics | ...)* -> Closed | Replaced."""
         ...
 
-    async def update(self, *, persona: str | None = None, voice: VoiceRef | None = None) -> None:
-        """Set persona / voice; raises persona_update_unsupported / voice_update_unsupported after audio began."""
+    async def update(
+        self, *, persona: str | None = None, voice: VoiceRef | None = None, record: bool | None = None
+    ) -> None:
+        """Set persona / voice / the wish to be recorded; raises persona_update_unsupported /
+        voice_update_unsupported / record_update_unsupported on a change after audio began."""
 
     async def append_audio(self, data: bytes, *, encoding: Literal["pcm16", "f32"], rate: int) -> None:
         """Raw little-endian samples of any length; reframed and resampled to the engine's chunk.
@@ -421,11 +424,11 @@ def read_recording(session_id: str):
 
     Raises ``ParleyError(code="recording_unreadable")`` naming what is wrong when nothing is usable.
     """
-    from inference.recording.reader import RawRecordingError, read_recording as read
+    from inference.recording import reader
 
     try:
-        return read(_raw_folder(session_id))
-    except RawRecordingError as exc:
+        return reader.read_recording(_raw_folder(session_id))
+    except reader.RawRecordingError as exc:
         raise ParleyError(str(exc), code="recording_unreadable", error_type="server_error") from exc
 
 

@@ -84,8 +84,10 @@ class RemoteSessionHandle:
             self._session_id = event.session_id
         return event
 
-    async def update(self, *, persona: str | None = None, voice: VoiceRef | None = None) -> None:
-        await self._call("update", persona=persona, voice=wire.voice_to_dict(voice))
+    async def update(
+        self, *, persona: str | None = None, voice: VoiceRef | None = None, record: bool | None = None
+    ) -> None:
+        await self._call("update", persona=persona, voice=wire.voice_to_dict(voice), record=record)
 
     async def append_audio(self, data: bytes, *, encoding: str, rate: int) -> None:
         call_id = next(self._ids)

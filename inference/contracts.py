@@ -85,7 +85,7 @@ class SessionRequest:
     model: str | None = None  # engine name; None = the service's default
     persona: str | None = None
     voice: VoiceRef | None = None
-    record: bool = False
+    record: bool = True  # the caller's wish; the deployment's PARLEY_RECORD=on|off overrides it
 
 
 # ---- events the web tier receives from a session handle ------------------------------------
@@ -107,6 +107,7 @@ class Ready:
     capabilities: EngineCapabilities
     persona: str | None
     voice: str | None
+    recorded: bool = False  # whether this session is being recorded (policy and the caller's wish)
 
 
 @dataclass(frozen=True)

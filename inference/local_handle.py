@@ -38,8 +38,10 @@ class LocalHandle:
             raise ParleyError("this connection no longer owns the session", code="session_not_ready")
         return self._session
 
-    async def update(self, *, persona: str | None = None, voice: VoiceRef | None = None) -> None:
-        self._current().update(persona=persona, voice=voice)
+    async def update(
+        self, *, persona: str | None = None, voice: VoiceRef | None = None, record: bool | None = None
+    ) -> None:
+        self._current().update(persona=persona, voice=voice, record=record)
 
     async def append_audio(self, data: bytes, *, encoding: str, rate: int) -> None:
         self._current().append_audio(data, encoding, rate)

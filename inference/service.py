@@ -18,6 +18,8 @@ from inference.engines import build_engine
 from inference.engines.base import Engine, ProgressFn
 from inference.local_handle import LocalHandle
 from inference.pool import SlotPool
+from inference.recording.policy import RecordingPolicy
+from inference.recording.recorder import Recorder
 from inference.session import DialogueSession, SessionContext, SessionTimeouts
 from inference.worker import EngineWorker
 
@@ -39,8 +41,10 @@ class InferenceService:
         # Clients see the engine's capabilities plus this service's limits (spec: capabilities.max_session_s).
         engine_caps = self.engine.capabilities
         self.capabilities: EngineCapabilities = dataclasses.replace(
-            engine_caps, extra={**engine_caps.extra, "max_session_s": config.max_session_s}
+            engine_caps,
+            extra={**engine_caps.extra, "max_session_s": config.max_session_s, "record_policy": config.record},
         )
+        self.recorder: Recorder | None = None  # set by start() unless recording is off
         self.warmed = warmed
         self.loop: asyncio.AbstractEventLoop | None = None
         self.worker: EngineWorker = None  # type: ignore[assignment]  # set by start()
@@ -63,6 +67,9 @@ class InferenceService:
         name = f"engine-{self.capabilities.engine}-{self.config.device}"
         self.worker = EngineWorker(self.engine, inbox_frames=self.config.input_queue_frames, name=name)
         self.pool = SlotPool(self.worker, queue_max=self.config.queue_max, loop=self.loop)
+        if self.config.record != "off":
+            self.recorder = Recorder(self.config.recordings_dir)
+            self.recorder.start()  # first marks recordings a killed predecessor left open as interrupted
         self._session_context = SessionContext(
             capabilities=self.capabilities,
             loop=self.loop,
@@ -72,6 +79,7 @@ class InferenceService:
             forget=self.forget,
             test_output_jitter_ms=self.config.test_output_jitter_ms,
             test_output_jitter_s=self.config.test_output_jitter_s,
+            recording=RecordingPolicy(self.config.record, self.recorder, self._recording_meta()),
         )
         self.worker.start()
         self.started = True
@@ -85,13 +93,32 @@ class InferenceService:
         await asyncio.sleep(0)  # let handles see their Closed event before the worker goes
         self.pool.stop()
         await asyncio.to_thread(self.worker.stop)
+        self._stop_recorder()
         self.started = False
 
     def stop_worker(self) -> None:
         """Synchronous stop for when the service's loop is already gone (e.g. a finished test)."""
         if self.started:
             self.worker.stop()
+            self._stop_recorder()
             self.started = False
+
+    def _stop_recorder(self) -> None:
+        if self.recorder is not None:
+            self.recorder.stop()
+            self.recorder = None
+
+    def _recording_meta(self) -> dict:
+        caps = self.capabilities
+        return {
+            "engine": caps.engine,
+            "family": caps.family,
+            "checkpoint": str(self.config.checkpoint) if self.config.checkpoint else None,
+            "input_rate": caps.input_rate,
+            "input_chunk_samples": caps.input_chunk_samples,
+            "output_rate": caps.output_rate,
+            "chunk_period_ms": caps.chunk_period_ms,
+        }
 
     @property
     def usable_here(self) -> bool:
@@ -116,7 +143,9 @@ class InferenceService:
             handle = LocalHandle(session, self.config.output_queue_frames)
             session.attach(handle, takeover=True)
             return handle
-        session = DialogueSession(self._session_context, request.user_key, request.persona, request.voice)
+        session = DialogueSession(
+            self._session_context, request.user_key, request.persona, request.voice, record=request.record
+        )
         handle = LocalHandle(session, self.config.output_queue_frames)
         session.attachment = handle  # Ready or Queued from the pool goes to this handle
         self.pool.request(session)  # raises resource_exhausted before anything is registered

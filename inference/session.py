@@ -49,6 +49,8 @@ from inference.contracts import (
 )
 from inference.engines.base import SlotConfig, SlotOutput
 from inference.outbox import Outbox
+from inference.recording.policy import RecordingPolicy
+from inference.recording.recorder import SessionRecording
 from inference.output_jitter import OutputJitter
 from inference.worker import SlotCounters, SlotListener, WorkerStats
 
@@ -63,7 +65,14 @@ IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 class SlotDriver(Protocol):
     """The engine worker, as a session drives its slot (``inference.worker.EngineWorker``)."""
 
-    def open(self, slot: int, config: SlotConfig, listener: SlotListener, loop: asyncio.AbstractEventLoop) -> None: ...
+    def open(
+        self,
+        slot: int,
+        config: SlotConfig,
+        listener: SlotListener,
+        loop: asyncio.AbstractEventLoop,
+        recording: SessionRecording | None = None,
+    ) -> None: ...
     def freeze(self, slot: int, frozen: bool) -> None: ...
     def cancel(self, slot: int) -> None: ...
     def force_listen(self, slot: int) -> None: ...
@@ -110,6 +119,7 @@ class SessionContext:
     admission: Admission
     timeouts: SessionTimeouts
     forget: Callable[[DialogueSession], None]  # the service drops a closed session from its registry
+    recording: RecordingPolicy = RecordingPolicy()  # whether sessions are recorded, and the recorder
     test_output_jitter_ms: float = 0.0  # test-only: random 0..N ms delays on outgoing audio (output_jitter.py)
     test_output_jitter_s: float = 0.0  # ... during a session's first N seconds of output (0 = always)
 
@@ -122,9 +132,20 @@ class DialogueSession:
         user_key: the user this session belongs to.
         persona: persona text, fixed once audio starts.
         voice: voice reference, fixed once audio starts.
+        record: the caller's wish to be recorded (the service's policy may override it), fixed once audio starts.
     """
 
-    def __init__(self, context: SessionContext, user_key: str, persona: str | None, voice: VoiceRef | None):
+    def __init__(
+        self,
+        context: SessionContext,
+        user_key: str,
+        persona: str | None,
+        voice: VoiceRef | None,
+        record: bool = True,
+    ):
+        self._recording_policy = context.recording
+        self.record_requested = record
+        self.recording: SessionRecording | None = None  # from the first audio, when recorded
         self.caps = context.capabilities
         self.loop = context.loop
         self._worker = context.worker
@@ -177,6 +198,7 @@ class DialogueSession:
             return
         if self.state == "closed":
             raise AssertionError("attach to a closed session")
+        self._record("attach", takeover=takeover)
         handle.outbox.put(self._ready_event(resumed=takeover))
         if self.user_paused:
             handle.outbox.put(Paused())
@@ -192,6 +214,7 @@ class DialogueSession:
             return
         self._retire(handle)
         self.attachment = None
+        self._record("detach")
         self._apply_freeze()
         self._start_timer("grace", self._timeouts.disconnect_grace_s, "grace_expired")
 
@@ -215,8 +238,12 @@ class DialogueSession:
 
     # ---- client requests (through the handle) -------------------------------------------------
 
-    def update(self, *, persona: str | None, voice: VoiceRef | None) -> None:
+    def update(self, *, persona: str | None, voice: VoiceRef | None, record: bool | None = None) -> None:
         if self.audio_started:
+            if record is not None and self._recording_policy.records(record) != self.recorded:
+                raise ParleyError(
+                    "recording is fixed once audio has started", code="record_update_unsupported", param="record"
+                )
             if persona is not None and persona != self.persona:
                 raise ParleyError(
                     "the persona is fixed once audio has started", code="persona_update_unsupported", param="persona"
@@ -226,6 +253,8 @@ class DialogueSession:
                     "the voice is fixed once audio has started", code="voice_update_unsupported", param="voice"
                 )
             return
+        if record is not None:
+            self.record_requested = record
         if persona is not None:
             self.persona = persona
         if voice is not None:
@@ -269,6 +298,7 @@ class DialogueSession:
         self.last_activity = time.monotonic()
         if not self.user_paused:
             self.user_paused = True
+            self._record("pause")
             self._apply_freeze()
             self._start_timer("pause", self._timeouts.pause_timeout_s, "pause_timeout")
         self._emit(Paused())
@@ -278,6 +308,7 @@ class DialogueSession:
         self.last_activity = time.monotonic()
         if self.user_paused:
             self.user_paused = False
+            self._record("resume")
             self._cancel_timer("pause")
             self._apply_freeze()
         self._emit(Resumed())
@@ -285,6 +316,8 @@ class DialogueSession:
     def cancel(self) -> None:
         self._require_admitted()
         self.epoch += 1
+        # What the caller had not heard yet when the agent was cut off (from the last playback ack).
+        self._record("epoch", epoch=self.epoch, unplayed_ms=round(max(0.0, self.sent_audio_ms - self.played_ms), 1))
         if self.attachment is not None:
             self.attachment.outbox.drop_epoch_before(self.epoch)
         if self.audio_started and self.slot is not None:
@@ -301,6 +334,7 @@ class DialogueSession:
         if not isinstance(played_ms, int | float) or not np.isfinite(played_ms) or played_ms < 0:
             raise ParleyError("played_ms must be a finite number >= 0", code="invalid_value", param="played_ms")
         self.played_ms = float(played_ms)
+        self._record("ack", played_ms=self.played_ms, sent_ms=round(self.sent_audio_ms, 1))
 
     def close(self, reason: CloseReason) -> None:
         """End the session: tell the connection, leave the queue or free the slot (once cleanup is confirmed)."""
@@ -312,6 +346,8 @@ class DialogueSession:
             self._jitter.cancel()
         for name in list(self._timers):
             self._cancel_timer(name)
+        if self.recording is not None:
+            self.recording.finish(reason)
         if self.attachment is not None:
             self.attachment.outbox.put(Closed(reason))
             self._retire(self.attachment)
@@ -417,7 +453,19 @@ class DialogueSession:
             capabilities=self.caps,
             persona=self.persona,
             voice=self.voice.voice_id if self.voice is not None else None,
+            recorded=self.recorded,
         )
+
+    @property
+    def recorded(self) -> bool:
+        """Recorded (or, before the first audio, going to be)."""
+        if self.audio_started:
+            return self.recording is not None
+        return self._recording_policy.records(self.record_requested)
+
+    def _record(self, kind: str, **fields) -> None:
+        if self.recording is not None:
+            self.recording.event(kind, **fields)
 
     def _require_admitted(self) -> None:
         if self.state == "queued":
@@ -429,7 +477,14 @@ class DialogueSession:
         assert self.slot is not None
         self.state = "prefilling"
         config = SlotConfig(persona=self.persona, voice=self.voice)
-        self._worker.open(self.slot, config, self, self.loop)
+        if self._recording_policy.records(self.record_requested):
+            self.recording = self._recording_policy.begin(
+                self.session_id,
+                user_key=self.user_key,
+                persona=self.persona,
+                voice=self.voice.voice_id if self.voice is not None else None,
+            )
+        self._worker.open(self.slot, config, self, self.loop, self.recording)
         self._apply_freeze()
 
     def _apply_freeze(self) -> None:

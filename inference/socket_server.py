@@ -119,7 +119,12 @@ class Connection:
 
     def _dispatch(self, handle: LocalHandle, op: object, args: dict):
         if op == "update":
-            return handle.update(persona=args.get("persona"), voice=self._voice(wire.voice_from_dict(args.get("voice"))))
+            record = args.get("record")
+            return handle.update(
+                persona=args.get("persona"),
+                voice=self._voice(wire.voice_from_dict(args.get("voice"))),
+                record=record if isinstance(record, bool) else None,
+            )
         if op in ("pause", "resume", "cancel", "force_listen", "detach"):
             return getattr(handle, op)()
         if op == "playback_ack":

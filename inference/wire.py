@@ -203,7 +203,7 @@ def request_from_dict(obj: Any) -> SessionRequest:
         model=obj.get("model"),
         persona=obj.get("persona"),
         voice=voice_from_dict(obj.get("voice")),
-        record=bool(obj.get("record", False)),
+        record=bool(obj.get("record", True)),
     )
 
 

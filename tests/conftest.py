@@ -7,6 +7,7 @@ pytest-asyncio tests must run in separate pytest invocations (stack-notes §4).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -21,6 +22,12 @@ from tests.live_server import run_live_server
 @pytest.fixture(scope="session", autouse=True)
 def _var_dir():
     settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _recordings_dir(tmp_path_factory):
+    """Sessions are recorded by default: the suite's raw recordings go to a temp folder, not var/."""
+    os.environ.setdefault("PARLEY_RECORDINGS_DIR", str(tmp_path_factory.mktemp("raw-recordings")))
 
 
 @pytest.fixture

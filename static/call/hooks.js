@@ -10,6 +10,7 @@ export const hooks = {
   sessionId: null,
   resumed: null,
   capabilities: null,
+  recorded: null, // session.duplex.record as the server last reported it
   framesSent: 0,
   imagesSent: 0,
   micRms: 0,

@@ -29,6 +29,8 @@ const HANDLERS = {
     hooks.capabilities = duplex.capabilities ?? null;
     call.ui.setSession(hooks.sessionId, hooks.resumed);
     call.ui.setCapabilities(hooks.capabilities);
+    hooks.recorded = Boolean(duplex.record);
+    call.ui.setRecording(hooks.recorded);
     if (hooks.resumed && duplex.persona) call.ui.showPersona(duplex.persona);
     // Sent before the state turns live, so the server applies it before the first audio frame.
     call.sendSessionUpdate(hooks.resumed);
@@ -82,8 +84,13 @@ const HANDLERS = {
     call.ui.notice("This call continues in another window or tab.", "info");
     call.teardown("replaced", "Another window took this call over.");
   },
+  "session.updated"(call, e) {
+    hooks.recorded = Boolean(((e.session ?? {}).duplex ?? {}).record);
+    call.ui.setRecording(hooks.recorded);
+  },
   "session.closed"(call, e) {
     hooks.closeReason = e.reason ?? null;
+    call.ui.setRecording(false);
     if (e.reason === "admin_ended") call.ui.notice("An administrator ended this call.", "info");
     call.teardown("closed", e.reason ? `Reason: ${e.reason.replaceAll("_", " ")}` : "");
   },

@@ -140,6 +140,11 @@ export class CallUi {
     $("prefill-label").textContent = `${Math.round(progress * 100)} %`;
   }
 
+  /** The visible mark that this call is being recorded (session.duplex.record, as the server applied it). */
+  setRecording(on) {
+    $("recording-mark").hidden = !on;
+  }
+
   setSession(id, resumed) {
     $("session-id").textContent = id ? `${id}${resumed ? " (resumed)" : ""}` : "–";
   }

@@ -12,6 +12,8 @@ const hooks = {
   duration: 0,
   callerRms: 0, // the loudest RMS heard on each output path since the last play()
   agentRms: 0,
+  callerLevel: 0, // the RMS on each output path right now (after its mute)
+  agentLevel: 0,
   transcriptLines: 0,
   currentLine: -1,
   seeks: 0,
@@ -361,8 +363,10 @@ async function main() {
     const position = player.position;
     hooks.position = position;
     if (player.playing) {
-      hooks.callerRms = Math.max(hooks.callerRms, player.rms(0));
-      hooks.agentRms = Math.max(hooks.agentRms, player.rms(1));
+      hooks.callerLevel = player.rms(0);
+      hooks.agentLevel = player.rms(1);
+      hooks.callerRms = Math.max(hooks.callerRms, hooks.callerLevel);
+      hooks.agentRms = Math.max(hooks.agentRms, hooks.agentLevel);
     }
     clock.textContent = `${fmt(position)} / ${fmt(duration)}`;
     for (const [name, canvas] of Object.entries(canvases)) withPlayhead(canvas, images[name], position, duration);

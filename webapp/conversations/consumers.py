@@ -43,6 +43,7 @@ from webapp.conversations import protocol as p
 from webapp.conversations import services
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
 from webapp.operations.metrics import count_error
+from webapp.recordings import services as recordings
 
 logger = logging.getLogger(__name__)
 
@@ -255,16 +256,19 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         # Only changes reach the session: stock clients resend unchanged fields with every update.
         new_persona = instructions if instructions != view.instructions else None
         new_voice = voice.ref if voice is not None and voice.name != view.voice else None
-        if new_persona is not None or new_voice is not None:
-            await self.handle.update(persona=new_persona, voice=new_voice)
+        record = config.duplex.record if config.duplex and config.duplex.record is not None else None
+        new_record = record if record is not None and record != view.record else None
+        if new_persona is not None or new_voice is not None or new_record is not None:
+            await self.handle.update(persona=new_persona, voice=new_voice, record=new_record)
         view.input_type, view.input_rate = input_type, input_rate
         view.persona_id, view.persona_version, view.instructions = persona_id, persona_version, instructions
         if voice is not None:
             view.voice, view.voice_id = voice.name, voice.voice_id
         if config.duplex and config.duplex.binary_audio is not None:
             view.binary_audio = config.duplex.binary_audio
-        if config.duplex and config.duplex.record is not None:
-            view.record = config.duplex.record
+        if new_record is not None:
+            view.record = recordings.record_effective(view.capabilities, new_record)
+            await self._sync_recording()
         await self._emit([self.events.event("session.updated", session=self.events.session_object())])
 
     # ---- session -> client ------------------------------------------------------------------
@@ -325,6 +329,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         view.session_id, view.capabilities, view.resumed = event.session_id, event.capabilities, event.resumed
         view.instructions = event.persona if event.persona is not None else view.instructions
         view.voice = event.voice if event.voice is not None else view.voice
+        view.record = event.recorded
         self.ready = True
         await self._emit([self.events.session_created()])
         logger.info(
@@ -333,6 +338,20 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         )
         await database_sync_to_async(services.conversation_open)(
             user=self.user, session_id=event.session_id, engine=event.capabilities.engine
+        )
+        await self._sync_recording()
+
+    async def _sync_recording(self) -> None:
+        """The recording's catalogue row follows whether the session is recorded (session edges only)."""
+        view = self.view
+        await database_sync_to_async(recordings.recording_sync)(
+            user=self.user,
+            session_id=view.session_id,
+            recorded=view.record,
+            engine=view.capabilities.engine if view.capabilities else "",
+            persona_id=view.persona_id,
+            persona_version=view.persona_version,
+            voice=view.voice,
         )
 
     async def _on_closed(self, event: Closed) -> None:
@@ -350,6 +369,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await database_sync_to_async(services.conversation_close)(
                 session_id=self.view.session_id, reason=event.reason
             )
+            recordings.session_closed(session_id=self.view.session_id, reason=event.reason)
         await self._close(_CLOSE_CODE_BY_REASON.get(event.reason, CloseCode.NORMAL))
 
     # ---- sending ------------------------------------------------------------------------------

@@ -94,9 +94,17 @@ def make_recording(django_user_model):
     def make(user=None, *, session_id: str | None = None, **fields) -> Recording:
         if user is None:
             user = django_user_model.objects.create_user(username=f"user{next(counter)}", password="x")
-        recording = services.recording_start(
-            user=user, session_id=session_id or f"sess_{next(counter):08d}", engine="echo", persona_id=None, voice=None
+        session_id = session_id or f"sess_{next(counter):08d}"
+        services.recording_sync(
+            user=user,
+            session_id=session_id,
+            recorded=True,
+            engine="echo",
+            persona_id=None,
+            persona_version=None,
+            voice=None,
         )
+        recording = Recording.objects.get(session_id=session_id)
         if fields:
             Recording.objects.filter(pk=recording.pk).update(**fields)
             recording.refresh_from_db()
