@@ -23,3 +23,4 @@ cluster:
 
 lint:
 	.venv/bin/ruff check inference webapp tests bench
+	.venv/bin/lint-imports --no-cache

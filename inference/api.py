@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from inference.config import InferenceConfig
@@ -259,6 +259,13 @@ async def services() -> list[ServiceStatus]:
 
         return [await remote_status(socket_path)]
     return [await _on_service_loop(_local_status)]
+
+
+def status_metric_families(statuses: list[ServiceStatus]) -> Iterator[Any]:
+    """Prometheus metric families of these statuses (``/ops/metrics``), as a service process exports its own."""
+    from inference.exporter import status_families
+
+    return status_families(statuses)
 
 
 def _local_status(service) -> ServiceStatus:

@@ -19,6 +19,8 @@ run_suite() {  # name, timeout seconds, pytest args...
     *) echo "FAILED: $name (pytest exit $rc)"; status=1 ;;
   esac
 }
+echo "=== import contracts (lint-imports, .importlinter) ==="
+.venv/bin/lint-imports --no-cache || { echo "FAILED: import contracts (lint-imports)"; status=1; }
 run_suite "unit and integration tests" 900 -m "not browser and not gpu" "$@"
 run_suite "browser tests (Playwright + Debian chromium)" 600 -m browser tests/browser "$@"
 exit $status

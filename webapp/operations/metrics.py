@@ -1,8 +1,8 @@
 """``/ops/metrics``: this web process's Prometheus endpoint (docs/deploy.md, "Metrics").
 
-It serves the cluster's families from the same statuses the console shows (``inference.exporter``
-over ``api.services()``), plus what only this process knows: error events sent to its clients by
-code and the admissions it refused. Scrapers authenticate as a staff user with the
+It serves the cluster's families from the same statuses the console shows
+(``api.status_metric_families`` over ``api.services()``), plus what only this process knows: error
+events sent to its clients by code and the admissions it refused. Scrapers authenticate as a staff user with the
 ``operations.view_console`` permission: a session cookie, or ``Authorization: Bearer <API key>``.
 Each inference service process exposes its own families on ``--metrics-port`` (loopback).
 """
@@ -19,7 +19,6 @@ from prometheus_client.registry import Collector
 
 from inference import api
 from inference.contracts import ParleyError
-from inference.exporter import status_families
 from webapp.accounts.services import apikey_authenticate
 from webapp.operations.access import VIEW_CONSOLE, may
 
@@ -40,7 +39,7 @@ class _ClusterCollector(Collector):
         self.statuses, self.registry_error = statuses, registry_error
 
     def collect(self):
-        yield from status_families(self.statuses)
+        yield from api.status_metric_families(self.statuses)
         refused = CounterMetricFamily(
             "parley_admissions_refused", "New calls this process refused, by reason.", labels=["reason"]
         )
