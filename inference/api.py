@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -167,10 +168,25 @@ async def _restart_here():
         old.stop_worker()  # its loop is gone or different; its sessions went with it
         if _same_engine_config(old.config, _current_config()):
             engine, warmed = old.engine, old.warmed
-    service = InferenceService(_current_config(), engine, warmed=warmed)
-    await service.start()
+    try:
+        service = InferenceService(_current_config(), engine, warmed=warmed)
+        await service.start()
+    except Exception as exc:
+        raise _engine_failure(exc) from exc
     _service = service
     return service
+
+
+# Said to callers instead of the real error, whose message names server paths (checkpoints, devices).
+ENGINE_UNAVAILABLE = "The inference engine is not available; the server log has the details."
+
+
+def _engine_failure(exc: Exception) -> ParleyError:
+    """Log why the engine could not be built or warmed up; the caller gets ENGINE_UNAVAILABLE only."""
+    logging.getLogger(__name__).error(
+        "inference.engine_load_failed: engine %r: %s", _current_config().engine, exc, exc_info=exc
+    )
+    return ParleyError(ENGINE_UNAVAILABLE, code="engine_failed", error_type="server_error")
 
 
 def _same_engine_config(a: InferenceConfig, b: InferenceConfig) -> bool:
@@ -340,7 +356,10 @@ def capabilities_preview() -> dict:
         if _service is None:
             from inference.service import InferenceService
 
-            _service = InferenceService(_current_config())  # built, not started: the first call reuses its engine
+            try:
+                _service = InferenceService(_current_config())  # built, not started: the first call reuses its engine
+            except Exception as exc:
+                raise _engine_failure(exc) from exc
         caps = _service.capabilities
     preview = dataclasses.asdict(caps)
     preview["extra"] = dict(caps.extra)

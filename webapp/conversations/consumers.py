@@ -67,6 +67,10 @@ _CLOSE_CODE_BY_REASON = {
 }
 
 
+# A session that could not be opened: how the socket closes, by the error's code (else 1008).
+_CONNECT_CLOSE_CODES = {"resource_exhausted": CloseCode.TRY_AGAIN_LATER, "engine_failed": CloseCode.SERVER_ERROR}
+
+
 class RealtimeConsumer(AsyncWebsocketConsumer):
     handle: api.SessionHandle | None = None
 
@@ -97,7 +101,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             self.handle = await api.open_session(request)
         except ParleyError as exc:
             await self._reject(exc)
-            await self._close(CloseCode.TRY_AGAIN_LATER if exc.code == "resource_exhausted" else CloseCode.POLICY)
+            await self._close(_CONNECT_CLOSE_CODES.get(exc.code, CloseCode.POLICY))
             return
         await self._join_revocation_groups()
         self.pump = asyncio.create_task(self._pump_session_events())
