@@ -245,14 +245,15 @@ def voice_store_prompt(voice: Voice, *, family: str, model_key: str, blob: bytes
 
 
 def voice_ref(voice: Voice) -> VoiceRef:
-    """The file the configured engine should read for ``voice``: its prompt for this engine's model when one was
-    computed, an imported PersonaPlex prompt for a lockstep engine, else the processed 24 kHz wav."""
+    """The file the configured engine should read for ``voice``: for a lockstep engine its Mimi-codes prompt for
+    this engine's codec, or an imported PersonaPlex prompt; else the processed 24 kHz wav. The unit engine reads
+    the wav (its vocoder needs the audio itself, and it embeds the clip as the stored embedding was made)."""
     try:
-        targets = api.voice_prompt_targets()
+        targets = [t for t in api.voice_prompt_targets() if t.family == "lockstep"]
     except ParleyError:
         targets = []
     keys = {t.model_key for t in targets}
-    lockstep = any(t.family == "lockstep" for t in targets)
+    lockstep = bool(targets)
     prompts = list(voice.prompts.all())
     chosen = next((p for p in prompts if p.model_key in keys), None)
     if chosen is None and lockstep:
