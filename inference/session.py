@@ -49,9 +49,9 @@ from inference.contracts import (
 )
 from inference.engines.base import SlotConfig, SlotOutput
 from inference.outbox import Outbox
+from inference.output_jitter import OutputJitter
 from inference.recording.policy import RecordingPolicy
 from inference.recording.recorder import SessionRecording
-from inference.output_jitter import OutputJitter
 from inference.worker import SlotCounters, SlotListener, WorkerStats
 
 logger = logging.getLogger(__name__)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -66,6 +67,7 @@ def service(raw_dir, monkeypatch):
     folder = tempfile.mkdtemp(prefix="parley-", dir="/tmp")  # unix socket paths must stay short
     socket_path = os.path.join(folder, "inference.sock")
     monkeypatch.setenv("PARLEY_INFERENCE_URL", f"unix://{socket_path}")
+    monkeypatch.setenv("PARLEY_INFERENCE_TOKEN", secrets.token_urlsafe(24))  # the service and this client share it
     async_to_sync(api.shutdown)()
     procs = [start_service(socket_path, raw_dir)]
     yield socket_path, procs
