@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -159,7 +160,7 @@ def percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
-def summarize(args, call: MeasuredCall, load_before: float) -> dict:
+def summarize(args, call: MeasuredCall, load_before: float, server_cpu_s: float) -> dict:
     final = call.final
     result: dict = {
         "bench": "latency_browser",
@@ -177,6 +178,7 @@ def summarize(args, call: MeasuredCall, load_before: float) -> dict:
             "cpus": os.cpu_count(),
             "load_avg_1m_before": round(load_before, 2),
             "load_avg_1m_after": round(os.getloadavg()[0], 2),
+            "server_cpu_seconds": round(server_cpu_s, 2),  # daphne + inference service, the whole run
             "python": platform.python_version(),
             "chromium": subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True).stdout.strip(),
         },
@@ -189,6 +191,11 @@ def summarize(args, call: MeasuredCall, load_before: float) -> dict:
             "buffer_ms": percentiles([s["bufferMs"] for s in call.samples if s.get("bufferMs") is not None]),
             "measured_mouth_to_ear_ms": percentiles([s["measuredMs"] for s in call.samples if s.get("measuredMs")]),
             "shown_mouth_to_ear_ms": percentiles([s["shownMs"] for s in call.samples if s.get("shownMs")]),
+        },
+        "server_metrics_at_end": final.get("metrics"),
+        "measured_parts_ms": {
+            part: percentiles([s["parts"][part] for s in call.samples if s.get("parts")])
+            for part in ("capture", "roundTrip", "buffer", "output")
         },
     }
     if args.engine == "echo":
@@ -212,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jitter-seconds", type=float, default=30.0, help="... during the first N s of the call")
     parser.add_argument("--note", default="", help="recorded in the results, e.g. what was measured and the load")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--dump", type=Path, default=None, help="also save the tapped signals (npz), to look at")
     args = parser.parse_args(argv)
     if not 1 <= args.seconds <= MAX_SECONDS:
         parser.error(f"--seconds must be within 1..{MAX_SECONDS}")
@@ -225,11 +233,19 @@ def main(argv: list[str] | None = None) -> int:
         wav = write_marked_wav(var_dir / "marks.wav")
         proc, url = start_server(server_env(args, var_dir))
         call = run_call(args, url, wav)
-        result = summarize(args, call, load_before)
+        cpu = psutil.Process(proc.pid).cpu_times()
+        result = summarize(args, call, load_before, cpu.user + cpu.system)
+        if args.dump:
+            mic, out_signal = call.tap.signals()
+            np.savez_compressed(args.dump, mic=mic, out=out_signal, rate=call.tap.rate)
     finally:
         if proc is not None:
             proc.terminate()
-            proc.wait(timeout=10)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # a busy engine thread can hold a clean exit up
+                proc.kill()
+                proc.wait()
         shutil.rmtree(var_dir, ignore_errors=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     shown = {k: v for k, v in result.items() if k != "delays_ms"}

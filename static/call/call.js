@@ -7,6 +7,7 @@
 
 import { hooks, installTap, pushBounded } from "./hooks.js";
 import { JitterPlayer, WIRE_RATE, bytesToBase64, float32ToBase64Pcm16 } from "./player.js";
+import { LatencyMeter } from "./latency.js";
 import { handleServerEvent } from "./server-events.js";
 import { CallUi } from "./ui.js";
 
@@ -30,6 +31,9 @@ export class Call {
     this.receivedSumSquares = 0;
     this.receivedSamples = 0;
     this.figuresTimer = null;
+    this.meter = null; // measured mouth-to-ear, see latency.js
+    this.startedAt = 0; // performance.now() when Start was pressed
+    this.receivedMsAtStart = 0;
   }
 
   setState(state, detail = "") {
@@ -43,6 +47,8 @@ export class Call {
 
   /** Start (or reconnect). Runs inside the click handler: autoplay rules want the AudioContext made here. */
   async start() {
+    this.startedAt = performance.now();
+    hooks.firstAudioMs = null;
     this.ctx = new AudioContext({ latencyHint: "interactive" });
     const resuming = this.ctx.resume(); // still inside the user gesture
     this.setState("connecting");
@@ -55,7 +61,13 @@ export class Call {
       this.fail(`Microphone unavailable: ${err.message}`);
       return;
     }
-    this.player = new JitterPlayer(this.ctx, { rate: WIRE_RATE, onAck: (ms) => this.send({ type: "playback.ack", played_ms: ms }) });
+    this.meter = new LatencyMeter(this.ctx);
+    this.receivedMsAtStart = hooks.audioMsReceived;
+    this.player = new JitterPlayer(this.ctx, {
+      rate: WIRE_RATE,
+      onAck: (ms) => this.send({ type: "playback.ack", played_ms: ms }),
+      onStart: (chunk) => this.onChunkScheduled(chunk),
+    });
     this.ui.drawOutput(this.player.analyser);
     if (TAP) await installTap(this.ctx, this.mic.source, this.player.gain);
     hooks.framesSent = 0;
@@ -131,18 +143,32 @@ export class Call {
     const stream = await navigator.mediaDevices.getUserMedia({ audio: constraints });
     const source = this.ctx.createMediaStreamSource(stream);
     const node = new AudioWorkletNode(this.ctx, "parley-mic", { numberOfInputs: 1, numberOfOutputs: 0 });
-    node.port.onmessage = ({ data }) => this.onMicFrame(data.frame, data.rms);
+    node.port.onmessage = ({ data }) => this.onMicFrame(data.frame, data.rms, data.time);
     source.connect(node); // the worklet runs while an input is connected; no need to reach the speakers
     this.mic = { stream, source, node };
   }
 
-  onMicFrame(frame, rms) {
+  onMicFrame(frame, rms, time) {
     hooks.micRms = rms;
     this.ui.setMicLevel(rms);
     // Only a live session takes audio: queued or prefilling sessions would answer session_not_ready,
     // and a paused slot is frozen, not fed.
     if (this.state !== "live") return;
-    if (this.send({ type: "input_audio_buffer.append", audio: float32ToBase64Pcm16(frame) })) hooks.framesSent++;
+    if (this.send({ type: "input_audio_buffer.append", audio: float32ToBase64Pcm16(frame) })) {
+      hooks.framesSent++;
+      this.meter.noteSent(frame.length, time);
+    }
+  }
+
+  /** The player scheduled an agent chunk: note when it plays, and time the first one after Start. */
+  onChunkScheduled({ at, duration }) {
+    const received = Math.round(((hooks.audioMsReceived - this.receivedMsAtStart) * WIRE_RATE) / 1000);
+    this.meter.noteScheduled(received, at, duration);
+    if (hooks.firstAudioMs === null) {
+      const output = (this.ctx.baseLatency ?? 0) + (this.ctx.outputLatency ?? 0);
+      hooks.firstAudioMs = performance.now() - this.startedAt + (at - this.ctx.currentTime + output) * 1000;
+      this.ui.setFigures({ first_audio: fmt(hooks.firstAudioMs) });
+    }
   }
 
   sendCameraFrame(video, canvas) {
@@ -252,22 +278,6 @@ export class Call {
 
   // ---- figures -------------------------------------------------------------------------------
 
-  /**
-   * Mouth-to-ear estimate, summed from parts each side measures: one chunk of capture (the first
-   * sample of a frame waits for the last), the server's buffered audio both ways (lag_ms) and its
-   * tick, our playback buffer, and the device's output latency. Network transit is left out: it
-   * is small next to these on the co-located deployments Parley targets. (Matching output frames
-   * to input frames by count was tried and rejected: dropped and prefill frames skew it.)
-   */
-  mouthToEarMs() {
-    const caps = hooks.capabilities;
-    const m = hooks.metrics;
-    if (!caps || !this.ctx || !m) return null;
-    const output = ((this.ctx.baseLatency ?? 0) + (this.ctx.outputLatency ?? 0)) * 1000;
-    const server = (m.lag_ms ?? 0) + (m.tick_ms_p50 ?? 0);
-    return caps.chunk_period_ms + server + (this.player?.depthMs ?? 0) + output;
-  }
-
   refreshFigures() {
     const player = this.player;
     if (player) {
@@ -278,7 +288,9 @@ export class Call {
       hooks.overruns = player.stats.overruns;
     }
     const m = hooks.metrics ?? {};
-    const mouthToEar = this.mouthToEarMs();
+    const mouthToEar = this.meter?.measure(m) ?? null;
+    hooks.mouthToEarMs = mouthToEar;
+    hooks.latencyParts = this.meter?.parts ?? null;
     this.ui.setFigures({
       tick_p50: fmt(m.tick_ms_p50),
       tick_p99: fmt(m.tick_ms_p99),

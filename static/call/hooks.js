@@ -20,6 +20,9 @@ export const hooks = {
   playedRms: 0,
   playedMs: 0,
   bufferMs: 0,
+  mouthToEarMs: null, // measured (latency.js), refreshed about once a second
+  latencyParts: null, // where that time went: {capture, roundTrip, buffer, output} (ms)
+  firstAudioMs: null, // from pressing Start to the first agent audio reaching the speaker
   underruns: 0,
   overruns: 0,
   transcript: "",

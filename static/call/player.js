@@ -3,8 +3,9 @@
 // Every chunk is scheduled at the end of the previous one. What is still queued when a chunk
 // arrives (its slack) measures the network and server jitter the buffer absorbed: the buffer
 // starts low (`startMs`), grows on an underrun by what was missing plus a step, and shrinks slowly
-// once the smallest slack over a window of arrivals shows more margin than it needs, by playing a
-// few chunks 2 % fast (not by cutting audio). A backlog of more than `maxMs` beyond the target (the
+// once the smallest slack over a window of arrivals shows more margin than it needs, by playing
+// chunks slightly fast (not by cutting audio): 2 % for a little spare, up to 8 % for a lot (after a
+// stall, the late audio arrives in a burst and would otherwise stay on as latency for long). A backlog of more than `maxMs` beyond the target (the
 // tab was throttled, a stalled connection flushed at once) is an overrun and dropped, so latency
 // cannot creep.
 
@@ -13,8 +14,9 @@ export const WIRE_RATE = 24000;
 
 const GROW_STEP_MS = 20; // added on top of what an underrun was missing: one miss should not repeat
 const MARGIN_MS = 10; // slack kept above the worst arrival of a window
-const WINDOW_ARRIVALS = 40; // about 3 s of 80 ms chunks: long enough to see the jitter's tail
-const FAST_RATE = 1.02; // shrinking plays 2 % fast: 1.6 ms less per 80 ms chunk, inaudible
+const WINDOW_ARRIVALS = 25; // 2 s of 80 ms chunks: long enough to see the jitter's tail
+const MIN_SPEEDUP = 0.02; // 1.6 ms less per 80 ms chunk: inaudible
+const MAX_SPEEDUP = 0.08; // 6.4 ms less per chunk: about a semitone, and only while far behind
 
 export class JitterPlayer {
   /**
@@ -101,8 +103,9 @@ export class JitterPlayer {
     source.buffer = buffer;
     let duration = buffer.duration;
     if (this.shrinkMs > 0) {
-      source.playbackRate.value = FAST_RATE;
-      duration /= FAST_RATE;
+      const rate = 1 + Math.min(MAX_SPEEDUP, Math.max(MIN_SPEEDUP, this.shrinkMs / 2000));
+      source.playbackRate.value = rate;
+      duration /= rate;
       this.shrinkMs -= (buffer.duration - duration) * 1000;
     }
     source.connect(this.gain);

@@ -201,7 +201,7 @@ export class CallUi {
     drawSeries(
       $("latency-chart"),
       [
-        { label: "mouth-to-ear (est.)", color: "#c2410c", values: this.latency.mouthToEar },
+        { label: "mouth-to-ear (measured)", color: "#c2410c", values: this.latency.mouthToEar },
         { label: "playback buffer", color: "#2f6fde", values: this.latency.depth },
         { label: "server tick p99", color: "#2e9d5b", values: this.latency.tickP99 },
       ],

@@ -202,7 +202,7 @@ def match_marks(mic: np.ndarray, out: np.ndarray, rate: int, output_latency_s: f
 SAMPLE_JS = """() => {
   const p = window.parley;
   return {bufferMs: p.bufferMs, underruns: p.underruns, overruns: p.overruns, playedMs: p.playedMs,
-          state: p.state, measuredMs: p.mouthToEarMs ?? null, firstAudioMs: p.firstAudioMs ?? null,
+          state: p.state, measuredMs: p.mouthToEarMs ?? null, firstAudioMs: p.firstAudioMs ?? null, parts: p.latencyParts ?? null,
           shownMs: parseFloat(document.querySelector("[data-figure=mouth_to_ear]")?.textContent) || null};
 }"""
 
@@ -228,7 +228,10 @@ def run_measured_call(page: Any, seconds: float, *, live_timeout_ms: int = 90_00
     import time
 
     page.click("#start")
-    page.wait_for_function("() => window.parley.state === 'live'", timeout=live_timeout_ms)
+    # live and talking: a model engine goes live, then prefills its persona, then speaks
+    page.wait_for_function(
+        "() => window.parley.state === 'live' && window.parley.audioChunksReceived > 0", timeout=live_timeout_ms
+    )
     tap = TapReader()
     samples: list[dict[str, Any]] = []
     started = time.monotonic()

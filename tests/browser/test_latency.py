@@ -1,0 +1,73 @@
+"""Acceptance: true mouth-to-ear latency, measured in chromium, stays within the bound.
+
+The fake microphone plays a chirp every 500 ms; the echo engine at zero delay returns each one, so
+the delay between a chirp entering the page's audio graph and its copy reaching the destination is
+the stack's own latency (capture, framing, the WebSocket both ways, the tick, the jitter buffer, the
+output); ``latency_probe`` finds each one by cross-correlation. The goal is p95 <= 200 ms on an idle
+loopback; the bound here leaves room for CI's two shared cores. The numbers themselves, over a
+60 s call and before/after, are ``bench/latency_browser.py``'s (``bench/results/latency-*.json``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.browser.conftest import live_server_env
+from tests.browser.latency_probe import MARK_PERIOD_S, run_measured_call, write_marked_wav
+from tests.browser.pages import login
+from tests.live_server import run_live_server
+
+pytestmark = pytest.mark.browser
+
+CALL_SECONDS = 30
+P95_BOUND_MS = 260  # the goal is 200 ms; +60 ms for a loaded 2-core CI machine
+MEASURED_AGREES_MS = 30  # the page's own figure vs the chirps: same quantity, different sampling
+
+
+@pytest.fixture(scope="module")
+def zero_delay_echo_server(django_db_setup, django_db_blocker):
+    with run_live_server(django_db_blocker, live_server_env("echo", PARLEY_ECHO_DELAY_FRAMES="0")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def marked_mic_browser(browser_type, browser_type_launch_args, tmp_path_factory):
+    """A chromium of its own whose fake microphone plays the chirps (the suite's plays speech)."""
+    wav = write_marked_wav(Path(tmp_path_factory.mktemp("marks")) / "marks.wav")
+    args = [a for a in browser_type_launch_args["args"] if not a.startswith("--use-file-for-fake-audio-capture")]
+    browser = browser_type.launch(
+        **{**browser_type_launch_args, "args": [*args, f"--use-file-for-fake-audio-capture={wav}"]}
+    )
+    yield browser
+    browser.close()
+
+
+def test_echo_mouth_to_ear_p95_is_within_the_bound(zero_delay_echo_server, marked_mic_browser, make_user):
+    url = zero_delay_echo_server.url
+    make_user("latency")
+    page = marked_mic_browser.new_page()
+    login(page, url, "latency")
+    page.goto(f"{url}/?raw=1&tap=1")
+    page.wait_for_function("() => window.parley && window.parley.state === 'idle'")
+
+    call = run_measured_call(page, CALL_SECONDS)
+    marks = call.marks()
+
+    expected = CALL_SECONDS / MARK_PERIOD_S
+    assert marks.found >= 0.85 * expected, f"only {marks.found} of ~{expected:.0f} chirps came back"
+    assert marks.missing <= 2
+    summary = marks.summary()
+    print(f"mouth-to-ear over {CALL_SECONDS} s: {summary}, page: underruns {call.final['underruns']}")
+    assert marks.percentile(95) <= P95_BOUND_MS, summary
+    assert call.final["underruns"] <= 2
+    assert call.final["errors"] == []
+    # The page's own measured figure (what its latency chart shows) is the same quantity.
+    shown = [s["measuredMs"] for s in call.samples if s["measuredMs"]]
+    assert len(shown) >= CALL_SECONDS // 2
+    assert abs(float(np.median(shown)) - marks.percentile(50)) <= MEASURED_AGREES_MS
+    # ... and the time from Start to the first agent audio is measured and shown.
+    assert 0 < call.final["firstAudioMs"] < 5000
+    assert page.locator("[data-figure=first_audio]").text_content().endswith(" ms")
