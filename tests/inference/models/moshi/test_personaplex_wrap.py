@@ -23,6 +23,7 @@ from inference.models.moshi.config import LMConfig
 from tests.inference.models.moshi.personaplex_packs import (
     DATA,
     build_pack,
+    encode_pcm_personaplex,
     encode_voice,
     load_specs,
     prefill_passes,
@@ -167,3 +168,51 @@ def test_live_reference_voice_prompt_and_mimi_codes(pack, reference_run):
     stored = torch.load(pack.voices["pt"], weights_only=True)
     assert torch.equal(made["embeddings"], stored["embeddings"]) and torch.equal(made["cache"], stored["cache"])
     np.testing.assert_array_equal(encode_voice(pack.info, pack.voices["wav"]), reference_run["voice_codes"])
+
+
+def test_engine_sessions_past_the_wrap_equal_offline_replay(tmp_path):
+    """The lockstep engine on the ``mimi-q8-ctx10`` pack (LM context 40 < prefill; Mimi context 10 steps):
+    a ``.wav`` session, a ``.pt`` session joining while the first talks (prefill riding along its live ticks),
+    then an instant start of the ``.pt`` start on the first slot. Each session's text, every live tick, equals
+    the offline replay of its own audio, which equals the reference past the wrap (tests above)."""
+    from inference.engines.base import SlotConfig, SlotInput, VoiceRef
+    from inference.engines.lockstep import LockstepEngine
+    from inference.models.moshi.replay import replay
+    from tests.inference.models.moshi.test_lockstep_engine import speech_like
+
+    name, frames = "mimi-q8-ctx10", 36
+    pack = build_pack(name, SPECS[name], tmp_path)
+    sessions = [("wav", "Be kind."), ("pt", "You are a wise teacher."), ("pt", "You are a wise teacher.")]
+    audio = [speech_like(10 + i, frames) for i in range(len(sessions))]
+    with _one_thread():
+        engine = LockstepEngine(pack.ckpt, 2, greedy=True, prefill_budget_ms=0.0)  # one prefill pass per tick
+        engine.warmup()
+        texts: list[list[str]] = [[] for _ in sessions]
+        where = {0: 0}  # slot -> session
+        engine.open_slot(0, SlotConfig(persona=sessions[0][1], voice=VoiceRef("wav", pack.voices["wav"])))
+        for tick in range(400):
+            if tick == 3:
+                engine.open_slot(1, SlotConfig(persona=sessions[1][1], voice=VoiceRef("pt", pack.voices["pt"])))
+                where[1] = 1
+            if where.get(0) == 0 and len(texts[0]) == frames:  # the first session ends; the third starts
+                engine.close_slot(0)
+                engine.open_slot(0, SlotConfig(persona=sessions[2][1], voice=VoiceRef("pt", pack.voices["pt"])))
+                assert engine._slots[0].live, "the same start as slot 1's: an instant start from its snapshot"
+                where[0] = 2
+            inputs = {}
+            for slot, s in where.items():
+                if engine._slots[slot].live and len(texts[s]) < frames:
+                    k = len(texts[s])
+                    inputs[slot] = SlotInput(audio=audio[s][k * 1920 : (k + 1) * 1920])
+            out = engine.step(inputs)
+            for slot in inputs:
+                texts[where[slot]].append(out[slot].text)
+            if all(len(t) == frames for t in texts):
+                break
+        assert [len(t) for t in texts] == [frames] * len(sessions)
+        info = pack.info
+        for s, (kind, persona) in enumerate(sessions):
+            codes = encode_pcm_personaplex(info, audio[s])
+            expected = replay(info, codes, greedy=True, voice_prompt=pack.voices[kind], persona=persona)
+            assert texts[s] == [engine.detokenizer.piece(int(t)) for t in expected[:, 0]], f"session {s}"
+    assert len({"".join(t) for t in texts}) == len(texts)  # different audio / starts give different text
