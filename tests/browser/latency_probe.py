@@ -3,7 +3,7 @@
 Used by ``tests/browser/test_latency.py`` and ``bench/latency_browser.py``.
 
 - ``write_marked_wav`` makes the fake microphone's file: a short chirp every ``MARK_PERIOD_S``,
-  alternating up and down sweeps, silence between them.
+  cycling through four sweeps (up and down, in a low and a high band), silence between them.
 - The call page, opened with ``?tap=1``, records two signals in one AudioWorklet, sample-aligned on
   the AudioContext clock: what the microphone delivers into the audio graph and what the page sends
   to the graph's destination (``static/call/tap-worklet.js``). ``TapReader`` drains them.
@@ -13,8 +13,8 @@ Used by ``tests/browser/test_latency.py`` and ``bench/latency_browser.py``.
 Mouth is the moment a mark enters the page's audio graph; ear is the moment it reaches the
 destination, plus the output latency the AudioContext reports (``baseLatency + outputLatency``).
 The fake capture device's own path (file -> renderer) happens before the page can see anything and
-is not included. A mark is only matched against its own sweep direction, and the next mark of that
-direction is ``2 * MARK_PERIOD_S`` later, so a delay up to ``MAX_DELAY_S`` is never mistaken.
+is not included. A mark is only matched against its own sweep, and the next mark of that sweep is
+``4 * MARK_PERIOD_S`` later, so a delay up to ``MAX_DELAY_S`` is never mistaken for a shorter one.
 """
 
 from __future__ import annotations
@@ -29,30 +29,30 @@ import numpy as np
 
 MARK_PERIOD_S = 0.5
 MARK_S = 0.03
-MAX_DELAY_S = 0.95
-MARK_LOW_HZ, MARK_HIGH_HZ = 500.0, 3000.0
+MAX_DELAY_S = 1.9
+SWEEPS = ((500.0, 1700.0), (1700.0, 500.0), (1700.0, 3400.0), (3400.0, 1700.0))  # (from, to) Hz, in turn
 MARK_AMPLITUDE = 0.5
 MIC_MATCH = 0.8  # normalised correlation a mark must reach on the (clean) microphone side
 OUT_MATCH = 0.5  # ... and on the output side, after two resamplings and pcm16 on the wire
-FILE_SECONDS = 10  # the fake microphone loops the file; an even number of marks keeps the alternation
+FILE_SECONDS = 10  # the fake microphone loops the file; 20 marks keep the four sweeps in turn across the loop
 
 
-def chirp(rate: int, *, up: bool) -> np.ndarray:
-    """One Hann-windowed linear sweep of ``MARK_S`` at ``rate``."""
+def chirp(rate: int, sweep: int) -> np.ndarray:
+    """One Hann-windowed linear sweep (``SWEEPS[sweep]``) of ``MARK_S`` at ``rate``."""
     n = int(round(MARK_S * rate))
     t = np.arange(n) / rate
-    f0, f1 = (MARK_LOW_HZ, MARK_HIGH_HZ) if up else (MARK_HIGH_HZ, MARK_LOW_HZ)
+    f0, f1 = SWEEPS[sweep]
     phase = 2 * np.pi * (f0 * t + (f1 - f0) * t * t / (2 * MARK_S))
     return (np.sin(phase) * np.hanning(n)).astype(np.float64)
 
 
 def write_marked_wav(path: Path, rate: int = 48_000) -> Path:
-    """``FILE_SECONDS`` of 16-bit mono: a chirp at every multiple of ``MARK_PERIOD_S``, alternating up/down."""
+    """``FILE_SECONDS`` of 16-bit mono: a chirp at every multiple of ``MARK_PERIOD_S``, the sweeps in turn."""
     samples = np.zeros(FILE_SECONDS * rate)
     marks = int(round(FILE_SECONDS / MARK_PERIOD_S))
     for i in range(marks):
         start = int(round(i * MARK_PERIOD_S * rate))
-        sweep = chirp(rate, up=i % 2 == 0) * MARK_AMPLITUDE
+        sweep = chirp(rate, i % len(SWEEPS)) * MARK_AMPLITUDE
         samples[start : start + len(sweep)] = sweep
     pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2")
     with wave.open(str(path), "wb") as out:
@@ -154,14 +154,15 @@ def normalised_xcorr(signal: np.ndarray, template: np.ndarray) -> np.ndarray:
     return corr / (window * np.linalg.norm(template) + 1e-9)
 
 
-def find_marks(mic: np.ndarray, rate: int) -> list[tuple[int, bool]]:
-    """Every chirp on the microphone side: (sample index, is an up sweep), in time order."""
-    up = normalised_xcorr(mic, chirp(rate, up=True))
-    down = normalised_xcorr(mic, chirp(rate, up=False))
-    best = np.maximum(up, down)
+def find_marks(mic: np.ndarray, rate: int) -> list[tuple[int, int]]:
+    """Every chirp on the microphone side: (sample index, which sweep), in time order."""
+    scores = np.stack([normalised_xcorr(mic, chirp(rate, k)) for k in range(len(SWEEPS))])
+    if scores.shape[1] == 0:
+        return []
+    best = scores.max(axis=0)
     min_gap = int(MARK_PERIOD_S * rate / 2)
     candidates = np.flatnonzero(best > MIC_MATCH)
-    marks: list[tuple[int, bool]] = []
+    marks: list[tuple[int, int]] = []
     i = 0
     while i < len(candidates):
         # one cluster of above-threshold samples is one mark: take its peak
@@ -170,20 +171,20 @@ def find_marks(mic: np.ndarray, rate: int) -> list[tuple[int, bool]]:
             j += 1
         cluster = candidates[i : j + 1]
         peak = int(cluster[np.argmax(best[cluster])])
-        marks.append((peak, bool(up[peak] >= down[peak])))
+        marks.append((peak, int(np.argmax(scores[:, peak]))))
         i = j + 1
     return marks
 
 
 def match_marks(mic: np.ndarray, out: np.ndarray, rate: int, output_latency_s: float = 0.0) -> Marks:
     """Each microphone mark's delay to its copy in the output (plus the reported output latency)."""
-    templates = {True: chirp(rate, up=True), False: chirp(rate, up=False)}
+    templates = [chirp(rate, k) for k in range(len(SWEEPS))]
     span = int(MAX_DELAY_S * rate)
     delays: list[float] = []
     times: list[float] = []
     missing = 0
-    for index, is_up in find_marks(mic, rate):
-        template = templates[is_up]
+    for index, sweep in find_marks(mic, rate):
+        template = templates[sweep]
         window = out[index : index + span + len(template)]
         if len(window) < span + len(template):
             continue  # too close to the end of the recording to judge
