@@ -75,6 +75,11 @@ class PrefillCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def nbytes(self) -> int:
+        """Device bytes the snapshots hold."""
+        return sum(snapshot.nbytes for snapshot in self._entries.values())
+
     def get(self, key: str) -> SlotSnapshot | None:
         snapshot = self._entries.get(key)
         if snapshot is None:
