@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-WINDOW_TICKS = 25  # 2 s at 80 ms: long enough to see the jitter, short enough to follow it
+WINDOW_TICKS = 12  # about 1 s at 80 ms: long enough to see the jitter, short enough to cut a backlog quickly
 START_MARGIN_MS = 15.0
 MIN_MARGIN_MS = 5.0
 MAX_MARGIN_MS = 60.0
