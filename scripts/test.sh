@@ -22,5 +22,11 @@ run_suite() {  # name, timeout seconds, pytest args...
 echo "=== import contracts (lint-imports, .importlinter) ==="
 .venv/bin/lint-imports --no-cache || { echo "FAILED: import contracts (lint-imports)"; status=1; }
 run_suite "unit and integration tests" 900 -m "not browser and not gpu" "$@"
+# The numerical tests again on other CPU kernels: MKL's processor-independent code branch and ATen's
+# portable (non-SIMD) kernels. Float results differ in their last bits between processors; this pass
+# makes a tolerance tuned to one processor's kernels fail here, not on the next machine.
+MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default \
+  run_suite "numerical tests on MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=default" 900 -m "not browser and not gpu" \
+  tests/inference/models "$@"
 run_suite "browser tests (Playwright + Debian chromium)" 600 -m browser tests/browser "$@"
 exit $status
