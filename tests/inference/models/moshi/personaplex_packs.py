@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sentencepiece as spm
-import soundfile
 import torch
 from safetensors.torch import save_file
 
@@ -110,12 +109,15 @@ def build_pack(name: str, spec: dict, tmp: Path, *, check_hashes: bool = True) -
     return Pack(name, spec, ckpt, voices)
 
 
-def session_prefill(pack: Pack, session: dict, ct: int):
+def session_prefill(pack: Pack, session: dict, ct: int, *, reference_wav_codes: bool = False):
     """Our prefill for one session (``ct``: token-ring columns): voice prompt of its kind, silence, persona,
-    silence."""
+    silence. ``reference_wav_codes``: a ``.wav`` prompt takes the reference Mimi's stored codes of it instead of
+    ours (no audio libraries needed)."""
     info = pack.info
     path = pack.voices[session["voice"]]
-    if session["voice"] == "wav":
+    if session["voice"] == "wav" and reference_wav_codes:
+        voice = voice_frames_from_codes(info.lm, np.load(pack.dir / "voice_codes.npy"))
+    elif session["voice"] == "wav":
         voice = voice_frames_from_codes(info.lm, encode_voice(info, path))
     else:
         voice = voice_frames_from_prompt(info.lm, load_voice_prompt(path, info.lm, ct))
@@ -149,6 +151,8 @@ def run_ours(pack: Pack, rows: list[int]) -> np.ndarray:
 def prefill_passes(pack: Pack, session: dict) -> int:
     """Model passes of the session's prefill, counted from its inputs: the voice's 1920-sample frames less the
     first (which makes no pass), 2 x 6 silence frames, one pass per persona token."""
+    import soundfile
+
     frames = -(-soundfile.info(str(VOICE_WAV)).frames // 1920)
     ids = persona_tokens(spm.SentencePieceProcessor(model_file=str(TOKENIZER)), session["persona"])
     return frames - 1 + 12 + len(ids)

@@ -125,6 +125,37 @@ def test_fast_path_equals_reference_goldens(pack, golden):
     compare_frames(torch.stack(out, dim=1).numpy().astype(np.int64), golden, f"{pack.name} fast path")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("pack", ["ctx24", "mimi-q8-ctx10"], indirect=True)  # Triton needs power-of-2 head dims
+def test_graphed_fast_path_on_cuda_equals_reference_goldens(pack, golden):
+    """The production path: CUDA graphs of the fast step (Triton attention over the smaller ring), fp32, three
+    sessions in slots of a 64-slot ring set, prefilled in turn, then live together at bucket 4 with an idle row."""
+    from inference.models.moshi.fast.graphs import GraphedLockstep
+    from inference.models.moshi.fast.model import FastLM
+    from inference.models.moshi.fast.session import live_forced, run_prefill
+    from inference.models.moshi.fast.step import FastLockstep
+    from inference.models.moshi.gen import SamplingConfig
+    from inference.models.moshi.loading import load_lm
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    info = pack.info
+    lm = load_lm(info.moshi_weights, info.lm, device="cuda", dtype=torch.float32)
+    ls = FastLockstep(FastLM(lm), num_slots=64, max_rows=4, sampling=SamplingConfig(use_sampling=False))
+    gl = GraphedLockstep(ls, buckets=(1, 4))
+    gl.capture()
+    slots = [63, 0, 17]
+    for slot, session in zip(slots, pack.spec["sessions"], strict=True):
+        ls.reset_slot(slot)
+        run_prefill(gl.step, ls, [slot], session_prefill(pack, session, ls.ct, reference_wav_codes=True).frames)
+    codes = torch.from_numpy(np.load(DATA / pack.name / "user_codes.npy")).cuda()
+    out = []
+    for k in range(codes.shape[2]):
+        forced, mask = live_forced(info.lm, codes[:, :, k])
+        out.append(gl.step(torch.tensor(slots, device="cuda"), forced, mask)[0].clone())
+    compare_frames(torch.stack(out, dim=1).cpu().numpy().astype(np.int64), golden, f"{pack.name} CUDA graphs")
+
+
 def test_wav_voice_codes_equal_reference_mimi(pack):
     """Our Mimi codes of the voice wav equal the reference Mimi's (whose KV ring wraps in ``mimi-q8-ctx10``)."""
     expected = np.load(DATA / pack.name / "voice_codes.npy")
