@@ -29,7 +29,10 @@ sock.settimeout(10)
 sock.connect(path)
 def send(obj):
     body = json.dumps(obj).encode()
-    sock.sendall(struct.pack(">IB", len(body) + 1, 1) + body)
+    try:
+        sock.sendall(struct.pack(">IB", len(body) + 1, 1) + body)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # refused after the hello: the answer is still there to read
 if token != "-":
     send({"op": "hello", "token": token})
 if op == "open":
@@ -40,7 +43,7 @@ data = b""
 try:
     while chunk := sock.recv(65536):
         data += chunk
-except socket.timeout:
+except (socket.timeout, ConnectionResetError):
     pass
 while len(data) >= 5:
     (length,) = struct.unpack(">I", data[:4])

@@ -1,11 +1,14 @@
 """Finding 3: revoking a key or deactivating a user ends the live call at once and refuses reconnects."""
 
+import asyncio
+
 import pytest
 from channels.db import database_sync_to_async
 
 from tests.webapp.realtime.realtime_helpers import ALLOWED_ORIGIN, open_peer, ready_peer, session_cookie_for
 from webapp.accounts.models import ApiKey
 from webapp.accounts.services import apikey_create, apikey_revoke
+from webapp.conversations.models import Conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,5 +57,11 @@ async def test_deactivating_the_user_ends_a_browser_call_and_refuses_the_cookie_
 
 async def test_deleting_the_user_ends_the_call(alice):
     peer, _ = await ready_peer(alice)
+    await peer.prime()
+    # The call's row is written just after session.created: delete the user once it is there.
+    for _ in range(100):
+        if await database_sync_to_async(Conversation.objects.filter(user=alice.user).exists)():
+            break
+        await asyncio.sleep(0.05)
     await database_sync_to_async(alice.user.delete)()
     await assert_ended_for_revocation(peer)
