@@ -14,7 +14,7 @@
 
 import { WIRE_RATE } from "./player.js";
 
-const KEEP = 2000; // ring entries: 20 s of 10 ms pieces, several seconds of chunks
+const KEEP = 2000; // ring entries: 40 s of 20 ms pieces, minutes of chunks
 
 export class LatencyMeter {
   constructor(ctx) {

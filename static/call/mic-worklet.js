@@ -1,9 +1,11 @@
-// AudioWorklet: microphone -> 24 kHz mono pieces of 240 samples (10 ms), plus a level per piece
+// AudioWorklet: microphone -> 24 kHz mono pieces of 480 samples (20 ms), plus a level per piece
 // and the AudioContext time at which the piece's last sample entered the graph.
 //
 // Why small pieces: a sample waits in the worklet until its piece is full, so the piece length
 // is pure added latency (an 80 ms frame adds 0-80 ms by itself). The server cuts the stream into
-// engine frames aligned to its own tick (inference/audio/framing.py), so the page need not.
+// engine frames aligned to its own tick (inference/audio/framing.py), so the page need not. Why not
+// smaller: each piece is one WebSocket message, and on a busy 2-core server 10 ms pieces cost a
+// third more server CPU than 20 ms ones and got delayed in its event loop (bench/latency_browser.py).
 // Why a worklet: ScriptProcessorNode is deprecated and runs on the main thread, where a busy
 // page would drop samples. Why resample here: the context runs at whatever rate the device
 // picked (headless chromium: 44.1 kHz, laptops: 48 kHz), and the server's engine clock is
@@ -14,7 +16,7 @@
 // keeps the frame level equal to the source level (the tests compare levels).
 
 const OUTPUT_RATE = 24000;
-const PIECE_SAMPLES = 240;
+const PIECE_SAMPLES = 480;
 
 class ParleyMicProcessor extends AudioWorkletProcessor {
   constructor() {

@@ -85,7 +85,7 @@ async (count) => {
 """
 
 
-def test_mic_worklet_resamples_to_24k_pieces_of_10_ms(browser_type, browser_type_launch_args, static_server, sine_wav):
+def test_mic_worklet_resamples_to_24k_pieces_of_20_ms(browser_type, browser_type_launch_args, static_server, sine_wav):
     args = [a for a in browser_type_launch_args["args"] if not a.startswith("--use-file-for-fake-audio-capture")]
     browser = browser_type.launch(
         **{**browser_type_launch_args, "args": [*args, f"--use-file-for-fake-audio-capture={sine_wav}"]}
@@ -93,22 +93,22 @@ def test_mic_worklet_resamples_to_24k_pieces_of_10_ms(browser_type, browser_type
     try:
         page = browser.new_page()
         page.goto(f"{static_server}/harness.html")
-        result = page.evaluate(CAPTURE_FRAMES_JS, 160)
+        result = page.evaluate(CAPTURE_FRAMES_JS, 80)
     finally:
         browser.close()
 
     assert result["contextRate"] != 24000, "the test must exercise resampling"
     frames = result["frames"]
-    assert all(len(f["samples"]) == 240 for f in frames)
-    # Each piece says when its last sample entered the graph: 10 ms apart, never in the future.
+    assert all(len(f["samples"]) == 480 for f in frames)
+    # Each piece says when its last sample entered the graph: 20 ms apart, never in the future.
     times = [f["time"] for f in frames]
     assert all(f["time"] <= f["now"] + 0.01 for f in frames)
-    assert (times[-1] - times[0]) / (len(times) - 1) == pytest.approx(0.010, rel=0.02)
+    assert (times[-1] - times[0]) / (len(times) - 1) == pytest.approx(0.020, rel=0.02)
     # Skip the first pieces: the fake device and the interpolator start from silence.
-    steady = [s for f in frames[40:] for s in f["samples"]]
+    steady = [s for f in frames[20:] for s in f["samples"]]
     rms = math.sqrt(sum(s * s for s in steady) / len(steady))
     assert rms == pytest.approx(0.5 / math.sqrt(2), rel=0.05)
-    assert all(f["rms"] == pytest.approx(0.354, rel=0.05) for f in frames[40:])
+    assert all(f["rms"] == pytest.approx(0.354, rel=0.05) for f in frames[20:])
     # A wrong resampling ratio would shift the tone: count upward zero crossings at 24 kHz.
     crossings = sum(1 for a, b in zip(steady, steady[1:], strict=False) if a < 0 <= b)
     frequency = crossings / (len(steady) / 24000)
