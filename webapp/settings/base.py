@@ -148,8 +148,13 @@ STORAGES = {
 
 # ---- channels ------------------------------------------------------------------------------
 if ENV.redis_url:
+    # redis-py 8 reads with a 5 s socket timeout by default, exactly channels-redis's 5 s BZPOPMIN wait:
+    # an idle consumer's receive then times out and daphne closes its socket (1011). Read longer than that.
     CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [ENV.redis_url]}}
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [{"address": ENV.redis_url, "socket_timeout": 30}]},
+        }
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
