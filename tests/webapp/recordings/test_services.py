@@ -90,12 +90,22 @@ def celery_worker_on_redis(redis_server):
     from celery.contrib.testing.worker import start_worker
 
     saved = {key: celery_app.conf[key] for key in ("broker_url", "task_always_eager")}
+    forget_broker_state()
     celery_app.conf.update(broker_url=redis_server.url, task_always_eager=False)
     try:
         with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
             yield
     finally:
+        forget_broker_state()
         celery_app.conf.update(saved)
+
+
+def forget_broker_state() -> None:
+    """Drop what the app built for the previous broker: its connection pool and its AMQP helper, a
+    cached property that otherwise keeps publishing through the in-memory transport of the eager
+    default once any earlier test sent a task (checked: without it, the worker never sees the task)."""
+    celery_app.close()
+    celery_app.__dict__.pop("amqp", None)
 
 
 def test_post_processing_runs_on_a_celery_worker_through_redis(
