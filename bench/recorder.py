@@ -51,7 +51,7 @@ BUDGET_MS = 1.0  # the issue's bound on what recording may add to the tick p99
 class Discard:
     """A slot listener that drops every output (the transport is not what is measured here)."""
 
-    def slot_output(self, output, pcm16) -> None:
+    def slot_output(self, output, pcm16, heard_position) -> None:
         pass
 
     def slot_failed(self, message: str) -> None:

@@ -1,4 +1,4 @@
-"""Audio plumbing: framing, streaming resampling and PCM validation."""
+"""Audio plumbing: streaming resampling and PCM validation (framing: test_framing.py)."""
 
 from __future__ import annotations
 
@@ -6,31 +6,9 @@ import numpy as np
 import pytest
 from scipy.signal import resample_poly
 
-from inference.audio.framing import FrameAccumulator
 from inference.audio.pcm import check_format, decode, encode_pcm16
 from inference.audio.resample import StreamingResampler
 from inference.contracts import ParleyError
-
-
-def test_framer_emits_whole_frames_for_any_append_length():
-    rng = np.random.default_rng(1)
-    signal = rng.standard_normal(10_000).astype(np.float32)
-    framer = FrameAccumulator(1920)
-    frames, pos = [], 0
-    for size in [1, 7, 1919, 1920, 3000, 1, 2000, 1152]:
-        frames += framer.push(signal[pos : pos + size])
-        pos += size
-    assert pos == 10_000
-    assert [len(f) for f in frames] == [1920] * 5
-    np.testing.assert_array_equal(np.concatenate(frames), signal[: 5 * 1920])
-    assert framer.pending == 10_000 - 5 * 1920
-
-
-def test_framer_frames_do_not_alias_its_buffer():
-    framer = FrameAccumulator(4)
-    first = framer.push(np.ones(4))[0]
-    framer.push(np.zeros(4))
-    assert first.tolist() == [1, 1, 1, 1]
 
 
 @pytest.mark.parametrize("src,dst", [(48_000, 24_000), (16_000, 24_000), (44_100, 24_000), (24_000, 16_000)])
