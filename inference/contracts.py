@@ -166,7 +166,7 @@ class Closed:
 
 @dataclass(frozen=True)
 class ErrorEvent:
-    """A non-fatal error raised asynchronously (e.g. input_backpressure)."""
+    """An error the session reports on its own, outside any call (e.g. engine_failed before it closes)."""
 
     code: str
     message: str

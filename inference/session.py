@@ -25,6 +25,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from inference import image_header
 from inference.audio import pcm
 from inference.audio.resample import StreamingResampler
 from inference.config import InferenceConfig
@@ -278,16 +279,19 @@ class DialogueSession:
             self._open_slot()
         assert self.slot is not None
         if samples.size:
-            if not self._worker.push(self.slot, samples):
+            taken_whole = self._worker.push(self.slot, samples)
+            self._pushed += samples.size
+            if not taken_whole:
                 self.dropped_in += 1
                 self._report_backpressure()
-            self._pushed += samples.size
 
     def append_image(self, data: bytes) -> None:
         if not self.caps.video:
             raise ParleyError(f"engine {self.caps.engine!r} takes no images", code="unsupported_input")
         if not data.startswith(IMAGE_MAGIC):
             raise ParleyError("images must be JPEG or PNG", code="invalid_image", param="image")
+        if reason := image_header.oversized(data):  # from the header: nothing is decoded to find out
+            raise ParleyError(reason, code="invalid_image", param="image")
         self._require_admitted()
         self.last_activity = time.monotonic()
         if self.audio_started and self.slot is not None:
@@ -496,14 +500,18 @@ class DialogueSession:
             self.attachment.outbox.put(event)
 
     def _report_backpressure(self) -> None:
+        """Raise input_backpressure for this append (at most once a second): its audio was taken, older audio dropped.
+
+        Raised, not emitted as an event, so the error answers the append that overflowed (the
+        realtime endpoint echoes that event's ``event_id``).
+        """
         now = time.monotonic()
         if now - self._last_backpressure >= BACKPRESSURE_REPORT_PERIOD_S:
             self._last_backpressure = now
-            self._emit(
-                ErrorEvent(
-                    "input_backpressure",
-                    f"input arrives faster than the engine consumes it; oldest audio dropped ({self.dropped_in} frames so far)",
-                )
+            raise ParleyError(
+                "input arrives faster than the engine consumes it; oldest audio dropped "
+                f"({self.dropped_in} frames so far)",
+                code="input_backpressure",
             )
 
     def _start_timer(self, name: str, delay_s: float, reason: CloseReason) -> None:

@@ -218,30 +218,10 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         assert self.handle is not None
         config, view = event.session, self.view
         audio = config.audio
-        input_type, input_rate = view.input_type, view.input_rate
-        if audio and audio.input and audio.input.format:
-            fmt = audio.input.format
-            if fmt.type not in p.INPUT_FORMATS:
-                raise p.ProtocolError(
-                    "unsupported_audio_format",
-                    f"Input format {fmt.type!r} is not supported; use one of {sorted(p.INPUT_FORMATS)}.",
-                    param="session.audio.input.format.type",
-                )
-            input_type, input_rate = fmt.type, fmt.rate or 24_000
-            if input_rate not in view.input_rates:
-                raise p.ProtocolError(
-                    "unsupported_audio_format",
-                    f"Input rate {input_rate} is not supported; use one of {list(view.input_rates)}.",
-                    param="session.audio.input.format.rate",
-                )
-        if audio and audio.output and audio.output.format:
-            fmt = audio.output.format
-            if fmt.type != p.OUTPUT_FORMAT or fmt.rate not in (None, view.output_rate):
-                raise p.ProtocolError(
-                    "unsupported_audio_format",
-                    f"Output is {p.OUTPUT_FORMAT} at {view.output_rate} Hz.",
-                    param="session.audio.output.format",
-                )
+        current = (view.input_type, view.input_rate)
+        input_type, input_rate = p.session_input_format(
+            config, current=current, input_rates=view.input_rates, output_rate=view.output_rate
+        )
         persona_id, persona_version, instructions = view.persona_id, view.persona_version, view.instructions
         if config.duplex and config.duplex.persona_id is not None:
             choice = await database_sync_to_async(services.persona_resolve)(

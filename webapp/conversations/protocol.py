@@ -3,6 +3,11 @@
 Parsing never raises anything but ``ProtocolError``, which carries the protocol error code, so
 every malformed input becomes one typed ``error`` event. Unknown fields are ignored: a stock
 OpenAI Realtime client sends many session fields a duplex model has no use for.
+
+This is also the boundary where every value that later reaches a lookup, a conversion or the
+database is made safe (``invalid_value`` with the field as ``param`` otherwise): text is valid
+Unicode without NUL characters and bounded in length, ids are integers a database column holds or
+ASCII digit strings, and integer literals are bounded in digits before Python converts them.
 """
 
 from __future__ import annotations
@@ -12,13 +17,20 @@ import binascii
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
 AUDIO_FRAME_KIND = 0x01  # binary frames: byte 0 = kind, rest = payload (both directions)
 
 # OpenAI's format names and our extension, mapped to the facade's sample encodings.
 INPUT_FORMATS = {"audio/pcm": "pcm16", "audio/pcm-f32": "f32"}
 OUTPUT_FORMAT = "audio/pcm"  # pcm16 LE; the rate is the engine's output rate
+MAX_EVENT_ID_CHARS = 200
+MAX_NAME_CHARS = 200  # a voice name or a format type; voices are named in at most 100 characters
+MAX_INSTRUCTIONS_CHARS = 20_000
+MAX_ID = 2**63 - 1  # the largest primary key a database column (bigint) holds
+# Longer integer literals are refused while parsing: Python converts at most 4300 digits, and no field
+# takes more than MAX_ID (19 digits) anyway.
+MAX_INTEGER_DIGITS = 100
 
 
 class ProtocolError(Exception):
@@ -41,12 +53,63 @@ class ProtocolError(Exception):
         self.error_type = error_type
 
 
+class _OversizedInteger:
+    """An integer literal of more than ``MAX_INTEGER_DIGITS`` digits: no field accepts it (invalid_value)."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, literal: str):
+        self.digits = len(literal.lstrip("-"))
+
+    def __repr__(self) -> str:
+        return f"<integer of {self.digits} digits>"
+
+
+def _parse_int(literal: str) -> int | _OversizedInteger:
+    return int(literal) if len(literal) <= MAX_INTEGER_DIGITS else _OversizedInteger(literal)
+
+
+def _clean_text(value: str) -> str:
+    """Text a database, a tokenizer and a JSON encoder all take: no NUL, no lone UTF-16 surrogate."""
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("must be valid Unicode (it contains a lone UTF-16 surrogate)") from None
+    return value
+
+
+def _id_or_name(value: object) -> object:
+    """A persona or voice reference: a positive integer id a database holds, or clean text.
+
+    A digit string is an id written as text: its digits must be ASCII (``int()`` refuses or
+    reinterprets others, such as superscripts). Anything else is left to the type check.
+    """
+    if isinstance(value, bool):
+        raise ValueError("must be an id or a name, not a boolean")
+    if isinstance(value, int) and not 0 < value <= MAX_ID:
+        raise ValueError(f"an id must lie in [1, {MAX_ID}]")
+    if isinstance(value, str):
+        if len(value) > MAX_NAME_CHARS:
+            raise ValueError(f"must be at most {MAX_NAME_CHARS} characters")
+        _clean_text(value)
+        if value.isdigit() and not value.isascii():
+            raise ValueError("an id must be written with the digits 0-9")
+    return value
+
+
+CleanText = Annotated[str, AfterValidator(_clean_text)]
+IdOrName = Annotated[int | str, BeforeValidator(_id_or_name)]
+
+
 class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
 class AudioFormat(_Lenient):
-    type: str
+    type: CleanText = Field(max_length=MAX_NAME_CHARS)
     rate: int | None = Field(default=None, gt=0, le=384_000)
 
 
@@ -56,7 +119,7 @@ class AudioInputConfig(_Lenient):
 
 class AudioOutputConfig(_Lenient):
     format: AudioFormat | None = None
-    voice: int | str | None = None
+    voice: IdOrName | None = None
 
 
 class AudioConfig(_Lenient):
@@ -65,19 +128,19 @@ class AudioConfig(_Lenient):
 
 
 class DuplexConfig(_Lenient):
-    persona_id: int | str | None = None
+    persona_id: IdOrName | None = None
     record: bool | None = None
     binary_audio: bool | None = None
 
 
 class SessionConfig(_Lenient):
-    instructions: str | None = Field(default=None, max_length=20_000)
+    instructions: CleanText | None = Field(default=None, max_length=MAX_INSTRUCTIONS_CHARS)
     audio: AudioConfig | None = None
     duplex: DuplexConfig | None = None
 
 
 class _Event(_Lenient):
-    event_id: str | None = Field(default=None, max_length=200)
+    event_id: CleanText | None = Field(default=None, max_length=MAX_EVENT_ID_CHARS)
 
 
 class SessionUpdate(_Event):
@@ -154,6 +217,43 @@ CLIENT_EVENT_TYPES = frozenset(
 )
 
 
+def session_input_format(
+    config: SessionConfig, *, current: tuple[str, int], input_rates: tuple[int, ...], output_rate: int
+) -> tuple[str, int]:
+    """The (input type, input rate) after a ``session.update``, or ``unsupported_audio_format``.
+
+    ``current`` is the session's format before the update; the output format, which the server
+    fixes, is only checked. Nothing is changed here: the caller applies the result once the whole
+    update is valid.
+    """
+    input_type, input_rate = current
+    audio = config.audio
+    if audio and audio.input and audio.input.format:
+        fmt = audio.input.format
+        if fmt.type not in INPUT_FORMATS:
+            raise ProtocolError(
+                "unsupported_audio_format",
+                f"Input format {fmt.type!r} is not supported; use one of {sorted(INPUT_FORMATS)}.",
+                param="session.audio.input.format.type",
+            )
+        input_type, input_rate = fmt.type, fmt.rate or 24_000
+        if input_rate not in input_rates:
+            raise ProtocolError(
+                "unsupported_audio_format",
+                f"Input rate {input_rate} is not supported; use one of {list(input_rates)}.",
+                param="session.audio.input.format.rate",
+            )
+    if audio and audio.output and audio.output.format:
+        fmt = audio.output.format
+        if fmt.type != OUTPUT_FORMAT or fmt.rate not in (None, output_rate):
+            raise ProtocolError(
+                "unsupported_audio_format",
+                f"Output is {OUTPUT_FORMAT} at {output_rate} Hz.",
+                param="session.audio.output.format",
+            )
+    return input_type, input_rate
+
+
 def check_size(payload: str | bytes, max_bytes: int) -> None:
     """Refuse events above the server's message limit before parsing them."""
     size = len(payload)
@@ -166,12 +266,12 @@ def check_size(payload: str | bytes, max_bytes: int) -> None:
 def parse_client_event(text: str) -> Any:
     """Parse one text frame into a client event model, or raise ``ProtocolError``."""
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, parse_int=_parse_int)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ProtocolError("invalid_json", f"The frame is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise ProtocolError("invalid_json", "An event must be a JSON object.")
-    event_id = raw.get("event_id") if isinstance(raw.get("event_id"), str) else None
+    event_id = _echoable_event_id(raw.get("event_id"))
     event_type = raw.get("type")
     if not isinstance(event_type, str) or event_type not in CLIENT_EVENT_TYPES:
         raise ProtocolError(
@@ -185,6 +285,16 @@ def parse_client_event(text: str) -> Any:
         raise ProtocolError(
             "invalid_value", f"Invalid {event_type}: {where}: {first['msg']}", param=where or None, event_id=event_id
         ) from None
+
+
+def _echoable_event_id(value: object) -> str | None:
+    """The client's event_id when it can be echoed in an error as is (a bad one is not repeated back)."""
+    if not isinstance(value, str) or len(value) > MAX_EVENT_ID_CHARS:
+        return None
+    try:
+        return _clean_text(value)
+    except ValueError:
+        return None
 
 
 def decode_base64(data: str, *, code: str, param: str, event_id: str | None) -> bytes:

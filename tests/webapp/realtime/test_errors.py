@@ -177,9 +177,9 @@ async def test_input_backpressure(alice):
     peer, _ = await ready_peer(alice)
     await peer.prime()
     # 40 frames at once: far more than the session's bounded inbox (16 frames) holds.
-    await peer.append(to_pcm16(tone(FRAME * 40)))
+    await peer.send({"type": "input_audio_buffer.append", "audio": b64(to_pcm16(tone(FRAME * 40))), "event_id": "a-9"})
     error = await peer.error()
-    assert error["code"] == "input_backpressure"
+    assert error["code"] == "input_backpressure" and error["event_id"] == "a-9"  # the append that overflowed
     await peer.audio_frames(24)  # let the engine work off what the inbox kept
     await peer.proves_alive()
     await peer.close()
