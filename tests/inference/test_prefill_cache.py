@@ -17,7 +17,7 @@ from inference.engines.lockstep import LockstepEngine
 from inference.models.moshi.make_checkpoint import make_checkpoint
 
 VOICE_PT = Path(__file__).resolve().parents[1] / "data" / "personaplex" / "voice_prompt.pt"  # dim 64: tiny presets
-LIVE_FRAMES = 25
+LIVE_FRAMES = 12
 
 
 @pytest.fixture(scope="module")

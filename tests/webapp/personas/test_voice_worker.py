@@ -52,14 +52,17 @@ def clip_wav(seconds: float = 4.0, rate: int = 44_100) -> bytes:
 
 
 def test_voice_task_runs_on_a_worker_and_stores_the_lockstep_prompt(
-    personaplex_config, celery_worker_on_redis, django_user_model
+    personaplex_config, celery_worker_on_redis, redis_server, django_user_model
 ):
     from webapp.personas.tasks import process_voice
 
     user = django_user_model.objects.create_user("alice")
     voice = Voice.objects.create(owner=user, name="worker-voice", kind=Voice.Kind.CLONED)
     voice.reference_audio.save("clip.flac", ContentFile(clip_wav()), save=True)
-    process_voice.delay(voice.pk)  # queued on the broker: this thread only watches the row change
+    # Queued on the broker through a connection of its own: the app's pooled one may still be the memory://
+    # transport an earlier test in this process opened. This thread only watches the row change.
+    with celery_app.connection_for_write(redis_server.url) as connection:
+        process_voice.apply_async((voice.pk,), connection=connection)
     seen_stages = set()
     deadline = time.monotonic() + 120
     while voice.status not in ("ready", "failed"):
