@@ -1,9 +1,13 @@
 """The web tier's client of ``python -m inference serve``, used when ``PARLEY_INFERENCE_URL`` is set.
 
-- ``RemoteSessionHandle``: the ``SessionHandle`` over one unix-socket connection. Calls wait for the
-  service's reply, so bad input raises ``ParleyError`` here exactly as in-process
-  (``inference.local_handle.LocalHandle``).
-- ``remote_occupancy``, ``remote_end_session``, ``remote_capabilities``: one-shot calls.
+- ``RemoteSessionHandle``: the ``SessionHandle`` over one connection (unix socket or TCP). Calls wait
+  for the service's reply, so bad input raises ``ParleyError`` here exactly as in-process
+  (``inference.local_handle.LocalHandle``). A connection lost before the session ended (the service
+  died) ends the session with ``engine_failed`` and the reason, as does ``fail`` (the registry watch
+  saw the service go silent).
+- ``remote_occupancy``, ``remote_end_session``, ``remote_status``, ``remote_capabilities``: one-shot calls.
+
+An address is ``unix:///path``, a bare socket path, or ``tcp://host:port``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from typing import Any
 from inference import transport_auth, wire
 from inference.config import InferenceConfig
 from inference.contracts import (
+    Closed,
     EngineCapabilities,
+    ErrorEvent,
     ParleyError,
     Ready,
     SessionEvent,
@@ -29,18 +35,21 @@ from inference.contracts import (
     WorkerSnapshot,
 )
 from inference.errors import WireError
+from inference.status import ServiceStatus, status_from_dict
 
 logger = logging.getLogger(__name__)
 
 GONE = "the inference service connection is closed"
 CLOSE_DRAIN_S = 2.0
+CONNECT_TIMEOUT_S = 5.0  # connect + handshake: a hung host must not hold a caller forever
 
 
 class RemoteSessionHandle:
     """``SessionHandle`` backed by a connection to the inference service."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, service_id: str | None = None):
         self._reader, self._writer = reader, writer
+        self.service_id = service_id  # the registry's name for the service, for failure messages
         self._ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future[Any]] = {}
         self._events: asyncio.Queue[SessionEvent | None] = asyncio.Queue()
@@ -51,8 +60,8 @@ class RemoteSessionHandle:
         self._reader_task = asyncio.create_task(self._read_loop())
 
     @classmethod
-    async def open(cls, socket_path: str, request: SessionRequest) -> RemoteSessionHandle:
-        reader, writer = await _connect(socket_path)
+    async def open(cls, address: str, request: SessionRequest, *, service_id: str | None = None) -> RemoteSessionHandle:
+        reader, writer = await _connect(address)
         try:
             writer.write(wire.json_frame({"op": "open", "request": wire.request_to_dict(request)}))
             await writer.drain()
@@ -60,7 +69,7 @@ class RemoteSessionHandle:
         except BaseException:
             writer.close()
             raise
-        return cls(reader, writer)
+        return cls(reader, writer, service_id)
 
     @property
     def session_id(self) -> str | None:
@@ -125,6 +134,18 @@ class RemoteSessionHandle:
         """Drop the connection; the service keeps the session for the grace period."""
         await self._disconnect()
 
+    async def fail(self, reason: str) -> None:
+        """The service is gone (missed heartbeats): end this session with ``engine_failed`` and ``reason``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._end_failed(reason)
+        await self._disconnect()
+
+    def _end_failed(self, reason: str) -> None:
+        self._events.put_nowait(ErrorEvent("engine_failed", reason, error_type="server_error"))
+        self._events.put_nowait(Closed("engine_failed"))
+
     # ---- internals ----------------------------------------------------------------------------
 
     async def _call(self, op: str, **args: Any) -> None:
@@ -146,6 +167,7 @@ class RemoteSessionHandle:
             self._replies.pop(call_id, None)
 
     async def _read_loop(self) -> None:
+        ended = False  # the service said "end": the session finished normally (Closed / Replaced came)
         try:
             while (item := await wire.read_frame(self._reader)) is not None:
                 kind, payload = item
@@ -155,6 +177,7 @@ class RemoteSessionHandle:
                         self._resolve(obj)
                         continue
                     if obj.get("event") == "end":
+                        ended = True
                         break  # Closed or Replaced came: this handle is finished, free the socket
                     self._events.put_nowait(wire.event_from_dict(obj))
                 else:
@@ -162,6 +185,9 @@ class RemoteSessionHandle:
         except (WireError, ConnectionError):
             pass
         finally:
+            if not ended and not self._closed:  # lost, not left: the service process died
+                name = f" {self.service_id}" if self.service_id else ""
+                self._end_failed(f"lost the connection to the inference service{name}")
             self._closed = True
             self._stream_ended.set()
             self._events.put_nowait(None)
@@ -189,9 +215,9 @@ class RemoteSessionHandle:
             await self._reader_task
 
 
-def _not_running(socket_path: str) -> ParleyError:
-    # The path is for the operator's log; callers (and the pages that show this) get no server paths.
-    logger.warning("inference.unreachable: nothing listens on unix://%s", socket_path)
+def _not_running(address: str) -> ParleyError:
+    # The address is for the operator's log; callers (and the pages that show this) get no server paths.
+    logger.warning("inference.unreachable: nothing answers at %s", address)
     return ParleyError("the inference service is not running", code="internal_error", error_type="server_error")
 
 
@@ -204,14 +230,30 @@ def _service_closed() -> ParleyError:
     return ParleyError("the inference service closed the connection", code="internal_error", error_type="server_error")
 
 
-async def _connect(socket_path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+def _tcp_endpoint(address: str) -> tuple[str, int] | None:
+    """(host, port) of a ``tcp://host:port`` address; None for a unix socket."""
+    if not address.startswith("tcp://"):
+        return None
+    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+async def _connect(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A connection that has passed the service's handshake (inference/transport_auth.py)."""
+    endpoint = _tcp_endpoint(address)
     try:
-        reader, writer = await asyncio.open_unix_connection(socket_path, limit=wire.MAX_FRAME_BYTES)
-    except (FileNotFoundError, ConnectionRefusedError) as exc:
-        raise _not_running(socket_path) from exc
+        if endpoint is None:
+            opening = asyncio.open_unix_connection(address.removeprefix("unix://"), limit=wire.MAX_FRAME_BYTES)
+        else:
+            opening = asyncio.open_connection(*endpoint, limit=wire.MAX_FRAME_BYTES)
+        reader, writer = await asyncio.wait_for(opening, CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError) as exc:
+        raise _not_running(address) from exc
     try:
-        await transport_auth.client_handshake(reader, writer, _token())
+        await asyncio.wait_for(transport_auth.client_handshake(reader, writer, _token()), CONNECT_TIMEOUT_S)
+    except TimeoutError as exc:
+        writer.close()
+        raise _not_running(address) from exc
     except BaseException:
         writer.close()
         raise
@@ -229,9 +271,9 @@ async def _read_reply(reader: asyncio.StreamReader) -> dict[str, Any]:
     return body
 
 
-async def one_shot(socket_path: str, call: dict[str, Any]) -> Any:
+async def one_shot(address: str, call: dict[str, Any]) -> Any:
     """Send one call on a fresh connection and return its ``ok`` value."""
-    reader, writer = await _connect(socket_path)
+    reader, writer = await _connect(address)
     try:
         writer.write(wire.json_frame(call))
         await writer.drain()
@@ -241,22 +283,29 @@ async def one_shot(socket_path: str, call: dict[str, Any]) -> Any:
     return body.get("ok")
 
 
-async def remote_occupancy(socket_path: str) -> list[WorkerSnapshot]:
-    return [wire.snapshot_from_dict(s) for s in await one_shot(socket_path, {"op": "occupancy"})]
+async def remote_occupancy(address: str) -> list[WorkerSnapshot]:
+    return [wire.snapshot_from_dict(s) for s in await one_shot(address, {"op": "occupancy"})]
 
 
-async def remote_end_session(socket_path: str, session_id: str, reason: str) -> bool:
-    return bool(await one_shot(socket_path, {"op": "end_session", "session_id": session_id, "reason": reason}))
+async def remote_end_session(address: str, session_id: str, reason: str) -> bool:
+    return bool(await one_shot(address, {"op": "end_session", "session_id": session_id, "reason": reason}))
 
 
-def remote_capabilities(socket_path: str, timeout_s: float = 5.0) -> EngineCapabilities:
+async def remote_status(address: str) -> ServiceStatus:
+    """The service's status with its sessions and queue (the console of a single remote service)."""
+    return status_from_dict(await one_shot(address, {"op": "status"}))
+
+
+def remote_capabilities(address: str, timeout_s: float = 5.0) -> EngineCapabilities:
     """Blocking: the service's capabilities (for pages rendered outside an event loop)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+    endpoint = _tcp_endpoint(address)
+    family = socket.AF_UNIX if endpoint is None else socket.AF_INET6 if ":" in endpoint[0] else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout_s)
         try:
-            sock.connect(socket_path)
+            sock.connect(address.removeprefix("unix://") if endpoint is None else endpoint)
         except OSError as exc:
-            raise _not_running(socket_path) from exc
+            raise _not_running(address) from exc
         transport_auth.client_handshake_sync(sock, _token())
         sock.sendall(wire.json_frame({"op": "capabilities"}))
         header = _recv_exactly(sock, 5)

@@ -1,8 +1,10 @@
-"""The unix-socket face of an ``InferenceService``: ``python -m inference serve``.
+"""The socket face of an ``InferenceService``: ``python -m inference serve``.
 
 Each connection is either one session handle (``open``, then calls and events until it ends) or a
-single one-shot call (``capabilities``, ``occupancy``, ``end_session``). Framing is ``inference.wire``;
-the client side is ``inference.client``.
+single one-shot call (``capabilities``, ``occupancy``, ``status``, ``end_session``). Framing is
+``inference.wire``; the client side is ``inference.client``. The unix socket is always served; with
+``--tcp`` the same connections are also taken over TCP, and the service heartbeats into the registry
+(``inference.membership``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from inference import transport_auth, wire
@@ -23,7 +26,9 @@ from inference.config import InferenceConfig
 from inference.contracts import ParleyError, VoiceRef
 from inference.errors import WireError
 from inference.local_handle import LocalHandle
+from inference.membership import Membership
 from inference.service import InferenceService
+from inference.status import ServiceStatus, status_to_dict
 from inference.voice_files import checked_voice
 
 logger = logging.getLogger(__name__)
@@ -32,8 +37,15 @@ logger = logging.getLogger(__name__)
 class Connection:
     """One socket connection: a session handle, or a single one-shot call."""
 
-    def __init__(self, service: InferenceService, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(
+        self,
+        service: InferenceService,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        status: Callable[[], ServiceStatus] | None = None,
+    ):
         self.service, self.reader, self.writer = service, reader, writer
+        self.status = status  # the service's status with its sessions (the ``status`` call), if it has one
         self.handle: LocalHandle | None = None
 
     async def run(self) -> None:
@@ -67,6 +79,8 @@ class Connection:
         elif op == "end_session":
             ended = self.service.end_session(str(call.get("session_id")), str(call.get("reason", "admin_ended")))
             await self._send({"reply": 0, "ok": ended})
+        elif op == "status" and self.status is not None:
+            await self._send({"reply": 0, "ok": status_to_dict(self.status())})
         elif op == "open":
             try:
                 request = wire.request_from_dict(call.get("request"))
@@ -149,8 +163,11 @@ class Connection:
         await self.writer.drain()
 
 
-async def serve(service: InferenceService, socket_path: str, stop: asyncio.Event) -> None:
-    """Accept connections on ``socket_path`` (in a private directory) until ``stop`` is set."""
+async def serve(
+    service: InferenceService, socket_path: str, stop: asyncio.Event, membership: Membership | None = None
+) -> None:
+    """Accept connections on ``socket_path`` (in a private directory), and on ``membership``'s TCP port
+    with its heartbeat, until ``stop`` is set."""
     if not service.config.inference_token:
         raise SystemExit(
             f"{transport_auth.TOKEN_ENV} is not set: the service authenticates every connection with it "
@@ -161,14 +178,21 @@ async def serve(service: InferenceService, socket_path: str, stop: asyncio.Event
     except PermissionError as exc:
         raise SystemExit(f"refusing to serve on {socket_path}: {exc}") from exc
     _remove_stale_socket(socket_path)
-    server = await asyncio.start_unix_server(
-        lambda r, w: Connection(service, r, w).run(), path=socket_path, limit=wire.MAX_FRAME_BYTES
-    )
+    status = membership.status if membership is not None else None
+
+    def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        return Connection(service, reader, writer, status).run()
+
+    server = await asyncio.start_unix_server(connection, path=socket_path, limit=wire.MAX_FRAME_BYTES)
     os.chmod(socket_path, 0o600)  # and its directory is 0700: only this user reaches it at all
     print(f"ready: serving {service.capabilities.engine!r} on unix://{socket_path}", flush=True)
     try:
+        if membership is not None:
+            await membership.start(connection)
         await stop.wait()
     finally:
+        if membership is not None:
+            await membership.stop()  # first: the registry stops sending calls here
         server.close()
         await service.stop()
         with contextlib.suppress(FileNotFoundError):
@@ -199,10 +223,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--engine", help="engine name (default: PARLEY_ENGINE, else echo)")
     parser.add_argument("--slots", type=int, help="slots (default: PARLEY_SLOTS, else 4)")
+    parser.add_argument("--tcp", metavar="HOST:PORT", help="also serve TCP here (another host's web tier)")
+    parser.add_argument("--advertise", metavar="HOST:PORT", help="the address web hosts dial (default: --tcp)")
+    parser.add_argument("--service-id", help="name in the registry (default: PARLEY_SERVICE_ID, else host-pid)")
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides = {k: v for k, v in (("engine", args.engine), ("slots", args.slots)) if v is not None}
+    pairs = (("engine", args.engine), ("slots", args.slots), ("service_id", args.service_id))
+    overrides = {k: v for k, v in pairs if v is not None}
     config = InferenceConfig.from_env().with_overrides(**overrides)
     socket_path = args.socket or config.socket_path
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -218,7 +247,15 @@ def run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await serve(service, socket_path, stop)
+        membership = Membership(
+            service,
+            config,
+            socket_path=socket_path,
+            tcp=args.tcp,
+            advertise=args.advertise,
+            metrics_port=args.metrics_port,
+        )
+        await serve(service, socket_path, stop, membership)
 
     asyncio.run(main())
     print("stopped", file=sys.stderr, flush=True)

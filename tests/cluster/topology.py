@@ -32,7 +32,7 @@ PYTHON = str(Path(sys.executable))
 DAPHNE = str(Path(sys.executable).with_name("daphne"))
 CELERY = str(Path(sys.executable).with_name("celery"))
 STOP_GRACE_S = 10.0
-START_TIMEOUT_S = 60.0  # two shared cores: a daphne import of Django takes seconds
+START_TIMEOUT_S = 120.0  # two shared cores under other work: a daphne import of Django can take a minute
 
 
 @dataclass
