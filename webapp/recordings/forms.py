@@ -12,13 +12,19 @@ class RecordingFilterForm(forms.Form):
     q = forms.CharField(required=False, max_length=200, label="Search")
     persona = forms.CharField(required=False, max_length=200)
     voice = forms.CharField(required=False, max_length=200)
-    engine = forms.CharField(required=False, max_length=50)
+    engine = forms.ChoiceField(required=False, choices=[("", "any engine")])
     status = forms.ChoiceField(required=False, choices=[("", "any status"), *Recording.Status.choices])
     date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}), label="From")
     date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}), label="To")
     min_duration_s = forms.FloatField(required=False, min_value=0, label="Min s")
     max_duration_s = forms.FloatField(required=False, min_value=0, label="Max s")
     mine = forms.BooleanField(required=False, label="Only mine")
+
+    def __init__(self, *args, engines: list[str], staff: bool, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["engine"].choices = [("", "any engine"), *((e, e) for e in engines)]
+        if not staff:
+            del self.fields["mine"]  # everyone else only ever sees their own
 
     def filters(self) -> RecordingFilters:
         if not self.is_valid():

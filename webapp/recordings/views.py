@@ -15,13 +15,16 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpRe
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
+from inference import api
 from webapp.recordings.forms import RecordingFilterForm
 from webapp.recordings.models import Recording
 from webapp.recordings.selectors import recording_get_for, recordings_filtered, recordings_visible_to
 from webapp.recordings.services import recording_delete
 from webapp.recordings.storage import recordings_storage
+from webapp.recordings.tasks import process_recording
 
 PAGE_SIZE = 20
+FORGOTTEN_PER_VIEW = 3  # eager (embedded) processing runs inline: keep one page view's share small
 CONTENT_TYPES = {
     "ogg": "audio/ogg",
     "wav": "audio/wav",
@@ -33,17 +36,15 @@ CONTENT_TYPES = {
 
 @login_required
 def recording_list(request: HttpRequest) -> HttpResponse:
-    form = RecordingFilterForm(request.GET or None)
+    visible = recordings_visible_to(request.user)
+    engines = sorted(set(visible.order_by().values_list("engine", flat=True).distinct()))
+    form = RecordingFilterForm(request.GET or None, engines=engines, staff=request.user.is_staff)
+    _process_forgotten(visible)
     rows = recordings_filtered(user=request.user, filters=form.filters())
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    engines = recordings_visible_to(request.user).order_by().values_list("engine", flat=True).distinct()
-    return render(
-        request,
-        "recordings/list.html",
-        {"form": form, "page": page, "query": query.urlencode(), "engines": sorted(set(engines))},
-    )
+    return render(request, "recordings/list.html", {"form": form, "page": page, "query": query.urlencode()})
 
 
 @login_required
@@ -61,7 +62,9 @@ def recording_status(request: HttpRequest, recording_id: int) -> JsonResponse:
 @login_required
 def recording_statuses(request: HttpRequest) -> JsonResponse:
     """The list page's progress poll: ``?ids=1,2,3`` (ids not visible to the user are left out)."""
-    ids = [int(part) for part in request.GET.get("ids", "").split(",") if part.strip().isdigit()][:100]
+    parts = (part.strip() for part in request.GET.get("ids", "").split(","))
+    # ASCII digits only and at most 18 of them: int() refuses superscripts and 4300+ digits (a 500 before).
+    ids = [int(part) for part in parts if part.isascii() and part.isdigit() and len(part) <= 18][:100]
     rows = recordings_visible_to(request.user).filter(pk__in=ids)
     return JsonResponse({"recordings": [_status(r) for r in rows]})
 
@@ -105,6 +108,16 @@ def recording_delete_view(request: HttpRequest, recording_id: int) -> HttpRespon
         return HttpResponseNotAllowed(["POST"])
     recording_delete(recording)
     return redirect("recording-list")
+
+
+def _process_forgotten(visible) -> None:
+    """Queue post-processing for calls that ended while nobody listened (a detached call whose grace
+    expired; a service restarted after a kill). The beat's sweep does this too; a list view that
+    shows them makes sure it happens even where no beat runs (the embedded default)."""
+    waiting = visible.filter(status=Recording.Status.RECORDING).select_related(None).only("pk", "session_id")
+    for recording in waiting[:FORGOTTEN_PER_VIEW]:
+        if api.raw_recording_state(recording.session_id) == "finished":
+            process_recording.delay(recording.pk)
 
 
 def _status(recording: Recording) -> dict:

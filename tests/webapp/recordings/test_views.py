@@ -120,3 +120,13 @@ def test_list_filters_search_and_pages(client, make_recording, django_user_model
     assert rows(min_duration_s="10", max_duration_s="14.5") == 5
     bad = client.get(reverse("recording-list"), {"min_duration_s": "soon", "date_from": "yesterday"})
     assert bad.status_code == 200 and "Enter a number" in bad.content.decode()
+
+
+def test_the_list_processes_calls_that_ended_with_nobody_listening(client, recorder, media_dir, make_recording):
+    # A detached call whose grace expired: the service ended it, no consumer was there to say so.
+    recording = make_recording(session_id="sess_forgotten")
+    record_raw_call(recorder, "sess_forgotten", steps=10, finish="grace_expired")
+    client.force_login(recording.user)
+    client.get(reverse("recording-list"))  # eager here: processed inline, as the embedded default does
+    recording.refresh_from_db()
+    assert recording.status == Recording.Status.READY
