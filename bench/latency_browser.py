@@ -183,6 +183,7 @@ def summarize(args, call: MeasuredCall, load_before: float, server_cpu_s: float)
             "chromium": subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True).stdout.strip(),
         },
         "context_rate": call.tap.rate,
+        "tap_skipped_frames": call.tap.skipped,  # render quanta a starved audio thread never ran
         "page": {
             "underruns": final.get("underruns"),
             "overruns": final.get("overruns"),

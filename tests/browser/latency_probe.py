@@ -78,6 +78,7 @@ class TapReader:
     mic: list[np.ndarray] = field(default_factory=list)
     out: list[np.ndarray] = field(default_factory=list)
     frames: int = 0
+    skipped: int = 0  # frames the audio thread never rendered (filled with silence)
 
     def drain(self, page: Any) -> None:
         data = page.evaluate(DRAIN_JS)
@@ -89,10 +90,14 @@ class TapReader:
             return
         if self.start_frame is None:
             self.start_frame = int(data["start"])
-        elif int(data["start"]) != self.start_frame + self.frames:
-            raise AssertionError(
-                f"the tap lost audio: expected frame {self.start_frame + self.frames}, got {data['start']}"
-            )
+        gap = int(data["start"]) - (self.start_frame + self.frames)
+        if gap < 0:
+            raise AssertionError(f"the tap's blocks overlap by {-gap} frames")
+        if gap:  # a starved audio thread skipped render quanta: keep both signals on the context clock
+            self.skipped += gap
+            self.mic.append(np.zeros(gap))
+            self.out.append(np.zeros(gap))
+            self.frames += gap
         mic = _int16(data["mic"])
         out = _int16(data["out"])
         self.mic.append(mic)
