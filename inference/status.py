@@ -205,6 +205,7 @@ def _session_status(
         frames_out=frames_out,
         dropped_frames=dropped,
         lag_ms=round(lag_ms, 1),
+        record=session.recorded,
         queue_position=queue_position,
         estimated_wait_s=service.pool.estimated_wait_s(queue_position) if queue_position else None,
     )

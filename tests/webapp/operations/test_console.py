@@ -100,7 +100,7 @@ async def test_console_pushes_a_live_session_and_ending_it_is_confirmed_and_audi
 
     socket = await console_socket(staff)
     assert (await socket.connect())[0]
-    handle = await api.open_session(SessionRequest(user_key=str(caller.pk), persona="A patient tutor"))
+    handle = await api.open_session(SessionRequest(user_key=str(caller.pk), persona="A patient tutor", record=False))
     ready = await next_event(handle, Ready)
     for _ in range(12):
         await handle.append_audio(FRAME, encoding="pcm16", rate=24000)
@@ -151,6 +151,8 @@ async def test_stop_admitting_refuses_new_calls_but_keeps_live_ones_and_drain_is
     assert reply.json()["outcome"] == "draining"
     (service,) = await api.services()
     assert service.state == "draining"
+    (live_row,) = service.sessions
+    assert live_row.user_key == str(first.pk) and live_row.record is True  # asked for (the default) and allowed
     with pytest.raises(api.ParleyError, match="draining"):
         await api.open_session(SessionRequest(user_key=str(second.pk)))
     unknown = await staff.post("/ops/console/services/gpu-9/drain/", {"confirm": "gpu-9"})
