@@ -166,3 +166,33 @@ def test_a_live_services_open_recording_is_left_alone(tmp_path):
     meta_path.write_text(json.dumps(meta))
     assert Recorder(tmp_path).recover_interrupted() == []
     recorder.stop()
+
+
+def test_a_disk_write_error_ends_the_recording_partial_with_the_reason(tmp_path):
+    recorder = Recorder(tmp_path)
+    recorder.start()
+    recording = recorder.begin("sess_disk", META)
+    wait_for(lambda: (tmp_path / "sess_disk" / META_FILE).exists())
+    (tmp_path / "sess_disk" / "chunk-000000.prc").mkdir()  # the chunk cannot be opened for writing
+    for step in range(5):
+        record_steps([recording.step_item(marker(step), pcm(step), SlotOutput(audio=np.zeros(0)), 1.0)])
+    recording.finish("client_close")
+    wait_for(lambda: folder_state(tmp_path / "sess_disk") == "finished")
+    recorder.stop()
+    end = json.loads((tmp_path / "sess_disk" / END_FILE).read_text())
+    assert end["problem"].startswith("disk write failed") and end["lost_after_error"] == 5
+
+
+def test_unit_engine_decisions_are_recorded_with_their_unit(tmp_path):
+    recorder = Recorder(tmp_path)
+    recorder.start()
+    recording = recorder.begin("sess_units", {**META, "chunk_period_ms": 1000, "input_chunk_samples": CHUNK})
+    for unit, kind in enumerate(["listen", "speak", "speak"]):
+        out = SlotOutput(audio=np.zeros(0), decision=kind, end_of_turn=unit == 2)
+        record_steps([recording.step_item(marker(unit), pcm(unit), out, 40.0)])
+    recording.finish("client_close")
+    wait_for(lambda: folder_state(tmp_path / "sess_units") == "finished")
+    recorder.stop()
+    raw = read_recording(tmp_path / "sess_units")
+    decisions = [(e["step"], e["kind"], e["eot"]) for e in raw.events if e["k"] == "decision"]
+    assert decisions == [(0, "listen", False), (1, "speak", False), (2, "speak", True)]
