@@ -129,6 +129,26 @@ async def test_persona_and_voice_not_found(alice):
     await peer.close()
 
 
+async def test_updates_that_once_reached_internal_error_are_invalid_values(alice):
+    """A 5000-digit input rate (Python's int-string limit) and a lone-surrogate voice (the lookup failed)."""
+    peer, _ = await ready_peer(alice)
+    huge_rate = '{"type":"session.update","event_id":"u-1","session":{"audio":{"input":{"format":{"type":"audio/pcm","rate":%s}}}}}'
+    error = await rejected(peer, text=huge_rate % ("9" * 5000))
+    assert (error["type"], error["code"], error["param"], error["event_id"]) == (
+        "invalid_request_error",
+        "invalid_value",
+        "session.audio.input.format.rate",
+        "u-1",
+    )
+    surrogate_voice = '{"type":"session.update","event_id":"u-2","session":{"audio":{"output":{"voice":"\\ud800"}}}}'
+    error = await rejected(peer, text=surrogate_voice)
+    assert (error["code"], error["param"], error["event_id"]) == ("invalid_value", "session.audio.output.voice", "u-2")
+    error = await rejected(peer, {"type": "session.update", "session": {"duplex": {"persona_id": "\u00b2"}}})
+    assert (error["code"], error["param"]) == ("invalid_value", "session.duplex.persona_id")
+    await peer.proves_alive()
+    await peer.close()
+
+
 async def test_persona_and_voice_are_fixed_once_audio_started(alice):
     await database_sync_to_async(Voice.objects.create)(owner=None, name="calm", status=Voice.Status.READY)
     await database_sync_to_async(Voice.objects.create)(owner=None, name="bright", status=Voice.Status.READY)
