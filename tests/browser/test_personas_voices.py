@@ -55,6 +55,8 @@ def test_clone_a_voice_with_consent_then_call_with_it_and_version_the_persona(
     page.fill("#id_name", "My voice")
     record(page, "clip", 7.0)
     record(page, "consent", 3.0)
+    if screenshot_dir:
+        page.screenshot(path=str(screenshot_dir / "voice-new.png"), full_page=True)
     page.click("#create-voice")
     page.wait_for_function(
         "() => !location.pathname.endsWith('/new/') || !document.getElementById('upload-errors').hidden",
@@ -93,6 +95,8 @@ def test_clone_a_voice_with_consent_then_call_with_it_and_version_the_persona(
     page.select_option("#persona-preset", label="Museum guide")
     expect(page.locator("#voice")).to_have_value(str(voice.pk))  # the persona's default voice
     expect(page.locator("#voice-preview")).to_be_visible()
+    if screenshot_dir:
+        page.screenshot(path=str(screenshot_dir / "call-persona-voice.png"), full_page=True)
     page.click("#start")
     wait_for_state(page, "live", timeout_ms=TIMEOUT_MS)
     page.wait_for_function(
@@ -103,7 +107,9 @@ def test_clone_a_voice_with_consent_then_call_with_it_and_version_the_persona(
     caps = updated[-1]["session"]["duplex"]["capabilities"]
     assert caps["persona"] == {"id": persona.pk, "version": 1}
     assert caps["voice"] == {"id": voice.pk, "name": "My voice"}
-    assert not [e for e in received if e.get("type") == "error"]
+    # a loaded CPU may drop input (input_backpressure); anything else would be this flow's fault
+    errors = [e["error"] for e in received if e.get("type") == "error"]
+    assert not [e for e in errors if e["code"] != "input_backpressure"], errors
     page.click("#stop")
     wait_for_state(page, "closed")
 
