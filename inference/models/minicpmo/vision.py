@@ -17,10 +17,8 @@ from torch import nn
 from transformers import SiglipVisionConfig
 from transformers.models.siglip.modeling_siglip import SiglipEncoderLayer
 
+from inference.image_header import MAX_FRAME_PIXELS
 from inference.models.minicpmo.config import MiniCPMOConfig, VisionConfig
-
-# Far above any camera (4K is 8.3 M pixels); the decoded RGB bitmap stays under 50 MB.
-MAX_FRAME_PIXELS = 4096 * 4096
 
 
 class FrameError(ValueError):

@@ -1,11 +1,17 @@
-"""Finding 6 (camera frames): a frame's size is checked from its header, before a pixel is decoded."""
+"""Finding 6 (camera frames): a frame's size is checked from its header, before a pixel is decoded:
+at the session's edge (the caller gets invalid_image) and where the engine decodes."""
 
+import base64
+import dataclasses
 import io
 
 import pytest
 from PIL import Image, ImageFile
 
-from inference.models.minicpmo.vision import MAX_FRAME_PIXELS, FrameError, decode_frame
+from inference.engines.echo import EchoEngine
+from inference.image_header import MAX_FRAME_PIXELS
+from inference.models.minicpmo.vision import FrameError, decode_frame
+from tests.webapp.realtime.realtime_helpers import make_account, ready_peer
 
 
 def png(width: int, height: int) -> bytes:
@@ -39,3 +45,28 @@ def test_a_small_png_declaring_a_huge_bitmap_is_refused_without_decoding_it(deco
 def test_a_webcam_frame_still_decodes(decodes):
     frame = decode_frame(png(640, 480), 448)
     assert frame.shape == (392, 518, 3) and decodes == [(640, 480)]
+
+
+class VideoEcho(EchoEngine):
+    """The echo engine declaring video input (it ignores the frames), to reach the session's image checks."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.capabilities = dataclasses.replace(self.capabilities, video=True)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_caller_hears_of_an_oversized_frame_at_once_and_the_call_goes_on(inference_service):
+    await inference_service(engine_instance=VideoEcho(2))
+    peer, _ = await ready_peer(await make_account("alice"))
+    await peer.prime()
+    bomb = base64.b64encode(png(6000, 6000)).decode()
+    await peer.send({"type": "input_image.append", "image": bomb, "event_id": "img-big"})
+    error = await peer.error()
+    assert (error["code"], error["param"], error["event_id"]) == ("invalid_image", "image", "img-big")
+    assert "6000x6000" in error["message"]
+    await peer.send({"type": "input_image.append", "image": base64.b64encode(png(640, 480)).decode()})
+    await peer.proves_alive()
+    errors = [e["error"]["event_id"] for e in peer.seen if isinstance(e, dict) and e["type"] == "error"]
+    assert errors == ["img-big"]  # the webcam-sized frame was taken
+    await peer.close()
