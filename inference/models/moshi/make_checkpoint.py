@@ -4,7 +4,8 @@ The directory has exactly the published layout: ``config.json`` (LM kwargs + fil
 marked ``"parley_demo": true``), ``model.safetensors`` (fused LM keys), ``mimi.safetensors`` with
 ``mimi_config.json`` (a small Mimi), and ``tokenizer.model`` (a SentencePiece model trained in-process).
 Every LM parameter is drawn from an explicit ``torch.Generator`` (reference doc §7): RMSNorm gains
-``1 + 0.1 N(0, 1)``, everything else ``N(0, 1) / sqrt(fan_in)``.
+``1 + 0.1 n``, everything else ``n / sqrt(fan_in)``, with ``n`` unit noise that is the same on every CPU
+(``seeded.unit_noise``), so a seed gives the same file on every machine.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from safetensors.torch import save_file
 
 from inference.models.moshi.config import MOSHIKO_DELAYS, LMConfig
 from inference.models.moshi.lm import MoshiLM
+from inference.models.moshi.seeded import unit_noise
 
 PRESETS: dict[str, dict] = {
     "tiny-moshiko": dict(
@@ -77,7 +79,7 @@ def random_lm_state_dict(config: LMConfig, seed: int) -> dict[str, torch.Tensor]
     state: dict[str, torch.Tensor] = {}
     for key in sorted(shapes):
         shape = shapes[key]
-        noise = torch.randn(shape, generator=gen, dtype=torch.float32)
+        noise = unit_noise(shape, gen)
         if key.endswith("alpha"):
             state[key] = 1.0 + 0.1 * noise
         else:

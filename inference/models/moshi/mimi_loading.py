@@ -29,6 +29,7 @@ from safetensors.torch import load_file
 
 from inference.models.moshi.loading import key_set_mismatch
 from inference.models.moshi.mimi import MimiCodec, MimiConfig
+from inference.models.moshi.seeded import unit_noise
 
 __all__ = [
     "MimiLoadError",
@@ -208,16 +209,16 @@ def _codebook_buffers(config: MimiConfig, generator: torch.Generator) -> dict[st
     out: dict[str, torch.Tensor] = {}
     for part, n in (("rvq_first", q.n_q_semantic), ("rvq_rest", q.n_q - q.n_q_semantic)):
         prefix = f"quantizer.{part}"
-        out[f"{prefix}.input_proj.weight"] = torch.randn(q.dimension, q.input_dimension, 1, generator=generator)
+        out[f"{prefix}.input_proj.weight"] = unit_noise((q.dimension, q.input_dimension, 1), generator)
         out[f"{prefix}.input_proj.weight"] /= math.sqrt(q.input_dimension)
-        out[f"{prefix}.output_proj.weight"] = torch.randn(q.output_dimension, q.dimension, 1, generator=generator)
+        out[f"{prefix}.output_proj.weight"] = unit_noise((q.output_dimension, q.dimension, 1), generator)
         out[f"{prefix}.output_proj.weight"] /= math.sqrt(q.dimension)
         for i in range(n):
             book = f"{prefix}.vq.layers.{i}._codebook"
             # Usage varies per centroid so the division embedding_sum / cluster_usage is exercised for real.
             usage = 0.5 + torch.rand(q.bins, generator=generator) * 4.0
             # Later residual stages quantise smaller residuals: shrink their centroids geometrically.
-            centroids = torch.randn(q.bins, q.dimension, generator=generator) * (0.5**i)
+            centroids = unit_noise((q.bins, q.dimension), generator) * (0.5**i)
             out[f"{book}.cluster_usage"] = usage
             out[f"{book}.embedding_sum"] = centroids * usage[:, None]
             out[f"{book}._initialized"] = torch.ones(1)
@@ -227,9 +228,10 @@ def _codebook_buffers(config: MimiConfig, generator: torch.Generator) -> dict[st
 def random_mimi_state_dict(config: MimiConfig, seed: int) -> dict[str, torch.Tensor]:
     """A complete random Mimi state dict in Kyutai's key layout, deterministic from `seed`.
 
-    Weights are N(0, 1) / sqrt(fan_in); LayerNorm gains 1 + 0.1 N(0, 1), biases 0.1 N(0, 1); layer scales
-    0.01 (1 + 0.1 N); codebooks have varied usage and initialised flags, so the file behaves like a trained one
-    shape-wise. Every tensor is drawn from one explicit `torch.Generator`, independent of module construction.
+    Weights are n / sqrt(fan_in); LayerNorm gains 1 + 0.1 n, biases 0.1 n; layer scales 0.01 (1 + 0.1 n), with n
+    unit noise that is the same on every CPU (`seeded.unit_noise`); codebooks have varied usage and initialised
+    flags, so the file behaves like a trained one shape-wise. Every tensor is drawn from one explicit
+    `torch.Generator`, independent of module construction.
     """
     config.validate()
     generator = torch.Generator().manual_seed(seed)
@@ -243,14 +245,14 @@ def random_mimi_state_dict(config: MimiConfig, seed: int) -> dict[str, torch.Ten
             continue
         shape = tuple(tensor.shape)
         if name.endswith(("norm1.weight", "norm2.weight")):
-            value = 1.0 + 0.1 * torch.randn(shape, generator=generator)
+            value = 1.0 + 0.1 * unit_noise(shape, generator)
         elif name.endswith(".scale"):
-            value = 0.01 * (1.0 + 0.1 * torch.randn(shape, generator=generator))
+            value = 0.01 * (1.0 + 0.1 * unit_noise(shape, generator))
         elif name.endswith(".bias"):
-            value = 0.1 * torch.randn(shape, generator=generator)
+            value = 0.1 * unit_noise(shape, generator)
         else:
             fan_in = math.prod(shape[1:])
-            value = torch.randn(shape, generator=generator) / math.sqrt(fan_in)
+            value = unit_noise(shape, generator) / math.sqrt(fan_in)
         out[name] = value.contiguous()
     missing = set(skeleton.state_dict()) - set(out)
     assert not missing, f"random_mimi_state_dict left out {sorted(missing)}"

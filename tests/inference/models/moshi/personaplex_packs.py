@@ -1,8 +1,9 @@
 """PersonaPlex sessions that outlive the attention context: the tiny shapes, their checkpoints, both sides' runs.
 
 A *pack* is one tiny random PersonaPlex checkpoint plus a few sessions on it (voice prompt kind, persona, user
-codes). Its weights are regenerated here from seeds (``make_checkpoint``'s generators; ``packs.json`` pins their
-sha256, so a change in torch's RNG fails loudly instead of as a token mismatch). What is stored under
+codes). Its weights are regenerated here from seeds by ``make_checkpoint``'s generators, whose noise is the same
+on every CPU (``seeded.unit_noise``); ``packs.json`` pins their sha256, so a changed generator fails loudly
+instead of as a token mismatch. What is stored under
 ``tests/data/personaplex_wrap`` is only what the reference produced: its ``.pt`` voice prompt (made from
 ``voice.wav``), its Mimi codes of that wav, and its tokens for every live step of every session.
 
@@ -97,7 +98,7 @@ def build_pack(name: str, spec: dict, tmp: Path, *, check_hashes: bool = True) -
     if check_hashes:
         for file in ("model.safetensors", "mimi.safetensors"):
             assert sha256(ckpt / file) == spec["sha256"][file], (
-                f"{name}: regenerated {file} differs from the one the goldens were made with (torch RNG changed?)"
+                f"{name}: regenerated {file} differs from the one the goldens were made with (seeded generator changed?)"
             )
     voices = {"wav": VOICE_WAV}
     pt = DATA / name / "voice_prompt.pt"

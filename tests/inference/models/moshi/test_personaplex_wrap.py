@@ -15,6 +15,8 @@ the package registries, so ``scripts/install-python.sh test`` installs it only f
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -247,3 +249,29 @@ def test_engine_sessions_past_the_wrap_equal_offline_replay(tmp_path):
             expected = replay(info, codes, greedy=True, voice_prompt=pack.voices[kind], persona=persona)
             assert texts[s] == [engine.detokenizer.piece(int(t)) for t in expected[:, 0]], f"session {s}"
     assert len({"".join(t) for t in texts}) == len(texts)  # different audio / starts give different text
+
+
+def test_seeded_checkpoints_are_the_same_file_on_the_portable_cpu_kernels(tmp_path):
+    """The packs' weights are regenerated, not stored, so they must not depend on the CPU: the same seed gives
+    the same LM and Mimi files under ATen's portable kernels (``torch.randn`` did not: its Box-Muller is
+    vectorised differently per kernel)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.inference.models.moshi.moshi_lm_helpers import ROOT
+    from tests.inference.models.moshi.personaplex_packs import sha256, write_checkpoint
+
+    spec = SPECS["mimi-q8-ctx10"]
+    here = write_checkpoint(spec, tmp_path / "here")
+    script = (
+        "import json, sys; from pathlib import Path; "
+        "from tests.inference.models.moshi.personaplex_packs import write_checkpoint; "
+        "write_checkpoint(json.loads(sys.argv[1]), Path(sys.argv[2]))"
+    )
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="default", MKL_CBWR="COMPATIBLE")
+    cmd = [sys.executable, "-c", script, json.dumps(spec), str(tmp_path / "portable")]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for file in ("model.safetensors", "mimi.safetensors"):
+        assert sha256(tmp_path / "portable" / file) == sha256(here / file) == spec["sha256"][file], file
