@@ -201,9 +201,12 @@ class Registry:
             services.append(status)
         return sorted(services, key=lambda s: s.service_id)
 
-    async def route(self, user_key: str) -> ServiceStatus:
-        """The service for ``user_key``: the one holding their session, else the least loaded one."""
-        services = await self.services()
+    async def route(self, user_key: str, *, avoid: frozenset[str] = frozenset()) -> ServiceStatus:
+        """The service for ``user_key``: the one holding their session, else the least loaded one.
+
+        ``avoid``: services this caller just failed to reach (dead, not yet marked down).
+        """
+        services = [s for s in await self.services() if s.service_id not in avoid]
         by_id = {s.service_id: s for s in services}
         client = _redis(self.redis_url)
         held = await client.get(PLACEMENT_KEY.format(user_key=user_key))

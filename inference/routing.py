@@ -20,6 +20,8 @@ from inference.status import ServiceStatus
 
 logger = logging.getLogger(__name__)
 
+MAX_PLACEMENT_ATTEMPTS = 3  # services tried for one new call before its caller hears why
+
 
 class Router:
     """Placement, failure watch and admin controls over the registry (one per web process)."""
@@ -36,20 +38,20 @@ class Router:
         from inference.client import RemoteSessionHandle
 
         self._ensure_watch()
-        service = await self.registry.route(request.user_key)
-        try:
-            handle = await RemoteSessionHandle.open(service.address, request, service_id=service.service_id)
-        except ParleyError as exc:
-            if exc.code == "resource_exhausted":
-                raise
-            # Unreachable but not yet timed out (killed a moment ago): say which one, the caller may retry.
-            raise ParleyError(
-                f"inference service {service.service_id} at {service.address} is unreachable: {exc.message}",
-                code="engine_failed",
-                error_type="server_error",
-            ) from exc
-        self._handles.setdefault(service.service_id, weakref.WeakSet()).add(handle)
-        return handle
+        unreachable: set[str] = set()
+        while True:
+            service = await self.registry.route(request.user_key, avoid=frozenset(unreachable))
+            try:
+                handle = await RemoteSessionHandle.open(service.address, request, service_id=service.service_id)
+            except ParleyError as exc:
+                if exc.code == "resource_exhausted" or len(unreachable) >= MAX_PLACEMENT_ATTEMPTS - 1:
+                    raise
+                # Dead but not yet marked down (killed a moment ago): place the call on another one.
+                logger.warning("routing.unreachable", extra={"service_id": service.service_id, "detail": exc.message})
+                unreachable.add(service.service_id)
+                continue
+            self._handles.setdefault(service.service_id, weakref.WeakSet()).add(handle)
+            return handle
 
     async def services(self) -> list[ServiceStatus]:
         return await self.registry.services()

@@ -37,7 +37,7 @@ def render_config(*, listen: str, upstreams: list[str], run_dir: Path) -> str:
     """The template with its placeholders filled; ``upstreams`` are ``host:port`` of the daphne processes."""
     # Workers drop to an unprivileged user under root; that user must write the temp folders.
     user = "user nobody nogroup;" if os.geteuid() == 0 else ""
-    servers = "\n".join(f"        server {u} max_fails=1 fail_timeout=2s;" for u in upstreams)
+    servers = "\n".join(f"        server {u} max_fails=3 fail_timeout=5s;" for u in upstreams)
     text = TEMPLATE.read_text()
     for name, value in (("USER", user), ("RUN_DIR", str(run_dir)), ("UPSTREAMS", servers), ("LISTEN", listen)):
         text = text.replace(f"@@{name}@@", value)

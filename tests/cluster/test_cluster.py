@@ -220,6 +220,10 @@ async def test_a_killed_services_callers_get_engine_failed_at_once(cluster):
     placed = await wait_until(lambda: ids <= set(holders(cluster)) and holders(cluster), what="placement")
     caller = next(c for c in callers if placed[c.session_id] == "svc-b")  # two idle services: one each
     cluster.kill_service("svc-b")  # SIGKILL: the TCP connections drop at once
+    # A new call at once, before the registry could mark svc-b down: placed on svc-a, not refused.
+    newcomer = await Caller.open(cluster.nginx.ws_url, cluster.keys["cluster1"])
+    assert (await wait_until(lambda: holders(cluster).get(newcomer.session_id), what="placement")) == "svc-a"
+    callers.append(newcomer)
     assert (await caller.until("session.closed", wait_s=5))["reason"] == "engine_failed"
     reason = caller.errors("engine_failed")[0]
     assert reason == "lost the connection to the inference service svc-b", reason
