@@ -236,6 +236,18 @@ def test_too_big_is_refused_before_the_body_is_read(client, users):
     assert not Voice.objects.exists()
 
 
+def test_a_file_over_the_limit_is_cut_off_while_streaming(client, users):
+    """The whole request fits the declared-length check (two files' worth), but one file passes 10 MB: the upload
+    handler stops the body there."""
+    c = client_for(client, users["alice"])
+    c.get(reverse("personas:voice-new"))
+    big = b"RIFF" + bytes(10 * 1024 * 1024 + 10)
+    fields = {"name": "big", "clip": upload(big, "big.wav"), "consent": upload(wav(speech(3.0)), "c.wav")}
+    response = c.post(reverse("personas:voice-new"), fields, HTTP_ACCEPT="application/json")
+    assert response.status_code == 413 and "too big" in json.dumps(response.json())
+    assert not Voice.objects.exists()
+
+
 def test_staff_disable_stops_new_calls_and_others_cannot(client, users):
     from webapp.conversations.services import voice_resolve
 
