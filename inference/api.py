@@ -323,6 +323,12 @@ async def admission_open() -> bool:
 
 async def occupancy() -> list[WorkerSnapshot]:
     """Per-worker slot states and tick timings for the operations view."""
+    router = _router()
+    if router is not None:
+        from inference.client import remote_occupancy
+
+        live = [s for s in await router.services() if s.state != "down"]
+        return [snapshot for s in live for snapshot in await remote_occupancy(s.address)]
     socket_path = _remote_socket()
     if socket_path is not None:
         from inference.client import remote_occupancy
@@ -347,6 +353,14 @@ async def end_session(session_id: str, reason: str = "admin_ended") -> bool:
 def capabilities_preview() -> dict:
     """The default engine's capabilities as a plain dict (for pages rendered before a call)."""
     global _service
+    config = _current_config()
+    if config.registry_url:
+        from inference.registry import capabilities_now
+
+        preview = capabilities_now(config.registry_url, config.heartbeat_timeout_s)
+        if preview is None:
+            raise ParleyError("no inference service is serving", code="internal_error", error_type="server_error")
+        return preview
     socket_path = _remote_socket()
     if socket_path is not None:
         from inference.client import remote_capabilities
