@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 FLUSH_PERIOD_S = 0.5  # well inside the promised second, with room for a slow write
 DEFAULT_MAX_PENDING = 64  # queued items (a tick's steps are one item): ~5 s of ticks; beyond it, drop and count
 FORMAT_VERSION = 1
+_running_here: set[str] = set()  # instance ids of this process's started recorders (several services may share one)
 
 
 class SessionRecording:
@@ -127,6 +128,7 @@ class Recorder:
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         self.recover_interrupted()
+        _running_here.add(self.instance_id)
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -134,6 +136,7 @@ class Recorder:
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join(timeout)
+        _running_here.discard(self.instance_id)
 
     def begin(self, session_id: str, meta: dict[str, Any]) -> SessionRecording:
         """Start recording a session; ``meta`` (engine, rates, persona ...) goes to ``meta.json``."""
@@ -145,8 +148,8 @@ class Recorder:
     def recover_interrupted(self) -> list[str]:
         """End the recordings that a killed service left open: ``end.json`` with reason ``interrupted``.
 
-        A folder whose writer process still runs (another service on the same folder) is left alone.
-        Returns the session ids marked.
+        A folder whose writer still runs (another service process on the same folder, or another
+        service's recorder in this process) is left alone. Returns the session ids marked.
         """
         marked = []
         for folder in sorted(p for p in self.root.iterdir() if p.is_dir()):
@@ -155,6 +158,8 @@ class Recorder:
             meta = read_json(folder / META_FILE) or {}
             pid = meta.get("pid")
             if isinstance(pid, int) and pid != os.getpid() and _process_alive(pid):
+                continue
+            if pid == os.getpid() and meta.get("service_id") in _running_here:
                 continue
             write_json(folder / END_FILE, {"reason": "interrupted", "interrupted": True, "ended_at": time.time()})
             marked.append(folder.name)

@@ -196,3 +196,16 @@ def test_unit_engine_decisions_are_recorded_with_their_unit(tmp_path):
     raw = read_recording(tmp_path / "sess_units")
     decisions = [(e["step"], e["kind"], e["eot"]) for e in raw.events if e["k"] == "decision"]
     assert decisions == [(0, "listen", False), (1, "speak", False), (2, "speak", True)]
+
+
+def test_a_second_recorder_in_the_same_process_leaves_the_firsts_open_recordings_alone(tmp_path):
+    first = Recorder(tmp_path)
+    first.start()
+    record_call(first, "sess_running", 3, finish=False)
+    wait_for(lambda: (tmp_path / "sess_running" / META_FILE).exists())
+    second = Recorder(tmp_path)
+    second.start()  # e.g. two in-process services on one folder
+    assert folder_state(tmp_path / "sess_running") == "open"
+    second.stop()
+    first.stop()  # the first one's own stop ends it
+    assert json.loads((tmp_path / "sess_running" / END_FILE).read_text())["reason"] == "interrupted"
