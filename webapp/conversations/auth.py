@@ -101,7 +101,7 @@ class ConnectThrottleMiddleware:
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "websocket" and (refusal := await throttling.connect_refusal(scope)):
+        if scope["type"] == "websocket" and (refusal := await throttling.connect_refusal(throttling.client_ip(scope))):
             scope = {**scope, "throttled": refusal}
         return await self.app(scope, receive, send)
 
@@ -119,12 +119,12 @@ class BearerKeyAuthMiddleware:
         if key is not None and "throttled" not in scope:
             from django.contrib.auth.models import AnonymousUser
 
-            if refusal := await throttling.key_refusal(scope):
+            if refusal := await throttling.key_refusal(throttling.client_ip(scope)):
                 scope = {**scope, "throttled": refusal}
             else:
                 api_key = await database_sync_to_async(apikey_lookup)(raw_key=key)
                 if api_key is None:
-                    await throttling.record_key_failure(scope)
+                    await throttling.record_key_failure(throttling.client_ip(scope))
                     scope = {**scope, "user": AnonymousUser(), "auth_method": "api_key"}
                 else:
                     scope = {**scope, "user": api_key.user, "auth_method": "api_key", "api_key_id": api_key.pk}

@@ -1,9 +1,10 @@
-"""Per-client-IP limits on ``/v1/realtime``: connects, and wrong API keys (the ``limits`` library).
+"""Per-client-IP limits: connects to ``/v1/realtime``, and wrong API keys wherever a key is accepted
+(the realtime handshake, ``/ops/metrics``), with the ``limits`` library.
 
 Counts live in ``settings.PARLEY_RATE_LIMIT_STORAGE``: Redis when the deployment has one (every web
 process shares the counts), else this process's memory. Rates use the library's notation
 (``PARLEY_CONNECT_RATE=30/minute``). A refused client is told so by the consumer: an ``error``
-event with code ``rate_limit_exceeded`` and close code 1013 (try again later).
+event with code ``rate_limit_exceeded`` and close code 1013 (try again later); an HTTP client gets 429.
 """
 
 from __future__ import annotations
@@ -55,26 +56,26 @@ async def _retry_after(limiter: MovingWindowRateLimiter, item: RateLimitItem, *i
     return max(1, math.ceil(stats.reset_time - time.time()))
 
 
-async def connect_refusal(scope: dict) -> Refusal | None:
-    """Count one connect from this client; a Refusal once it is over ``PARLEY_CONNECT_RATE``."""
-    limiter, item, ip = _current(), parse(settings.PARLEY_CONNECT_RATE), client_ip(scope)
+async def connect_refusal(ip: str) -> Refusal | None:
+    """Count one connect from ``ip``; a Refusal once it is over ``PARLEY_CONNECT_RATE``."""
+    limiter, item = _current(), parse(settings.PARLEY_CONNECT_RATE)
     if await limiter.hit(item, "parley", "connect", ip):
         return None
     wait = await _retry_after(limiter, item, "parley", "connect", ip)
     return Refusal(f"Too many connections from your address; try again in {wait} s.", wait)
 
 
-async def key_refusal(scope: dict) -> Refusal | None:
-    """A Refusal while this client is over ``PARLEY_KEY_FAILURE_RATE`` wrong keys (checked before any lookup)."""
-    limiter, item, ip = _current(), parse(settings.PARLEY_KEY_FAILURE_RATE), client_ip(scope)
+async def key_refusal(ip: str) -> Refusal | None:
+    """A Refusal while ``ip`` is over ``PARLEY_KEY_FAILURE_RATE`` wrong keys (checked before any lookup)."""
+    limiter, item = _current(), parse(settings.PARLEY_KEY_FAILURE_RATE)
     if await limiter.test(item, "parley", "bad_key", ip):
         return None
     wait = await _retry_after(limiter, item, "parley", "bad_key", ip)
     return Refusal(f"Too many wrong API keys from your address; try again in {wait} s.", wait)
 
 
-async def record_key_failure(scope: dict) -> None:
-    await _current().hit(parse(settings.PARLEY_KEY_FAILURE_RATE), "parley", "bad_key", client_ip(scope))
+async def record_key_failure(ip: str) -> None:
+    await _current().hit(parse(settings.PARLEY_KEY_FAILURE_RATE), "parley", "bad_key", ip)
 
 
 async def reset() -> None:

@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 from inference import api
 from inference.contracts import ParleyError
 from webapp.accounts.services import apikey_authenticate
+from webapp.conversations import throttling
 from webapp.operations.access import VIEW_CONSOLE, may
 
 PROCESS_REGISTRY = CollectorRegistry(auto_describe=True)
@@ -52,17 +53,27 @@ class _ClusterCollector(Collector):
 
 
 async def _scraper(request: HttpRequest):
+    """The scraping user, or a ``throttling.Refusal`` while this address is over its wrong-key rate."""
     user = await request.auser()
     header = request.headers.get("Authorization", "")
     scheme, _, key = header.partition(" ")
     if not user.is_authenticated and scheme.lower() == "bearer" and key.strip():
-        user = await sync_to_async(apikey_authenticate)(raw_key=key.strip()) or AnonymousUser()
+        ip = request.META.get("REMOTE_ADDR") or "unknown"
+        if refusal := await throttling.key_refusal(ip):
+            return refusal
+        user = await sync_to_async(apikey_authenticate)(raw_key=key.strip())
+        if user is None:
+            await throttling.record_key_failure(ip)
+        user = user or AnonymousUser()
     return user
 
 
 @require_GET
 async def metrics(request: HttpRequest) -> HttpResponse:
     user = await _scraper(request)
+    if isinstance(user, throttling.Refusal):
+        headers = {"Retry-After": str(user.retry_after_s)}
+        return HttpResponse(user.message + "\n", status=429, content_type="text/plain", headers=headers)
     if not await sync_to_async(may)(user, VIEW_CONSOLE):
         return HttpResponse("staff with operations.view_console only\n", status=403, content_type="text/plain")
     try:

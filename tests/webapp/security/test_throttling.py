@@ -1,7 +1,9 @@
 """Finding 5: throttles on logins (django-axes), on WebSocket connects and on wrong API keys (per client IP)."""
 
 import pytest
-from channels.testing import WebsocketCommunicator
+from channels.db import database_sync_to_async
+from channels.testing import HttpCommunicator, WebsocketCommunicator
+from django.contrib.auth.models import Permission
 from django.test import Client, override_settings
 
 from tests.webapp.realtime.realtime_helpers import Peer, make_account
@@ -100,3 +102,34 @@ async def test_counts_live_in_redis_when_the_deployment_has_one(inference_servic
         keys = redis.Redis.from_url(redis_server.url).keys("*connect*203.0.113.7*")
         assert keys, "the connect count is not in Redis"
         await throttling.reset()
+
+
+async def scrape(ip: str, key: str) -> dict:
+    """GET /ops/metrics through the ASGI application, as a client at ``ip``."""
+    comm = HttpCommunicator(
+        application,
+        "GET",
+        "/ops/metrics",
+        headers=[(b"host", b"127.0.0.1:8000"), (b"authorization", f"Bearer {key}".encode())],
+    )
+    comm.scope["client"] = [ip, 50000]
+    return await comm.get_response(timeout=30)
+
+
+async def test_wrong_api_keys_on_the_metrics_endpoint_count_too_and_get_429(inference_service):
+    account = await make_account("scraper")
+
+    @database_sync_to_async
+    def make_scraper():
+        account.user.user_permissions.add(*Permission.objects.filter(codename="view_console"))
+        type(account.user).objects.filter(pk=account.user.pk).update(is_staff=True)
+
+    await make_scraper()
+    with override_settings(PARLEY_KEY_FAILURE_RATE="2/minute"):
+        for attempt in range(2):
+            assert (await scrape("203.0.113.9", f"pk_guess-{attempt}"))["status"] == 403
+        locked = await scrape("203.0.113.9", account.key)  # the right key, but from the guessing address
+        assert locked["status"] == 429 and b"Too many wrong API keys" in locked["body"]
+        assert int(dict((k.lower(), v) for k, v in locked["headers"])[b"retry-after"]) > 0
+        ok = await scrape("198.51.100.11", account.key)
+        assert ok["status"] == 200 and b"parley_" in ok["body"]
