@@ -102,6 +102,23 @@ async def test_remote_session_echoes_audio_and_closes(remote):
     assert await reader.ended()
 
 
+async def test_remote_backpressure_answers_the_append_that_overflowed(remote):
+    """As in-process: the append that overflows the inbox raises input_backpressure (the web tier echoes its id)."""
+    handle = await api.open_session(SessionRequest(user_key="bea"))
+    reader = EventReader(handle)
+    await reader.until(Ready)
+    await handle.append_audio(pcm16_frame(1), encoding="pcm16", rate=24000)
+    await reader.until(Prefill)
+    codes = []
+    for _ in range(3):  # 3.8 s of audio in three appends, at once: far past the inbox
+        try:
+            await handle.append_audio(pcm16_frame(2, 16 * 1920), encoding="pcm16", rate=24000)
+        except ParleyError as exc:
+            codes.append(exc.code)
+    assert codes == ["input_backpressure"]
+    await handle.close()
+
+
 async def test_remote_takeover_and_full_service(remote):
     first = await api.open_session(SessionRequest(user_key="sid"))
     first_reader = EventReader(first)
