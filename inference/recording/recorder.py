@@ -161,7 +161,9 @@ class Recorder:
                 continue
             if pid == os.getpid() and meta.get("service_id") in _running_here:
                 continue
-            write_json(folder / END_FILE, {"reason": "interrupted", "interrupted": True, "ended_at": time.time()})
+            # The last write is when the call was cut (to within a flush period), not now.
+            last_write = max((p.stat().st_mtime for p in folder.iterdir() if p.is_file()), default=time.time())
+            write_json(folder / END_FILE, {"reason": "interrupted", "interrupted": True, "ended_at": last_write})
             marked.append(folder.name)
         if marked:
             logger.warning("recorder: %d recording(s) of a stopped service marked interrupted", len(marked))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from celery import shared_task
 from django.conf import settings
@@ -138,6 +138,11 @@ def _copy_meta(recording: Recording, raw) -> None:
     }
     if not recording.voice and meta.get("voice"):
         fields["voice"] = str(meta["voice"])[:200]
+    end = raw.end or {}
+    if recording.ended_at is None and isinstance(end.get("ended_at"), int | float):
+        # Nobody saw the end (a grace expiry, a kill): the service's end marker says when and why.
+        fields["ended_at"] = datetime.fromtimestamp(end["ended_at"], tz=UTC)
+        fields["close_reason"] = str(end.get("reason", ""))[:30]
     _update(recording, **fields)
 
 

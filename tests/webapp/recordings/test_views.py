@@ -25,6 +25,7 @@ def processed(recorder, media_dir, make_recording, django_user_model):
     services.recording_close(session_id="sess_owned", reason="client_close")
     recording.refresh_from_db()
     assert recording.status == Recording.Status.READY
+    assert recording.close_reason == "grace_expired" and recording.ended_at is not None  # from the end marker
     return recording
 
 
@@ -130,3 +131,4 @@ def test_the_list_processes_calls_that_ended_with_nobody_listening(client, recor
     client.get(reverse("recording-list"))  # eager here: processed inline, as the embedded default does
     recording.refresh_from_db()
     assert recording.status == Recording.Status.READY
+    assert recording.close_reason == "grace_expired" and recording.ended_at is not None  # from the end marker
