@@ -256,3 +256,54 @@ async def test_bad_session_updates_through_a_live_socket_leave_the_session_worki
     await peer.until("session.updated")
     await peer.proves_alive()
     await peer.close()
+
+
+# Every event type but the one that ends the session on purpose, with junk in every field.
+other_events = st.fixed_dictionaries(
+    {"type": st.one_of(st.sampled_from(sorted(p.CLIENT_EVENT_TYPES - {"session.close"})), field)},
+    optional={
+        "event_id": st.one_of(st.just("evt-2"), field),
+        "audio": st.one_of(st.sampled_from(["AAAA", "AAA=", "////", "\ud800"]), field),
+        "image": field,
+        "played_ms": field,
+        "session": field,
+    },
+)
+RESUME_AND_RESET = [{"type": "session.resume"}, RESET]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_every_event_type_with_bad_fields_through_a_live_socket_leaves_the_session_working(alice):
+    """Whatever answers a bad event (an error, or none at all), it is never internal_error and the call goes on."""
+    peer, _ = await ready_peer(alice)
+    await peer.prime()
+    codes: dict[str, int] = {}
+
+    async def one_example(frame: str):
+        await peer.comm.send_input({"type": "websocket.receive", "text": frame})  # send_to refuses "" itself
+        for event in RESUME_AND_RESET:  # undo a valid pause or format change, then wait for the update's answer
+            await peer.send(event)
+        while (item := await peer.next(5.0)) is not None:
+            if isinstance(item, tuple):
+                raise AssertionError(f"the socket closed ({item[1]}) after {frame[:200]!r}")
+            if isinstance(item, dict) and item["type"] == "error":
+                error = item["error"]
+                assert error["code"] != "internal_error" and error["type"] == "invalid_request_error", error
+                codes[error["code"]] = codes.get(error["code"], 0) + 1
+            if isinstance(item, dict) and item["type"] == "session.updated":
+                break
+        await peer.audio_frames(1)
+
+    loop = asyncio.get_running_loop()
+
+    @settings(PROPERTY, max_examples=40)
+    @given(frame=st.one_of(other_events.map(to_json), any_text))
+    def check(frame):
+        asyncio.run_coroutine_threadsafe(one_example(frame), loop).result(timeout=60)
+
+    await asyncio.to_thread(check)
+    assert len(codes) >= 3, codes  # the generation reached several kinds of rejection
+    await peer.send({"type": "session.update", "session": {"duplex": {"binary_audio": False}}})
+    await peer.until("session.updated")
+    await peer.proves_alive()
+    await peer.close()
