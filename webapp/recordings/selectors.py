@@ -11,6 +11,8 @@ from django.http import Http404
 
 from webapp.recordings.models import Recording
 
+MAX_ID = 2**63  # a BigAutoField
+
 
 def recordings_visible_to(user: AbstractBaseUser) -> QuerySet[Recording]:
     """Staff see everyone's recordings; everybody else only their own."""
@@ -20,6 +22,8 @@ def recordings_visible_to(user: AbstractBaseUser) -> QuerySet[Recording]:
 
 def recording_get_for(*, user: AbstractBaseUser, recording_id: int) -> Recording:
     """The recording if this user may see it; 404 otherwise (never 403: ids of others stay unknown)."""
+    if not 0 < recording_id < MAX_ID:  # the URL takes any digits; the database would fail on a huge one
+        raise Http404("No such recording.")
     recording = recordings_visible_to(user).filter(pk=recording_id).first()
     if recording is None:
         raise Http404("No such recording.")

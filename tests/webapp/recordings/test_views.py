@@ -132,3 +132,11 @@ def test_the_list_processes_calls_that_ended_with_nobody_listening(client, recor
     recording.refresh_from_db()
     assert recording.status == Recording.Status.READY
     assert recording.close_reason == "grace_expired" and recording.ended_at is not None  # from the end marker
+
+
+def test_ids_too_large_for_the_database_are_404_not_500(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user(username="huge", password="x"))
+    huge = 10**30
+    for url in (f"/recordings/{huge}/", f"/recordings/{huge}/status.json", f"/recordings/{huge}/files/ogg"):
+        assert client.get(url).status_code == 404, url
+    assert client.post(f"/recordings/{huge}/delete").status_code == 404
