@@ -74,7 +74,9 @@ def test_drop_span_repositions_the_keys_after_the_span(minicpmo_parts):
     llm.feed(fresh, a)
     llm.feed(fresh, c)
     assert llm.cache_length(dropped) == llm.cache_length(fresh) == 12
-    torch.testing.assert_close(dropped.layers[0].keys, fresh.layers[0].keys, rtol=1e-5, atol=1e-6)
+    # Re-rotated keys vs keys rotated once: rounding only. Measured by scripts/float-spread.sh over five CPU
+    # code paths (see test_golden.py): at most 7.8e-7 on values up to 3.1; a wrong position moves them by 1e-1.
+    torch.testing.assert_close(dropped.layers[0].keys, fresh.layers[0].keys, rtol=0, atol=1e-5)
     torch.testing.assert_close(dropped.layers[0].values, fresh.layers[0].values, rtol=0, atol=0)
     assert torch.equal(dropped.layers[1].values[:, :, 7:], deep_values_before)
     logits = llm.logits(llm.feed(dropped, torch.randn(1, 128) * 0.05)[-1])
