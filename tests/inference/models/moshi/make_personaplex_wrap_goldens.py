@@ -6,8 +6,8 @@ Run from the repository root with the project venv:
     .venv/bin/python -m tests.inference.models.moshi.make_personaplex_wrap_goldens
 
 Every pack gets a checkpoint regenerated from its seeds (sha256 recorded), user codes drawn from its seed, and
-the reference's outputs: its ``.pt`` voice prompt made from ``voice.wav``, its Mimi codes of that wav, and the
-tokens of every live step of every session (``golden.npy`` [S, T, 17], solo runs).
+the reference's outputs: its ``.pt`` voice prompt made from ``voice.wav``, its Mimi codes of that wav and of
+``user.flac``, and the tokens of every live step of every session (``golden.npy`` [S, T, 17], solo runs).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from tests.inference.models.moshi.moshi_lm_helpers import user_codes
 from tests.inference.models.moshi.personaplex_packs import (
     DATA,
     REFERENCE,
+    USER_AUDIO,
     VOICE_WAV,
     build_pack,
     reference_available,
@@ -96,7 +97,7 @@ def main() -> None:
             first = dict(voice=str(VOICE_WAV), persona=SESSIONS[0]["persona"], user_codes=str(tmp / "one.npy"))
             first.update(out=str(tmp / "one_out.npy"), voice_pt_out=str(out / "voice_prompt.pt"))
             first.update(voice_codes_out=str(out / "voice_codes.npy"))
-            run_reference_job(ckpt, [first], tmp)
+            run_reference_job(ckpt, [first], tmp, [dict(audio=str(USER_AUDIO), out=str(out / "user_audio_codes.npy"))])
             # ... then runs every session, solo, with it
             (tmp / "run").mkdir()
             result = run_reference(build_pack(name, spec, tmp / "run"), tmp / "run")

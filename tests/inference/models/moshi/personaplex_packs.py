@@ -5,7 +5,8 @@ codes). Its weights are regenerated here from seeds by ``make_checkpoint``'s gen
 on every CPU (``seeded.unit_noise``); ``packs.json`` pins their sha256, so a changed generator fails loudly
 instead of as a token mismatch. What is stored under
 ``tests/data/personaplex_wrap`` is only what the reference produced: its ``.pt`` voice prompt (made from
-``voice.wav``), its Mimi codes of that wav, and its tokens for every live step of every session.
+``voice.wav``), its Mimi codes of that wav and of ``user.flac``, and its tokens for every live step of every
+session.
 
 ``make_personaplex_wrap_goldens.py`` writes the packs; ``test_personaplex_wrap.py`` checks them.
 """
@@ -46,6 +47,7 @@ from tests.inference.models.moshi.moshi_lm_helpers import PERSONAPLEX_DATA, ROOT
 
 DATA = ROOT / "tests" / "data" / "personaplex_wrap"
 VOICE_WAV = DATA / "voice.wav"
+USER_AUDIO = DATA / "user.flac"  # 6 s of speech: 150 Mimi transformer steps, past a small Mimi's context
 TOKENIZER = PERSONAPLEX_DATA / "ckpt" / "tokenizer.model"  # 256 pieces; every pack's text_card is >= 256
 REF_PYTHON = ROOT / ".venv-personaplex-ref" / "bin" / "python"
 REF_RUNNER = Path(__file__).with_name("personaplex_ref_runner.py")
@@ -133,6 +135,13 @@ def encode_voice(info: CheckpointInfo, path: Path) -> np.ndarray:
     return encode_pcm_personaplex(info, load_voice_wav(path))
 
 
+def encode_user_audio(info: CheckpointInfo, path: Path) -> np.ndarray:
+    """Our Mimi codes [8, F] of a user recording (24 kHz, no loudness change), PersonaPlex's Mimi window."""
+    from inference.models.moshi.audio_prep import load_wav_24k
+
+    return encode_pcm_personaplex(info, load_wav_24k(path))
+
+
 def encode_pcm_personaplex(info: CheckpointInfo, pcm: np.ndarray) -> np.ndarray:
     codec = load_mimi(info.mimi_weights, MimiConfig.from_dict(info.mimi_config), num_codebooks=8)
     return torch.stack(list(stream_encode(codec, pcm, personaplex=True)), dim=1).numpy()
@@ -181,10 +190,11 @@ def require_reference() -> None:
         )
 
 
-def run_reference_job(ckpt: Path, sessions: list[dict], tmp: Path) -> None:
-    """Run ``personaplex_ref_runner.py`` on ``ckpt`` for runner sessions (see its docstring), one process."""
+def run_reference_job(ckpt: Path, sessions: list[dict], tmp: Path, mimi_encode: list[dict] = ()) -> None:
+    """Run ``personaplex_ref_runner.py`` on ``ckpt`` for runner sessions and Mimi encodes (see its docstring),
+    in one process."""
     job = tmp / "job.json"
-    job.write_text(json.dumps({"ckpt": str(ckpt), "sessions": sessions}))
+    job.write_text(json.dumps({"ckpt": str(ckpt), "sessions": sessions, "mimi_encode": list(mimi_encode)}))
     env = dict(os.environ, NO_TORCH_COMPILE="1", OMP_NUM_THREADS="1")
     done = subprocess.run(
         [str(REF_PYTHON), str(REF_RUNNER), str(job)], env=env, capture_output=True, text=True, timeout=900
@@ -208,9 +218,11 @@ def run_reference(pack: Pack, tmp: Path) -> dict:
     extra = dict(voice=str(VOICE_WAV), persona=sessions[0]["persona"], user_codes=str(tmp / "codes_extra.npy"))
     extra.update(out=str(tmp / "out_extra.npy"), voice_pt_out=str(tmp / "voice_prompt.pt"))
     extra.update(voice_codes_out=str(tmp / "voice_codes.npy"))
-    run_reference_job(pack.ckpt, [*sessions, extra], tmp)
+    user_audio = dict(audio=str(USER_AUDIO), out=str(tmp / "user_audio_codes.npy"))
+    run_reference_job(pack.ckpt, [*sessions, extra], tmp, [user_audio])
     return dict(
         tokens=np.stack([np.load(o) for o in outs]),
         voice_pt=tmp / "voice_prompt.pt",
         voice_codes=np.load(tmp / "voice_codes.npy"),
+        user_audio_codes=np.load(tmp / "user_audio_codes.npy"),
     )

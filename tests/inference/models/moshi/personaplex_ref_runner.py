@@ -10,9 +10,10 @@ warm-up is left out: the golden pack's README shows it changes nothing.
     python personaplex_ref_runner.py JOB.json
 
 JOB.json: ``{"ckpt": DIR, "sessions": [{"voice": PATH|null, "persona": TEXT, "user_codes": NPY, "out": NPY,
-"voice_pt_out": PATH|null, "voice_codes_out": PATH|null}, ...]}``. Each ``out`` gets int64 ``[T, 17]``: what live step ``t`` returned. For a
+"voice_pt_out": PATH|null, "voice_codes_out": PATH|null}, ...], "mimi_encode": [{"audio": PATH, "out": NPY}]}``. Each ``out`` gets int64 ``[T, 17]``: what live step ``t`` returned. For a
 ``.wav`` voice, ``voice_pt_out`` receives the ``.pt`` voice prompt the reference saves while replaying it, and
-``voice_codes_out`` the reference Mimi's codes of the wav, int64 ``[8, F]``.
+``voice_codes_out`` the reference Mimi's codes of the wav, int64 ``[8, F]``. Each ``mimi_encode`` item gets the
+reference Mimi's codes of a user recording (no loudness change), int64 ``[8, F]``.
 """
 
 import json
@@ -25,7 +26,7 @@ import numpy as np
 import sentencepiece
 import torch
 from moshi.models.compression import MimiModel
-from moshi.models.lm import LMGen, LMModel
+from moshi.models.lm import LMGen, LMModel, _iterate_audio, encode_from_sphn, load_audio
 from moshi.modules import SEANetDecoder, SEANetEncoder
 from moshi.modules.transformer import ProjectedTransformer
 from moshi.offline import wrap_with_system_tags
@@ -112,6 +113,15 @@ def run_session(lm_gen: LMGen, mimi: MimiModel, tokenizer, session: dict) -> Non
     np.save(session["out"], np.stack(rows).astype(np.int64))
 
 
+def encode_user_audio(lm_gen: LMGen, mimi: MimiModel, item: dict) -> None:
+    """A user recording through a fresh Mimi stream, frame by frame, as the reference's offline runner does."""
+    mimi.reset_streaming()
+    audio = load_audio(item["audio"], mimi.sample_rate)
+    frames = _iterate_audio(audio, sample_interval_size=lm_gen._frame_size, pad=True)
+    codes = torch.cat(list(encode_from_sphn(mimi, frames, max_batch=1)), dim=-1)[0]
+    np.save(item["out"], codes.numpy().astype(np.int64))
+
+
 def main() -> None:
     job = json.loads(Path(sys.argv[1]).read_text())
     ckpt = Path(job["ckpt"])
@@ -131,6 +141,8 @@ def main() -> None:
     with torch.no_grad():
         for session in job["sessions"]:
             run_session(lm_gen, mimi, tokenizer, session)
+        for item in job.get("mimi_encode", []):
+            encode_user_audio(lm_gen, mimi, item)
 
 
 if __name__ == "__main__":

@@ -24,8 +24,10 @@ import torch
 from inference.models.moshi.config import LMConfig
 from tests.inference.models.moshi.personaplex_packs import (
     DATA,
+    USER_AUDIO,
     build_pack,
     encode_pcm_personaplex,
+    encode_user_audio,
     encode_voice,
     load_specs,
     prefill_passes,
@@ -35,6 +37,9 @@ from tests.inference.models.moshi.personaplex_packs import (
     session_prefill,
 )
 
+# dep_q 16 runs 16 depformer passes a frame on CPU; on a shared 2-core machine a pack's reference run or the
+# engine test can pass pytest's default 300 s
+pytestmark = pytest.mark.timeout(900)
 SPECS = load_specs()
 MIN_FRAMES_PAST_WRAP = 24
 
@@ -164,6 +169,13 @@ def test_wav_voice_codes_equal_reference_mimi(pack):
     np.testing.assert_array_equal(encode_voice(pack.info, pack.voices["wav"]), expected)
 
 
+def test_user_audio_codes_equal_reference_mimi(pack):
+    """A 6 s user recording through our Mimi (PersonaPlex's window) gives the reference Mimi's codes; on
+    ``mimi-q8-ctx10`` its ring wraps every 9 steps, and moshi 0.2.13's window gives other codes there."""
+    expected = np.load(DATA / pack.name / "user_audio_codes.npy")
+    np.testing.assert_array_equal(encode_user_audio(pack.info, USER_AUDIO), expected)
+
+
 def test_goldens_catch_moshis_window(monkeypatch, tmp_path):
     """Control: with moshi 0.2.13's full window (what Parley did before), the tokens equal the goldens until the
     first pass that would still see the oldest frame (position ``context - 1``), and differ from there on."""
@@ -201,6 +213,7 @@ def test_live_reference_voice_prompt_and_mimi_codes(pack, reference_run):
     stored = torch.load(pack.voices["pt"], weights_only=True)
     assert torch.equal(made["embeddings"], stored["embeddings"]) and torch.equal(made["cache"], stored["cache"])
     np.testing.assert_array_equal(encode_voice(pack.info, pack.voices["wav"]), reference_run["voice_codes"])
+    np.testing.assert_array_equal(encode_user_audio(pack.info, USER_AUDIO), reference_run["user_audio_codes"])
 
 
 def test_engine_sessions_past_the_wrap_equal_offline_replay(tmp_path):
