@@ -6,10 +6,12 @@ it: with 80 ms frames, 40 ms on average, forever, for every session. Here the wo
 ``N`` oldest samples of a FIFO instead, and the FIFO is kept just deep enough that the frame it takes
 always ends with audio that arrived moments before the tick:
 
-- A new stream starts with whatever has arrived (a burst right behind the start is all kept); the
-  standing-depth trim below brings it in phase within a window. After a pause or a prefill
-  (``realign``), the first take keeps only ``margin`` of what is buffered beyond one frame: older
-  audio is dropped, or, when less than a frame is there, the frame is padded with silence in front.
+- A new stream starts at the first tick with whatever has arrived (less than a frame is padded in
+  front; a burst right behind the start is all kept); the standing-depth trim below brings it in
+  phase within a window. After a pause or a prefill
+  (``realign``), the first take waits for a whole frame and drops whole frames of what is buffered
+  beyond it and the margin: that audio is late. (Whole frames: a client that sends frames gets them
+  back intact; the trim below then aligns the phase.)
 - A take that finds less than a frame (the newest audio arrived late) is padded in front, not
   delayed by a tick, and the margin grows by the shortfall: jitter is met with a slightly deeper
   FIFO, not with a standing extra frame.
@@ -116,19 +118,18 @@ class TickAlignedFramer:
         """The tick's frame, or None when nothing new arrived since the last take (an underrun)."""
         n = self.frame_samples
         with self._lock:
-            if self._mode == "realign":
-                available = self._size - self.margin
-                if available <= 0:
-                    return None
-                self._drop(max(0, available - n))  # a backlog from before the pause is latency, not audio
-                self._mode = "aligned"
-                frame = self._pop_padded(min(available, n))
-                short = False
-            elif self._mode == "fresh":
+            if self._mode == "fresh":
                 if self._size == 0:
                     return None
                 self._mode = "aligned"
-                frame = self._pop_padded(min(self._size, n))
+                frame = self._pop_padded(min(self._size, n))  # what waited for this tick would stay on as latency
+                short = False
+            elif self._mode == "realign":
+                if self._size < n:
+                    return None  # a resumed stream begins with a whole frame, as the client sent it
+                self._drop(max(0, self._size - n - self.margin) // n * n)  # audio from before is late
+                self._mode = "aligned"
+                frame = self._pop_padded(n)
                 short = False
             elif self._size == 0:
                 self._window_short = True

@@ -21,6 +21,15 @@ def positions(frame: np.ndarray) -> np.ndarray:
     return np.rint(frame.astype(np.float64) * 1e6).astype(int)
 
 
+def test_a_new_stream_starts_at_the_first_tick_padded_in_front():
+    framer = TickAlignedFramer(N, RATE)
+    framer.push(ramp(0, 1000))
+    taken = framer.take()
+    assert np.all(taken.audio[: N - 1000] == 0)
+    np.testing.assert_array_equal(positions(taken.audio[N - 1000 :]), np.arange(0, 1000))
+    assert taken.end_position == 1000 and framer.pending == 0
+
+
 def test_a_new_stream_keeps_a_burst_at_its_start():
     framer = TickAlignedFramer(N, RATE)
     assert framer.take() is None  # nothing yet: an underrun, the worker feeds silence
@@ -30,28 +39,33 @@ def test_a_new_stream_keeps_a_burst_at_its_start():
     assert framer.dropped == 0
 
 
-def test_after_realign_the_first_take_keeps_only_the_margin_and_drops_the_older_backlog():
+def test_after_realign_the_first_take_drops_the_older_backlog_in_whole_frames():
     framer = TickAlignedFramer(N, RATE)
     framer.realign()  # a prefill ended
     framer.push(ramp(0, 3 * N))  # three frames buffered meanwhile: latency, not audio
     taken = framer.take()
     assert taken is not None and not taken.short
-    assert taken.end_position == 3 * N - MARGIN
-    np.testing.assert_array_equal(positions(taken.audio), np.arange(3 * N - MARGIN - N, 3 * N - MARGIN))
-    assert framer.pending == MARGIN
-    assert framer.dropped == 2 * N - MARGIN
+    assert taken.end_position == 2 * N  # one whole frame dropped: the rest fits a frame and the margin
+    np.testing.assert_array_equal(positions(taken.audio), np.arange(N, 2 * N))
+    assert framer.pending == N
+    assert framer.dropped == N
+    pushed = 3 * N
+    for _ in range(WINDOW_TICKS):  # steady input: within a window the standing part beyond the margin goes
+        framer.push(ramp(pushed, N))
+        pushed += N
+        taken = framer.take()
+    assert pushed - taken.end_position <= MARGIN
 
 
-def test_first_take_after_realign_with_less_than_a_frame_pads_in_front():
+def test_a_restarted_stream_waits_for_a_whole_frame():
     framer = TickAlignedFramer(N, RATE)
     framer.realign()
     assert framer.take() is None
     framer.push(ramp(0, 1000))
+    assert framer.take() is None  # an underrun (silence), not a padded scrap of audio
+    framer.push(ramp(1000, N - 1000))
     taken = framer.take()
-    assert taken is not None
-    assert np.all(taken.audio[: N - (1000 - MARGIN)] == 0)
-    np.testing.assert_array_equal(positions(taken.audio[N - (1000 - MARGIN) :]), np.arange(0, 1000 - MARGIN))
-    assert taken.end_position == 1000 - MARGIN
+    np.testing.assert_array_equal(positions(taken.audio), np.arange(0, N))  # the client's frame, intact
 
 
 def test_steady_pieces_give_contiguous_frames_that_end_at_the_newest_audio():
@@ -123,8 +137,10 @@ def test_realign_and_clear_start_the_stream_afresh():
     assert framer.take() is None
     framer.push(ramp(4 * N, N))
     assert framer.keep_newest(N // 2) == N // 2
+    assert framer.take() is None
+    framer.push(ramp(5 * N, N))
     taken = framer.take()
-    assert taken is not None and taken.end_position == 5 * N - MARGIN
+    assert taken is not None and taken.end_position == 5 * N + N // 2  # nothing to drop: under a frame beyond
 
 
 def test_the_bound_drops_the_oldest_audio():
