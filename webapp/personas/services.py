@@ -77,7 +77,10 @@ def consent_sentence(*, user: AbstractBaseUser) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Consent:
+    """The person reading ``sentence`` (which holds the random ``phrase``) aloud, as an audio file."""
+
     audio: bytes
+    filename: str
     sentence: str
     phrase: str
 
@@ -104,7 +107,7 @@ def voice_create_clone(
         api.prepare_voice_clip(consent.audio, min_speech_s=CONSENT_MIN_SPEECH_S)
     except ParleyError as exc:
         raise VoiceError(f"The consent recording cannot be used: {exc.message}") from exc
-    _check_name_free(owner=owner, name=name)
+    voice_check_name(owner=owner, name=name)
     try:
         with transaction.atomic():
             voice = Voice(
@@ -120,8 +123,7 @@ def voice_create_clone(
             )
             voice.save()
             voice.reference_audio.save(_safe_name(clip_filename, "clip"), ContentFile(clip), save=False)
-            voice.consent_audio.save("consent" + Path(_safe_name(clip_filename, "x.webm")).suffix, ContentFile(
-                consent.audio), save=False)  # fmt: skip
+            voice.consent_audio.save(_safe_name(consent.filename, "consent"), ContentFile(consent.audio), save=False)
             voice.save(update_fields=["reference_audio", "consent_audio"])
     except IntegrityError as exc:  # the same name, created concurrently
         raise VoiceError(f"A voice named {name!r} already exists.") from exc
@@ -137,10 +139,7 @@ def _enqueue(voice: Voice) -> None:
 
 
 def voice_check_name(*, owner: AbstractBaseUser | None, name: str) -> None:
-    _check_name_free(owner=owner, name=name)
-
-
-def _check_name_free(*, owner: AbstractBaseUser | None, name: str) -> None:
+    """Raises ``VoiceError`` unless ``name`` is a valid name not yet taken among ``owner``'s voices."""
     if not name or len(name) > 100:
         raise VoiceError("A voice needs a name of 1 to 100 characters.")
     if Voice.objects.filter(owner=owner, name=name).exists():

@@ -147,7 +147,9 @@ def _voice_new_checked(request: HttpRequest, handler) -> HttpResponse:
                     name=form.cleaned_data["name"].strip(),
                     clip=clip.read(),
                     clip_filename=clip.name,
-                    consent=services.Consent(audio=consent.read(), sentence=consent_sentence, phrase=phrase),
+                    consent=services.Consent(
+                        audio=consent.read(), filename=consent.name, sentence=consent_sentence, phrase=phrase
+                    ),
                 )
             except services.VoiceError as exc:
                 form.add_error(None, str(exc))

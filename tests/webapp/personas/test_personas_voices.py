@@ -177,7 +177,8 @@ def test_upload_runs_the_task_eagerly_to_ready_with_consent_recorded(client, use
     voice = Voice.objects.get(name="mine")
     assert voice.status == "ready" and voice.progress_percent == 100 and 4.9 < voice.duration_s < 5.5
     assert voice.owner == users["alice"] and voice.consented_by == users["alice"] and voice.consented_at
-    assert voice.consent_text == sentence and voice.consent_phrase in sentence and voice.consent_audio
+    assert voice.consent_text == sentence and voice.consent_phrase in sentence
+    assert voice.consent_audio.name.endswith("/consent.wav") and voice.reference_audio.name.endswith("/clip.wav")
     status = c.get(reverse("personas:voice-status", args=[voice.pk])).json()
     assert status["status"] == "ready" and status["percent"] == 100
     preview = c.get(reverse("personas:voice-preview", args=[voice.pk]))
