@@ -317,7 +317,9 @@ def run_via_cluster(args) -> tuple[list[ClientStats], dict]:
         "PARLEY_QUEUE_MAX": "0",
         "PARLEY_CONNECT_RATE": "100000/minute",
     }
-    with Cluster(services=2, daphnes=2, slots=per_service, celery=False, extra_env=env) as cluster:
+    with Cluster(
+        services=2, daphnes=2, slots=per_service, celery=False, postgres=not args.sqlite, extra_env=env
+    ) as cluster:
         out = cluster.manage("shell", "-c", SETUP_SCRIPT.format(clients=args.clients))
         line = next(line for line in out.splitlines() if line.startswith("KEYS="))
         keys = json.loads(line.removeprefix("KEYS="))
@@ -414,6 +416,7 @@ def summarize(args, stats: list[ClientStats], cpu: dict) -> dict:
         "clients": args.clients,
         "seconds": args.seconds,
         "ramp_s": args.ramp_s,
+        "database": "postgresql" if args.via == "cluster" and not args.sqlite else "sqlite",
         "delay_frames": args.delay_frames,
         "host": {
             "cpus": psutil.cpu_count(),
@@ -479,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--delay-frames", type=int, default=3)
     parser.add_argument("--via", choices=("ws", "facade", "cluster"), default="ws")
+    parser.add_argument("--sqlite", action="store_true", help="--via cluster on a host without PostgreSQL")
     parser.add_argument(
         "--ramp-s", type=float, default=0.0, help="spread the WebSocket clients' connects over this many seconds"
     )

@@ -91,6 +91,7 @@ class Cluster:
     heartbeat_s: float = 0.5
     heartbeat_timeout_s: float = 2.5
     celery: bool = True
+    postgres: bool = True  # False: one SQLite file shared by the web processes (a host without PostgreSQL)
     nginx_port: int | None = None
     extra_env: dict[str, str] = field(default_factory=dict)  # PARLEY_* and friends for every process
     var_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="parley-cluster-")))
@@ -118,7 +119,8 @@ class Cluster:
 
     def _start(self) -> None:
         (self.var_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.database_url = self._stack.enter_context(start_postgres()).url
+        if self.postgres:
+            self.database_url = self._stack.enter_context(start_postgres()).url
         redis = self._stack.enter_context(start_redis())
         self.redis_url = redis.url
         self.env = self._base_env(redis)
@@ -216,7 +218,7 @@ class Cluster:
                 # a real deployment runs webapp.settings.production behind TLS (docs/deploy.md).
                 "DJANGO_SETTINGS_MODULE": "webapp.settings.local",
                 "PARLEY_VAR_DIR": str(self.var_dir),
-                "DATABASE_URL": self.database_url,
+                "DATABASE_URL": self.database_url,  # "" means SQLite in PARLEY_VAR_DIR
                 "REDIS_URL": redis.url,
                 "CELERY_BROKER_URL": f"redis://{redis.host}:{redis.port}/1",
                 "PARLEY_REGISTRY_URL": redis.url,
