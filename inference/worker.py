@@ -167,8 +167,13 @@ class EngineWorker:
         self._send("image", slot, image)
 
     def push(self, slot: int, samples: np.ndarray) -> bool:
-        """Queue input samples (any length); returns False when the inbox was full and its oldest audio was dropped."""
-        return self.slots[slot].inbox.push(samples) == 0
+        """Queue input samples (any length); returns False when the inbox was full and its oldest audio was dropped.
+
+        A prefilling slot drops old audio anyway (it keeps only the newest frame), so a long prefill tick
+        that lets the inbox overflow is not backpressure.
+        """
+        s = self.slots[slot]
+        return s.inbox.push(samples) == 0 or s.prefilling
 
     def take_slot_counters(self, slot: int) -> SlotCounters:
         """A copy of ``slot``'s counters; its longest inbox wait starts again from 0.
