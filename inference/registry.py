@@ -197,7 +197,8 @@ class Registry:
             silent = now - status.heartbeat_at
             if silent > self.heartbeat_timeout_s:
                 reason = f"no heartbeat for {silent:.1f} s (timeout {self.heartbeat_timeout_s:g} s)"
-                status = replace(status, state="down", down_reason=reason)
+                # Its last sessions are gone with it (their callers got engine_failed): list none.
+                status = replace(status, state="down", down_reason=reason, sessions=(), slots_used=0, queue_length=0)
             services.append(status)
         return sorted(services, key=lambda s: s.service_id)
 

@@ -44,10 +44,11 @@ def publish(url: str, service_id: str, *, used: int, total: int = 4, queue: int 
 
 async def test_silent_services_read_as_down_with_the_reason(registry_url):
     publish(registry_url, "svc-a", used=0)
-    publish(registry_url, "svc-b", used=0, age_s=10)
+    publish(registry_url, "svc-b", used=2, age_s=10, users=("gone1", "gone2"))
     services = {s.service_id: s for s in await Registry(registry_url, heartbeat_timeout_s=2).services()}
     assert services["svc-a"].state == "serving" and services["svc-a"].down_reason is None
     assert services["svc-b"].state == "down" and "no heartbeat for 10" in services["svc-b"].down_reason
+    assert services["svc-b"].sessions == () and services["svc-b"].slots_used == 0
 
 
 async def test_placement_spreads_then_sticks_to_the_users_service(registry_url):
