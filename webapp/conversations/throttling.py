@@ -9,14 +9,14 @@ event with code ``rate_limit_exceeded`` and close code 1013 (try again later); a
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
+import weakref
 from dataclasses import dataclass
-from functools import cache
 
 from django.conf import settings
 from limits import RateLimitItem, parse
-from limits.aio.storage import Storage
 from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
 
@@ -35,20 +35,23 @@ def client_ip(scope: dict) -> str:
     return str(client[0]) if client else "unknown"
 
 
-@cache
-def _storage(uri: str) -> Storage:
-    if uri.startswith("async+redis"):
-        return storage_from_string(uri, implementation="redispy")
-    return storage_from_string(uri)
-
-
-@cache
-def _limiter(uri: str) -> MovingWindowRateLimiter:
-    return MovingWindowRateLimiter(_storage(uri))
+# A Redis storage holds an asyncio connection pool, which belongs to the event loop it was made on:
+# one limiter per (loop, URI) for those (daphne runs one loop for its life; a test run makes many).
+# The in-memory storage is loop-free and stays one per process, so that its counts are shared.
+_redis_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, MovingWindowRateLimiter]] = (
+    weakref.WeakKeyDictionary()
+)
+_memory_limiters: dict[str, MovingWindowRateLimiter] = {}
 
 
 def _current() -> MovingWindowRateLimiter:
-    return _limiter(settings.PARLEY_RATE_LIMIT_STORAGE)
+    uri = settings.PARLEY_RATE_LIMIT_STORAGE
+    redis = uri.startswith("async+redis")
+    limiters = _redis_limiters.setdefault(asyncio.get_running_loop(), {}) if redis else _memory_limiters
+    if uri not in limiters:
+        storage = storage_from_string(uri, implementation="redispy") if redis else storage_from_string(uri)
+        limiters[uri] = MovingWindowRateLimiter(storage)
+    return limiters[uri]
 
 
 async def _retry_after(limiter: MovingWindowRateLimiter, item: RateLimitItem, *identifiers: str) -> int:
@@ -80,4 +83,4 @@ async def record_key_failure(ip: str) -> None:
 
 async def reset() -> None:
     """Forget every count (tests: each starts from zero)."""
-    await _storage(settings.PARLEY_RATE_LIMIT_STORAGE).reset()
+    await _current().storage.reset()
