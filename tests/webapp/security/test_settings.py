@@ -22,6 +22,7 @@ PROBE = "import django; from django.conf import settings; django.setup(); print(
 # Variables of the developer's or CI's shell that would change what these processes see.
 SCRUBBED = (
     "DJANGO_SECRET_KEY",
+    "DJANGO_ALLOW_ASYNC_UNSAFE",  # set by tests that drive the ORM beside a running event loop
     "DJANGO_DEBUG",
     "DATABASE_URL",
     "REDIS_URL",
