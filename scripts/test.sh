@@ -33,5 +33,9 @@ numerical=(tests/inference/models/minicpmo tests/inference/models/mimi tests/inf
 MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default \
   run_suite "numerical tests on MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=default" 900 -m "not browser and not gpu" \
   "${numerical[@]}" "$@"
-run_suite "browser tests (Playwright + Debian chromium)" 600 -m browser tests/browser "$@"
+# One pytest process per browser test file: each file starts its own live servers and browser, so state a
+# file leaves behind (a server's login-failure counts, a slot still held) cannot fail the next one.
+for file in tests/browser/test_*.py; do
+  run_suite "browser tests: $file (Playwright + Debian chromium)" 420 -m browser "$file" "$@"
+done
 exit $status
