@@ -70,13 +70,14 @@ if ENV.database_url:
     DATABASES = {"default": dj_database_url.parse(ENV.database_url, conn_max_age=60)}
 else:
     # The embedded default is written by several threads at once (consumers, the recording and voice tasks):
-    # WAL lets readers go on beside a writer, IMMEDIATE transactions take the write lock up front (a deferred
-    # one that upgrades later fails at once with "database is locked"), and a writer waits up to 20 s.
+    # IMMEDIATE transactions take the write lock up front (a deferred one that upgrades later fails at once
+    # with "database is locked"), and a writer waits up to 20 s. (WAL was tried: a live server's reader then
+    # missed a key the test had just created.)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": VAR_DIR / "db.sqlite3",
-            "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"},
+            "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
         }
     }
 
