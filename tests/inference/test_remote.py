@@ -7,18 +7,14 @@ import os
 import secrets
 import shutil
 import socket
-import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 
 from inference import api, wire
 from inference.contracts import AudioOut, Closed, ParleyError, Prefill, Ready, Replaced, SessionRequest, TextOut
 from tests.inference.event_helpers import EventReader, pcm16_frame, send_frames
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.inference_service_process import start_inference_service
 
 
 @pytest.fixture(scope="module")
@@ -35,32 +31,14 @@ def service_socket(service_token):
     """A real service process (echo engine, 1 slot, no queue, 1 s grace) on a short temp socket path."""
     tmp = tempfile.mkdtemp(prefix="parley-", dir="/tmp")  # unix socket paths must stay short; mkdtemp is 0700
     path = os.path.join(tmp, "inference.sock")
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "PARLEY_ENGINE": "echo",
-        "PARLEY_SLOTS": "1",
-        "PARLEY_QUEUE_MAX": "0",
-        "PARLEY_DISCONNECT_GRACE_S": "1",
-        "PARLEY_ECHO_DELAY_FRAMES": "2",
-    }
-    env.pop("PARLEY_INFERENCE_URL", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "inference", "serve", "--socket", path],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    proc, lines = start_inference_service(
+        path,
+        PARLEY_ENGINE="echo",
+        PARLEY_SLOTS="1",
+        PARLEY_QUEUE_MAX="0",
+        PARLEY_DISCONNECT_GRACE_S="1",
+        PARLEY_ECHO_DELAY_FRAMES="2",
     )
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("ready:"):
-            break
-    else:
-        proc.wait(5)
-        pytest.fail("the service never said ready:\n" + "".join(lines))
     assert any(line.startswith("warming up echo") for line in lines), lines
     yield path
     proc.terminate()

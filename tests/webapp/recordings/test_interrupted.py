@@ -11,7 +11,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,36 +23,22 @@ from asgiref.sync import async_to_sync
 from inference import api
 from inference.contracts import Ready, SessionRequest
 from tests.inference.event_helpers import EventReader
+from tests.inference_service_process import start_inference_service
 from webapp.recordings import tasks
 from webapp.recordings.models import Recording
 from webapp.recordings.storage import recordings_storage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROOT = Path(__file__).resolve().parents[3]
 CALL_S = 4.0
 FRAME_S = 0.08
 
 
 def start_service(socket_path: str, raw_dir: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PARLEY_ENGINE": "echo", "PARLEY_SLOTS": "1",
-           "PARLEY_RECORDINGS_DIR": str(raw_dir), "PARLEY_RECORD": "auto"}  # fmt: skip
-    env.pop("PARLEY_INFERENCE_URL", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "inference", "serve", "--socket", socket_path],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    proc, _ = start_inference_service(
+        socket_path, PARLEY_ENGINE="echo", PARLEY_SLOTS="1", PARLEY_RECORDINGS_DIR=str(raw_dir), PARLEY_RECORD="auto"
     )
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("ready:"):
-            return proc
-    proc.wait(5)
-    pytest.fail("the service never said ready:\n" + "".join(lines))
+    return proc
 
 
 def speech_like(seconds: float, rate: int = 24_000) -> np.ndarray:
