@@ -14,6 +14,9 @@ if [[ "$installed" != "$(stamp)$extras" && "$installed" != "$(stamp)[test]" ]]; 
   echo "installing Python packages into .venv ..."
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e ".$extras"
+  # silero-vad declares torchaudio, whose wheels pin an older torch; the VAD needs neither torchaudio nor
+  # onnxruntime (inference/turns/vad.py loads its packaged TorchScript model), so it goes in without them.
+  .venv/bin/pip install -q --no-deps silero-vad==6.2.3
   echo "$(stamp)$extras" > .venv/.parley-installed
 fi
 if [[ "${1:-}" == "test" && ! -f .venv-moshi-ref/.parley-installed ]]; then
