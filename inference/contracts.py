@@ -20,21 +20,32 @@ __all__ = [
     "ErrorEvent",
     "Family",
     "Metrics",
+    "Mode",
     "ParleyError",
     "Paused",
     "Prefill",
     "Queued",
     "Ready",
     "Replaced",
+    "ResponseEnded",
+    "ResponseStarted",
     "Resumed",
     "SessionEvent",
     "SessionRequest",
+    "SpeechStarted",
+    "SpeechStopped",
     "TextOut",
+    "TurnCommitted",
+    "TurnDetection",
     "VoiceRef",
     "WorkerSnapshot",
 ]
 
 Family = Literal["echo", "lockstep", "unit"]
+# How a session takes turns: the engine decides (duplex), server VAD or client commits cut the caller's
+# speech into turns that each get a response (half_duplex), or typed messages, each answered (chat).
+Mode = Literal["duplex", "half_duplex", "chat"]
+MODES: tuple[Mode, ...] = ("duplex", "half_duplex", "chat")
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,7 @@ class EngineCapabilities:
     pause: bool = True
     resume: bool = True
     demo_weights: bool = False  # random weights: the UI shows a banner
+    modes: tuple[Mode, ...] = ("duplex",)  # the session modes this engine serves
     extra: Mapping[str, Any] = field(default_factory=dict)  # engine-specific facts, e.g. vocoder, memory_s
 
 
@@ -86,6 +98,25 @@ class SessionRequest:
     persona: str | None = None
     voice: VoiceRef | None = None
     record: bool = True  # the caller's wish; the deployment's PARLEY_RECORD=on|off overrides it
+
+
+@dataclass(frozen=True)
+class TurnDetection:
+    """OpenAI Realtime ``server_vad`` settings, with OpenAI's field names and defaults."""
+
+    threshold: float = 0.5  # speech probability in [0, 1] that starts speech
+    prefix_padding_ms: int = 300  # audio before the detected start that belongs to the turn
+    silence_duration_ms: int = 500  # silence that ends the turn
+    create_response: bool = True  # answer each committed turn
+    interrupt_response: bool = True  # speech during a response cancels it (barge-in)
+
+
+# Accepted ranges of the numeric server_vad fields (the web tier's parser and the session both check them).
+TURN_DETECTION_LIMITS: dict[str, tuple[float, float]] = {
+    "threshold": (0.0, 1.0),
+    "prefix_padding_ms": (0, 10_000),
+    "silence_duration_ms": (0, 10_000),
+}
 
 
 # ---- events the web tier receives from a session handle ------------------------------------
@@ -140,6 +171,36 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class SpeechStarted:
+    """Half-duplex: the caller started speaking at ``audio_start_ms`` of the session's input stream."""
+
+    audio_start_ms: int
+
+
+@dataclass(frozen=True)
+class SpeechStopped:
+    audio_end_ms: int
+
+
+@dataclass(frozen=True)
+class TurnCommitted:
+    """The caller's turn is committed (by server VAD or ``input_audio_buffer.commit``)."""
+
+
+@dataclass(frozen=True)
+class ResponseStarted:
+    """A turn-based response begins; its output carries ``epoch``."""
+
+    epoch: int
+
+
+@dataclass(frozen=True)
+class ResponseEnded:
+    epoch: int
+    status: Literal["completed", "cancelled", "incomplete"]
+
+
+@dataclass(frozen=True)
 class Metrics:
     values: dict[str, Any]  # tick_ms_p50, tick_ms_p99, frames_in, frames_out, dropped_frames, lag_ms, ...
 
@@ -186,6 +247,11 @@ SessionEvent = (
     | Replaced
     | Closed
     | ErrorEvent
+    | SpeechStarted
+    | SpeechStopped
+    | TurnCommitted
+    | ResponseStarted
+    | ResponseEnded
 )
 
 

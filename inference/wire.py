@@ -34,11 +34,17 @@ from inference.contracts import (
     Queued,
     Ready,
     Replaced,
+    ResponseEnded,
+    ResponseStarted,
     Resumed,
     SessionEvent,
     SessionRequest,
     SlotSnapshot,
+    SpeechStarted,
+    SpeechStopped,
     TextOut,
+    TurnCommitted,
+    TurnDetection,
     VoiceRef,
     WorkerSnapshot,
 )
@@ -66,6 +72,11 @@ EVENT_TYPES: dict[str, type] = {
         Replaced,
         Closed,
         ErrorEvent,
+        SpeechStarted,
+        SpeechStopped,
+        TurnCommitted,
+        ResponseStarted,
+        ResponseEnded,
     )
 }
 
@@ -172,7 +183,21 @@ def capabilities_to_dict(caps: EngineCapabilities) -> dict[str, Any]:
 
 
 def capabilities_from_dict(obj: dict[str, Any]) -> EngineCapabilities:
+    if "modes" in obj:  # JSON has no tuples
+        obj = {**obj, "modes": tuple(obj["modes"])}
     return EngineCapabilities(**obj)
+
+
+def turn_detection_from_dict(obj: Any) -> TurnDetection | None:
+    """A peer's ``server_vad`` settings (None: the client commits turns itself)."""
+    if obj is None:
+        return None
+    if not isinstance(obj, dict):
+        raise WireError("turn_detection must be an object or null")
+    try:
+        return TurnDetection(**obj)
+    except TypeError as exc:
+        raise WireError(f"malformed turn_detection: {exc}") from exc
 
 
 # ---- requests and snapshots ---------------------------------------------------------------------
