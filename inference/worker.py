@@ -26,7 +26,7 @@ import numpy as np
 
 from inference.audio.framing import TickAlignedFramer
 from inference.audio.pcm import encode_pcm16
-from inference.engines.base import Engine, SlotConfig, SlotInput, SlotOutput
+from inference.engines.base import Engine, SlotConfig, SlotInput, SlotOutput, SlotTurn
 from inference.metrics import TimingRing
 from inference.recording.recorder import record_steps
 
@@ -61,6 +61,7 @@ class WorkerSlot:
     failed: bool = False
     image: bytes | None = None
     force_listen: bool = False
+    turn: SlotTurn = "free"  # turn-based sessions: listen or respond on every unit until told otherwise
     frames_in: int = 0
     frames_out: int = 0
     underruns: int = 0
@@ -165,6 +166,10 @@ class EngineWorker:
 
     def set_image(self, slot: int, image: bytes) -> None:
         self._send("image", slot, image)
+
+    def set_turn(self, slot: int, turn: SlotTurn) -> None:
+        """Turn-based sessions: every following unit listens or responds (``free``: the engine decides)."""
+        self._send("turn", slot, turn)
 
     def push(self, slot: int, samples: np.ndarray) -> bool:
         """Queue input samples (any length); returns False when the inbox was full and its oldest audio was dropped.
@@ -294,7 +299,7 @@ class EngineWorker:
             s.frames_in += 1
             s.underruns += taken.short  # late audio: the frame was padded in front
             s.max_in_wait_s = max(s.max_in_wait_s, taken.wait_s)
-        slot_input = SlotInput(audio=audio, image=s.image, force_listen=s.force_listen)
+        slot_input = SlotInput(audio=audio, image=s.image, force_listen=s.force_listen, turn=s.turn)
         s.image, s.force_listen = None, False
         return slot_input
 
@@ -338,6 +343,7 @@ class EngineWorker:
                 logger.error("slot %d: cleanup never confirmed; freeing it anyway", s.index)
         s.opened = s.prefilling = s.frozen = s.failed = False
         s.listener, s.loop, s.image, s.force_listen, s.recording = None, None, None, False, None
+        s.turn = "free"
         s.inbox.reset()  # the next session's stream starts at position 0
         confirmations, s.pending_close = s.pending_close, []
         for confirm in confirmations:
@@ -366,6 +372,9 @@ class EngineWorker:
 
     def _cmd_image(self, s: WorkerSlot, image: bytes) -> None:
         s.image = image
+
+    def _cmd_turn(self, s: WorkerSlot, turn: SlotTurn) -> None:
+        s.turn = turn
 
     def _fail(self, s: WorkerSlot, message: str) -> None:
         s.failed = True

@@ -30,6 +30,9 @@ import numpy as np
 from inference.contracts import EngineCapabilities, VoiceRef
 
 Decision = Literal["listen", "speak"]
+# Turn-based modes (half-duplex, chat) hold a unit engine to a side: "listen" forces every unit to listen,
+# "respond" makes the model answer (it may not yield the turn until it ends it); "free" is full duplex.
+SlotTurn = Literal["free", "listen", "respond"]
 ProgressFn = Callable[[float, str], None]
 """Called with (fraction done in [0, 1], human-readable stage) during long work."""
 
@@ -50,6 +53,7 @@ class SlotInput:
     audio: np.ndarray  # float32 [capabilities.input_chunk_samples], mono, in [-1, 1]
     image: bytes | None = None  # one camera frame (JPEG/PNG bytes) for omni engines, else None
     force_listen: bool = False  # unit engines: this unit must listen
+    turn: SlotTurn = "free"  # unit engines in turn-based modes: see SlotTurn
 
 
 @dataclass

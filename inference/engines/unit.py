@@ -128,6 +128,7 @@ class UnitEngine(Engine):
             output_rate=OUTPUT_RATE,
             video=True,
             demo_weights=demo,
+            modes=("duplex", "half_duplex"),
             extra={
                 "vocoder": vocoder,
                 "memory_s": memory_s,  # the sliding window keeps at least this much audio-only call
@@ -225,8 +226,11 @@ class UnitEngine(Engine):
             except FrameError as exc:
                 # One bad camera frame must not end the call: this unit goes on audio-only.
                 logger.warning("unit.frame_dropped", extra={"slot": slot, "reason": str(exc)})
-        force = unit.force_listen or state.end_turn_requested
+        force = unit.force_listen or state.end_turn_requested or unit.turn == "listen"
         state.end_turn_requested = False
+        if unit.turn == "respond" and not force:
+            # Half-duplex: the model answers this turn; an unfinished turn cannot yield to listen (duplex.py).
+            state.session.turn_ended = False
         self.runner.prefill(state.session, audio.astype(np.float32, copy=False), frame_embeds)
         result = self.runner.generate(state.session, force_listen=force)
         if result.is_listen:
