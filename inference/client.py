@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -31,6 +32,7 @@ from inference.contracts import (
     Ready,
     SessionEvent,
     SessionRequest,
+    TurnDetection,
     VoiceRef,
     WorkerSnapshot,
 )
@@ -120,6 +122,21 @@ class RemoteSessionHandle:
 
     async def playback_ack(self, played_ms: float) -> None:
         await self._call("playback_ack", played_ms=played_ms)
+
+    async def set_mode(
+        self, *, mode: str | None, turn_detection: TurnDetection | None, max_response_s: int | None = None
+    ) -> None:
+        detection = None if turn_detection is None else dataclasses.asdict(turn_detection)
+        await self._call("set_mode", mode=mode, turn_detection=detection, max_response_s=max_response_s)
+
+    async def commit_input(self) -> None:
+        await self._call("commit_input")
+
+    async def clear_input(self) -> None:
+        await self._call("clear_input")
+
+    async def create_response(self) -> None:
+        await self._call("create_response")
 
     async def close(self, reason: str = "client_close") -> None:
         if not self._closed:

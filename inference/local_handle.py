@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, get_args
 
-from inference.contracts import CloseReason, ParleyError, SessionEvent, VoiceRef
+from inference.contracts import CloseReason, Mode, ParleyError, SessionEvent, TurnDetection, VoiceRef
 from inference.outbox import Outbox
 
 if TYPE_CHECKING:
@@ -63,6 +63,20 @@ class LocalHandle:
 
     async def playback_ack(self, played_ms: float) -> None:
         self._current().playback_ack(played_ms)
+
+    async def set_mode(
+        self, *, mode: Mode | None, turn_detection: TurnDetection | None, max_response_s: int | None = None
+    ) -> None:
+        self._current().set_mode(mode, turn_detection, max_response_s)
+
+    async def commit_input(self) -> None:
+        self._current().commit_input()
+
+    async def clear_input(self) -> None:
+        self._current().clear_input()
+
+    async def create_response(self) -> None:
+        self._current().create_response()
 
     async def close(self, reason: str = "client_close") -> None:
         """End the session; a handle that was replaced or already closed does nothing."""

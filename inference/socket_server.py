@@ -139,8 +139,24 @@ class Connection:
                 voice=self._voice(wire.voice_from_dict(args.get("voice"))),
                 record=record if isinstance(record, bool) else None,
             )
-        if op in ("pause", "resume", "cancel", "force_listen", "detach"):
+        if op in (
+            "pause",
+            "resume",
+            "cancel",
+            "force_listen",
+            "detach",
+            "commit_input",
+            "clear_input",
+            "create_response",
+        ):
             return getattr(handle, op)()
+        if op == "set_mode":
+            mode, seconds = args.get("mode"), args.get("max_response_s")
+            return handle.set_mode(
+                mode=mode if isinstance(mode, str) else None,  # type: ignore[arg-type] - the session checks it
+                turn_detection=wire.turn_detection_from_dict(args.get("turn_detection")),
+                max_response_s=seconds if isinstance(seconds, int) and not isinstance(seconds, bool) else None,
+            )
         if op == "playback_ack":
             return handle.playback_ack(args.get("played_ms"))
         if op == "close":

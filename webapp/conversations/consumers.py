@@ -33,15 +33,22 @@ from inference.contracts import (
     Queued,
     Ready,
     Replaced,
+    ResponseEnded,
+    ResponseStarted,
     Resumed,
     SessionEvent,
     SessionRequest,
+    SpeechStarted,
+    SpeechStopped,
     TextOut,
+    TurnCommitted,
 )
 from webapp.accounts import revocation
 from webapp.conversations import protocol as p
 from webapp.conversations import services
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
+from webapp.conversations.turn_events import TurnEvents
+from webapp.conversations.turn_settings import turn_update
 from webapp.operations.metrics import count_error
 from webapp.recordings import services as recordings
 
@@ -83,6 +90,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.send_lock = asyncio.Lock()
         self.view = SessionView(model=self._requested_model(), input_rates=tuple(settings.PARLEY_INPUT_RATES))
         self.events = RealtimeEvents(self.view)
+        self.turn_events = TurnEvents(self.events)
         self.user = self.scope.get("user")
         self.revocation_groups: list[str] = []
         await self.accept()
@@ -175,6 +183,13 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                 await self._append_audio(
                     p.decode_base64(event.audio, code="invalid_audio", param="audio", event_id=event.event_id)
                 )
+            case p.InputAudioBufferCommit() if self.view.mode == "half_duplex":
+                await handle.commit_input()  # input_audio_buffer.committed comes back as a session event
+            case p.InputAudioBufferClear() if self.view.mode == "half_duplex":
+                await handle.clear_input()
+                await self._emit([self.events.event("input_audio_buffer.cleared")])
+            case p.ResponseCreate() if self.view.mode == "half_duplex":
+                await handle.create_response()
             case p.InputAudioBufferCommit():  # a duplex model listens continuously: nothing to commit
                 await self._emit(
                     [self.events.event("input_audio_buffer.committed", previous_item_id=None, item_id=new_id("item"))]
@@ -242,6 +257,12 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         new_voice = voice.ref if voice is not None and voice.name != view.voice else None
         record = config.duplex.record if config.duplex and config.duplex.record is not None else None
         new_record = record if record is not None and record != view.record else None
+        turns = turn_update(config, view)  # validated; applied first, as it is the likeliest refusal
+        if turns is not None:
+            await self.handle.set_mode(
+                mode=turns.mode, turn_detection=turns.detection, max_response_s=turns.max_response_s
+            )
+            turns.apply(view)
         if new_persona is not None or new_voice is not None or new_record is not None:
             await self.handle.update(persona=new_persona, voice=new_voice, record=new_record)
         view.input_type, view.input_rate = input_type, input_rate
@@ -288,6 +309,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                 await self._emit(
                     [events.event(f"response.{event.kind}", unit=event.unit, end_of_turn=event.end_of_turn)]
                 )
+            case SpeechStarted() | SpeechStopped() | TurnCommitted() | ResponseStarted() | ResponseEnded():
+                await self._emit(self.turn_events.render(event))
             case Queued():
                 fields = {"position": event.position, "queue_length": event.queue_length}
                 await self._emit([events.event("session.queued", **fields, estimated_wait_s=event.estimated_wait_s)])
@@ -314,6 +337,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         view.instructions = event.persona if event.persona is not None else view.instructions
         view.voice = event.voice if event.voice is not None else view.voice
         view.record = event.recorded
+        view.mode = event.mode
         self.ready = True
         await self._emit([self.events.session_created()])
         logger.info(

@@ -113,8 +113,20 @@ class AudioFormat(_Lenient):
     rate: int | None = Field(default=None, gt=0, le=384_000)
 
 
+class TurnDetectionConfig(_Lenient):
+    """OpenAI's ``turn_detection`` (GA: ``session.audio.input.turn_detection``); ranges as the inference side's."""
+
+    type: Literal["server_vad", "semantic_vad"]
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0, allow_inf_nan=False)
+    prefix_padding_ms: int = Field(default=300, ge=0, le=10_000)
+    silence_duration_ms: int = Field(default=500, ge=0, le=10_000)
+    create_response: bool = True
+    interrupt_response: bool = True
+
+
 class AudioInputConfig(_Lenient):
     format: AudioFormat | None = None
+    turn_detection: TurnDetectionConfig | None = None  # explicit null: the client commits turns itself
 
 
 class AudioOutputConfig(_Lenient):
@@ -129,6 +141,8 @@ class AudioConfig(_Lenient):
 
 class DuplexConfig(_Lenient):
     persona_id: IdOrName | None = None
+    mode: Literal["duplex", "half_duplex", "chat"] | None = None
+    max_response_s: int | None = Field(default=None, ge=1, le=600)  # half-duplex: a response's longest run
     record: bool | None = None
     binary_audio: bool | None = None
 
@@ -252,6 +266,21 @@ def session_input_format(
                 param="session.audio.output.format",
             )
     return input_type, input_rate
+
+
+def turn_settings(config: SessionConfig) -> tuple[bool, TurnDetectionConfig | None]:
+    """(whether the update names ``turn_detection`` at all, its value); ``semantic_vad`` is refused."""
+    audio_input = config.audio.input if config.audio else None
+    if audio_input is None or "turn_detection" not in audio_input.model_fields_set:
+        return False, None
+    detection = audio_input.turn_detection
+    if detection is not None and detection.type != "server_vad":
+        raise ProtocolError(
+            "unsupported_turn_detection",
+            f"turn_detection type {detection.type!r} is not served; use server_vad or null.",
+            param="session.audio.input.turn_detection.type",
+        )
+    return True, detection
 
 
 def check_size(payload: str | bytes, max_bytes: int) -> None:

@@ -41,6 +41,9 @@ class SessionView:
     binary_audio: bool = False
     record: bool = False
     resumed: bool = False
+    mode: str = "duplex"  # duplex | half_duplex | chat
+    turn_detection: dict[str, Any] | None = None  # half-duplex server_vad settings (None: client commits)
+    max_response_s: int | None = None
 
     @property
     def output_rate(self) -> int:
@@ -105,6 +108,7 @@ class RealtimeEvents:
             "resume": caps.resume,
             "max_session_s": extra.get("max_session_s"),
             "demo_weights": caps.demo_weights,
+            "modes": list(caps.modes),  # duplex, half_duplex, chat: what session.duplex.mode may ask for
             # what this session runs with, so a recording can name the exact persona version and voice
             "persona": {"id": self.view.persona_id, "version": self.view.persona_version},
             "voice": {"id": self.view.voice_id, "name": self.view.voice},
@@ -122,7 +126,8 @@ class RealtimeEvents:
             "audio": {
                 "input": {
                     "format": {"type": view.input_type, "rate": view.input_rate},
-                    "turn_detection": None,  # a duplex model takes turns itself
+                    # a duplex model takes turns itself; half-duplex shows its server_vad settings (or null)
+                    "turn_detection": view.turn_detection if view.mode == "half_duplex" else None,
                     "transcription": None,
                 },
                 "output": {"format": {"type": OUTPUT_FORMAT, "rate": view.output_rate}, "voice": view.voice},
@@ -137,6 +142,8 @@ class RealtimeEvents:
                 "resumed": view.resumed,
                 "record": view.record,
                 "binary_audio": view.binary_audio,
+                "mode": view.mode,
+                "max_response_s": view.max_response_s,
             },
         }
 
@@ -195,6 +202,37 @@ class RealtimeEvents:
             self.event("response.output_item.done", response_id=response.id, output_index=0, item=item),
             self.event("response.done", response=self._response_object(response, status=status, output=[item])),
         ]
+
+    def open_response(self, epoch: int) -> list[Outgoing]:
+        """A turn-based response begins (half-duplex): its events, even before any output."""
+        if epoch <= self._drop_through_epoch:
+            return []
+        return self._response_for(epoch)[0]
+
+    def end_response_of(self, epoch: int, status: str) -> list[Outgoing]:
+        """A turn-based response ended; a cancelled one's late output is dropped."""
+        if status == "cancelled":
+            self._drop_through_epoch = max(self._drop_through_epoch, epoch)
+        if self._response is None or self._response.epoch != epoch:
+            return []
+        return self.end_response(status)
+
+    def add_user_item(self, item_id: str) -> dict[str, Any]:
+        """``conversation.item.added`` for a committed user audio turn (no transcript: none is made)."""
+        previous, self._previous_item_id = self._previous_item_id, item_id
+        item = {
+            "id": item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "status": "completed",
+            "role": "user",
+            "content": [{"type": "input_audio", "transcript": None}],
+        }
+        return self.event("conversation.item.added", previous_item_id=previous, item=item)
+
+    @property
+    def previous_item_id(self) -> str | None:
+        return self._previous_item_id
 
     def _response_for(self, epoch: int) -> tuple[list[Outgoing], _Response]:
         """The response of ``epoch``, and the events that open it when it is new (an older one is closed first)."""

@@ -1,0 +1,80 @@
+"""The session's side of turn-based modes: ``DialogueSession`` mixes this in (kept out of session.py).
+
+It owns the mode choice and hands half-duplex work to ``HalfDuplex``, acting as its ``TurnHost``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from inference.contracts import Mode, ParleyError, SessionEvent, TurnDetection
+from inference.engines.base import SlotTurn
+from inference.turns.half_duplex import HalfDuplex
+
+if TYPE_CHECKING:
+    from inference.session import DialogueSession
+
+
+class TurnModes:
+    """Mode handling for ``DialogueSession`` (duplex by default; half-duplex on engines that list it)."""
+
+    mode: Mode = "duplex"
+    turns: HalfDuplex | None = None
+
+    def set_mode(
+        self: DialogueSession,
+        mode: Mode | None,
+        detection: TurnDetection | None,
+        max_response_s: int | None = None,
+    ) -> None:
+        """Choose the mode (``None``: keep it) and, for half-duplex, its turn detection."""
+        mode = mode or self.mode
+        if mode not in self.caps.modes:
+            raise ParleyError(
+                f"engine {self.caps.engine!r} serves the modes {list(self.caps.modes)}, not {mode!r}",
+                code="unsupported_mode",
+                param="mode",
+            )
+        if mode != self.mode and self.audio_started:
+            raise ParleyError("the mode is fixed once audio has started", code="mode_update_unsupported", param="mode")
+        if mode == "chat":
+            raise ParleyError("chat mode is not served yet", code="unsupported_mode", param="mode")
+        if mode == "half_duplex":
+            turns = self.turns or HalfDuplex(self, self.loop, self.caps.input_rate)
+            turns.configure(detection, max_response_s)  # raises before anything changed
+            self.turns = turns
+        self.mode = mode
+
+    def _half_duplex(self: DialogueSession) -> HalfDuplex:
+        self._require_admitted()
+        if self.turns is None or self.mode != "half_duplex":
+            raise ParleyError("only half-duplex sessions take turns", code="unsupported_mode", param="mode")
+        return self.turns
+
+    def commit_input(self: DialogueSession) -> None:
+        self._half_duplex().commit()
+
+    def clear_input(self: DialogueSession) -> None:
+        self._half_duplex().clear()
+
+    def create_response(self: DialogueSession) -> None:
+        turns = self._half_duplex()
+        if not self.audio_started:
+            raise ParleyError("nothing to answer: no audio has been sent yet", code="input_audio_buffer_commit_empty")
+        turns.create_response()
+
+    # ---- TurnHost ---------------------------------------------------------------------------------
+
+    def emit(self: DialogueSession, event: SessionEvent) -> None:
+        self._emit(event)
+
+    def set_turn(self: DialogueSession, turn: SlotTurn) -> None:
+        if self.audio_started and self.slot is not None and self.state != "closed":
+            self._worker.set_turn(self.slot, turn)
+
+    def next_epoch(self: DialogueSession) -> int:
+        self.epoch += 1
+        self._record("epoch", epoch=self.epoch, response=True)
+        if self.attachment is not None:
+            self.attachment.outbox.drop_epoch_before(self.epoch)
+        return self.epoch
