@@ -139,6 +139,7 @@ class Ready:
     persona: str | None
     voice: str | None
     recorded: bool = False  # whether this session is being recorded (policy and the caller's wish)
+    mode: Mode = "duplex"  # how the session takes turns (a resumed session keeps its mode)
 
 
 @dataclass(frozen=True)
