@@ -1,14 +1,16 @@
 // The call page's controller: microphone -> /v1/realtime -> jitter buffer, and the session's state.
 //
 // Protocol: docs/protocol.md (OpenAI Realtime events plus Parley's duplex extensions). Audio goes
-// up as base64 pcm16 at 24 kHz in 80 ms frames; the agent's audio comes down the same way.
+// up as binary frames of pcm16 at 24 kHz in 20 ms pieces; the agent's audio comes down as binary
+// frames too once the session has `duplex.binary_audio` (audio-wire.js).
 // The DOM is ui.js's, server events are server-events.js's, and the test hooks (hooks.js) are
 // a one-way window onto all of it.
 
 import { hooks, installTap, pushBounded } from "./hooks.js";
-import { JitterPlayer, WIRE_RATE, bytesToBase64, float32ToBase64Pcm16 } from "./player.js";
+import { decodeAudioFrame, encodeAudioFrame } from "./audio-wire.js";
+import { JitterPlayer, WIRE_RATE } from "./player.js";
 import { LatencyMeter } from "./latency.js";
-import { handleServerEvent } from "./server-events.js";
+import { handleServerEvent, playAgentAudio } from "./server-events.js";
 import { CallUi } from "./ui.js";
 
 const params = new URLSearchParams(location.search);
@@ -154,7 +156,7 @@ export class Call {
     // Only a live session takes audio: queued or prefilling sessions would answer session_not_ready,
     // and a paused slot is frozen, not fed.
     if (this.state !== "live") return;
-    if (this.send({ type: "input_audio_buffer.append", audio: float32ToBase64Pcm16(frame) })) {
+    if (this.sendBinary(encodeAudioFrame(frame))) {
       hooks.framesSent++;
       this.meter.noteSent(frame.length, time);
     }
@@ -179,7 +181,7 @@ export class Call {
     canvas.toBlob(
       async (blob) => {
         if (!blob) return;
-        const image = bytesToBase64(new Uint8Array(await blob.arrayBuffer()));
+        const image = new Uint8Array(await blob.arrayBuffer()).toBase64();
         if (this.send({ type: "input_image.append", image })) hooks.imagesSent++;
       },
       "image/jpeg",
@@ -193,6 +195,7 @@ export class Call {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     const query = MODEL ? `?model=${encodeURIComponent(MODEL)}` : "";
     const ws = new WebSocket(`${scheme}://${location.host}/v1/realtime${query}`); // the session cookie authenticates
+    ws.binaryType = "arraybuffer"; // audio frames (audio-wire.js); a Blob would cost an async read each
     this.ws = ws;
     ws.onmessage = (message) => this.onMessage(message.data);
     ws.onclose = (event) => {
@@ -215,6 +218,7 @@ export class Call {
     // A saved persona, unedited, also goes by id (the server prefers it): the session names the persona version.
     if (!resumed && personaId) session.duplex = { persona_id: Number(personaId) };
     if (!resumed && voice) session.audio.output = { voice };
+    session.duplex = { ...session.duplex, binary_audio: true }; // per connection: a resumed call asks again
     this.send({ type: "session.update", session });
   }
 
@@ -224,7 +228,19 @@ export class Call {
     return true;
   }
 
+  sendBinary(frame) {
+    if (!this.ws || this.ws.readyState !== WebSocket.OPEN) return false;
+    this.ws.send(frame);
+    return true;
+  }
+
   onMessage(data) {
+    if (data instanceof ArrayBuffer) {
+      const pcm = decodeAudioFrame(data);
+      if (pcm) playAgentAudio(this, pcm);
+      else pushBounded(hooks.errors, { code: "client_bad_frame", message: `binary frame of ${data.byteLength} bytes` }, 50);
+      return;
+    }
     let event;
     try {
       event = JSON.parse(data);

@@ -2,8 +2,6 @@
 // tests (and a curious person in the console) can read the call's state without reaching into
 // the modules. Nothing reads these back; they are a one-way window.
 
-import { bytesToBase64 } from "./player.js";
-
 export const hooks = {
   state: "idle",
   stateHistory: ["idle"], // every state the page went through, in order (bounded)
@@ -64,7 +62,7 @@ export async function installTap(ctx, micSource, output) {
         const pcm = new Int16Array(frames);
         let at = 0;
         for (const b of taken) for (const v of b[key]) pcm[at++] = Math.max(-32768, Math.min(32767, Math.round(v * 32768)));
-        return bytesToBase64(new Uint8Array(pcm.buffer));
+        return new Uint8Array(pcm.buffer).toBase64();
       };
       return {
         rate: ctx.sampleRate,

@@ -168,27 +168,3 @@ export class JitterPlayer {
     this.cursor = this.ctx.currentTime;
   }
 }
-
-/** Decode base64 pcm16 (little-endian) into an Int16Array. */
-export function base64ToInt16(b64) {
-  const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
-  return new Int16Array(bytes.buffer, 0, bytes.length >> 1);
-}
-
-/** Encode Float32 samples in [-1, 1] as base64 pcm16 little-endian. */
-export function float32ToBase64Pcm16(samples) {
-  const out = new Int16Array(samples.length);
-  for (let i = 0; i < samples.length; i++) {
-    const clamped = Math.max(-1, Math.min(1, samples[i]));
-    out[i] = clamped < 0 ? clamped * 32768 : clamped * 32767;
-  }
-  return bytesToBase64(new Uint8Array(out.buffer));
-}
-
-/** Encode bytes as base64 (audio frames, camera JPEGs). */
-export function bytesToBase64(bytes) {
-  let binary = "";
-  // Chunked: String.fromCharCode(...bytes) would overflow the argument limit on large payloads.
-  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  return btoa(binary);
-}

@@ -2,7 +2,8 @@
 // One handler per event type; types the page has no use for (response.created, ...) are ignored.
 
 import { hooks, pushBounded } from "./hooks.js";
-import { WIRE_RATE, base64ToInt16 } from "./player.js";
+import { base64ToInt16 } from "./audio-wire.js";
+import { WIRE_RATE } from "./player.js";
 
 const TRANSCRIPT_HOOK_LIMIT = 200_000; // characters kept on window.parley.transcript
 
@@ -47,17 +48,7 @@ const HANDLERS = {
     call.ui.setPrefill(e.progress ?? 0);
   },
   "response.output_audio.delta"(call, e) {
-    const pcm = base64ToInt16(e.delta ?? "");
-    hooks.audioChunksReceived++;
-    hooks.audioMsReceived += (pcm.length / WIRE_RATE) * 1000;
-    let sumSquares = 0;
-    for (let i = 0; i < pcm.length; i++) sumSquares += (pcm[i] / 32768) ** 2;
-    call.receivedSumSquares += sumSquares;
-    call.receivedSamples += pcm.length;
-    hooks.receivedRms = call.receivedSamples ? Math.sqrt(call.receivedSumSquares / call.receivedSamples) : 0;
-    if (call.state === "prefilling") call.setState("live"); // audio means the prefill is over
-    // Audio still in flight when the user paused must not play after the pause.
-    if (call.state === "live" && call.player) call.player.push(pcm);
+    playAgentAudio(call, base64ToInt16(e.delta ?? ""));
   },
   "response.output_audio_transcript.delta"(call, e) {
     const text = e.delta ?? "";
@@ -104,6 +95,20 @@ const HANDLERS = {
     if (err.code === "resource_exhausted") call.teardown("failed", "All slots are busy and the queue is full.");
   },
 };
+
+/** One chunk of agent audio, from a binary frame or a base64 delta: counted, measured, played. */
+export function playAgentAudio(call, pcm) {
+  hooks.audioChunksReceived++;
+  hooks.audioMsReceived += (pcm.length / WIRE_RATE) * 1000;
+  let sumSquares = 0;
+  for (let i = 0; i < pcm.length; i++) sumSquares += (pcm[i] / 32768) ** 2;
+  call.receivedSumSquares += sumSquares;
+  call.receivedSamples += pcm.length;
+  hooks.receivedRms = call.receivedSamples ? Math.sqrt(call.receivedSumSquares / call.receivedSamples) : 0;
+  if (call.state === "prefilling") call.setState("live"); // audio means the prefill is over
+  // Audio still in flight when the user paused must not play after the pause.
+  if (call.state === "live" && call.player) call.player.push(pcm);
+}
 
 function addUnit(call, kind, e) {
   const unit = { kind, unit: e.unit ?? hooks.units.length, endOfTurn: Boolean(e.end_of_turn) };

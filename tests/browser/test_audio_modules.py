@@ -117,13 +117,14 @@ def test_mic_worklet_resamples_to_24k_pieces_of_20_ms(browser_type, browser_type
 
 PLAYER_JS = """
 async () => {
-  const {JitterPlayer, base64ToInt16, float32ToBase64Pcm16} = await import("/call/player.js");
+  const {JitterPlayer} = await import("/call/player.js");
+  const {base64ToInt16, decodeAudioFrame, encodeAudioFrame} = await import("/call/audio-wire.js");
   const ctx = new AudioContext();
   await ctx.resume();
   const acks = [];
   const player = new JitterPlayer(ctx, {rate: 24000, startMs: 100, maxMs: 1100, onAck: (ms) => acks.push(ms)});
   const sine = (n) => Float32Array.from({length: n}, (_, i) => 0.5 * Math.sin(2 * Math.PI * 440 * i / 24000));
-  const chunk = () => base64ToInt16(float32ToBase64Pcm16(sine(1920)));
+  const chunk = () => decodeAudioFrame(encodeAudioFrame(sine(1920)));
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   const until = async (check) => { for (let i = 0; i < 200 && !check(); i++) await sleep(20); };
 
@@ -150,8 +151,14 @@ async () => {
   player.flush();
   await ctx.close();
 
-  const roundTrip = Array.from(base64ToInt16(float32ToBase64Pcm16(Float32Array.from([0, 0.5, -0.5, 1, -1, 2]))));
-  return {depthAfterPush, firstWaitMs, afterSteady, underrunsAfterGap, targetAfterGap, overrun, roundTrip};
+  const frame = encodeAudioFrame(Float32Array.from([0, 0.5, -0.5, 1, -1, 2]));
+  const wire = {
+    bytes: Array.from(new Uint8Array(frame)),
+    roundTrip: Array.from(decodeAudioFrame(frame)),
+    otherKind: decodeAudioFrame(Uint8Array.of(2, 0, 0).buffer),
+    fromBase64: Array.from(base64ToInt16(new Uint8Array(frame.slice(1)).toBase64())),
+  };
+  return {depthAfterPush, firstWaitMs, afterSteady, underrunsAfterGap, targetAfterGap, overrun, wire};
 }
 """
 
@@ -174,8 +181,12 @@ def test_jitter_player_counts_playback_underruns_and_overruns(page, static_serve
     assert r["targetAfterGap"] >= 100 + 200  # it grew by at least the gap the listener heard
     assert r["overrun"]["overruns"] >= 1
     assert r["overrun"]["depthMs"] <= 1100 + 2 * r["targetAfterGap"]
-    # pcm16 encoding: clamped to [-1, 1], little-endian int16 after a base64 round trip.
-    assert r["roundTrip"] == [0, 16383, -16384, 32767, -32768, 32767]
+    # Binary audio frames: kind byte 0x01, then pcm16 clamped to [-1, 1], little-endian; base64 decodes the same.
+    wire = r["wire"]
+    assert wire["bytes"][:5] == [0x01, 0, 0, 0xFF, 0x3F]  # 0, then 16383 little-endian
+    assert wire["roundTrip"] == [0, 16383, -16384, 32767, -32768, 32767]
+    assert wire["fromBase64"] == wire["roundTrip"]
+    assert wire["otherKind"] is None
 
 
 ADAPT_JS = """

@@ -30,7 +30,9 @@ SCRIPTED_SOCKET_JS = """
       window.__socketsOpened++;
       setTimeout(() => { this.readyState = ScriptedSocket.OPEN; this.onopen?.({}); }, 10);
     }
-    send(data) { window.__sent.push(JSON.parse(data)); }
+    send(data) {  // binary audio frames are recorded as {type: "binary", bytes}
+      window.__sent.push(typeof data === "string" ? JSON.parse(data) : {type: "binary", bytes: Array.from(new Uint8Array(data))});
+    }
     close(code) { this.readyState = ScriptedSocket.CLOSED; this.onclose?.({code: code ?? 1000}); }
     serverSends(event) { this.onmessage?.({data: typeof event === "string" ? event : JSON.stringify(event)}); }
   }
@@ -87,13 +89,15 @@ def test_unit_engine_call_with_camera_through_a_scripted_socket(channels_live_se
     wait_for_state(page, "live")
     expect(page.locator("#queue")).to_be_hidden()
     # Configuration first, then audio: the persona must reach the server before the first frame.
-    wait_for(page, "window.__sent.some((e) => e.type === 'input_audio_buffer.append')")
+    wait_for(page, "window.__sent.some((e) => e.type === 'binary')")
     first = sent(page)[0]
     assert first["type"] == "session.update"
     assert first["session"]["instructions"] == "You are a patient tutor."
     assert first["session"]["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
-    frame = base64.b64decode(sent(page, "input_audio_buffer.append")[0]["audio"])
-    assert len(frame) == 480 * 2  # 20 ms of pcm16 at 24 kHz: the page sends small pieces (less latency)
+    assert first["session"]["duplex"]["binary_audio"] is True
+    frame = sent(page, "binary")[0]["bytes"]
+    # the audio kind, then 20 ms of pcm16 at 24 kHz: the page sends small pieces (less latency)
+    assert frame[0] == 0x01 and len(frame) == 1 + 480 * 2
 
     # Demo weights on a model engine: the banner says so.
     expect(page.locator("#banner-demo")).to_be_visible()
