@@ -2,21 +2,20 @@
 
 It talks to an in-process inference service in the embedded default, and to the co-located
 service process (``python -m inference serve``) over a local socket when ``PARLEY_INFERENCE_URL``
-is set. Either way the web tier never imports torch.
+is set (``inference.embedded`` holds that service and the configuration). Either way the web tier never
+imports torch.
 
 The signatures below are the contract between the web tier and the inference service.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import dataclasses
-import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from inference.config import InferenceConfig
+from inference import embedded
 from inference.contracts import ParleyError, SessionEvent, SessionRequest, VoiceRef, WorkerSnapshot
 from inference.registry import admission_stopped_error
 from inference.status import ServiceStatus, SessionStatus
@@ -70,25 +69,9 @@ class SessionHandle(Protocol):
 
 
 # ---- the service behind the facade ----------------------------------------------------------------
-# In-process mode keeps one InferenceService per process. It is bound to the event loop it started
-# on; a call from another loop (pytest-asyncio gives each test its own) restarts it there, reusing
-# the already warmed-up engine.
+# inference.embedded owns it: the in-process service (bound to its event loop) and the configuration.
 
-_config: InferenceConfig | None = None
-_service = None  # inference.service.InferenceService, imported lazily
-_starting: tuple[asyncio.AbstractEventLoop, asyncio.Task] | None = None
-
-
-def _current_config() -> InferenceConfig:
-    global _config
-    if _config is None:
-        _config = InferenceConfig.from_env()
-    return _config
-
-
-def _remote_socket() -> str | None:
-    config = _current_config()
-    return config.socket_path if config.inference_url else None
+ENGINE_UNAVAILABLE = embedded.ENGINE_UNAVAILABLE
 
 
 async def start(*, engine_instance: Engine | None = None, **overrides: Any) -> None:
@@ -98,110 +81,8 @@ async def start(*, engine_instance: Engine | None = None, **overrides: Any) -> N
         engine_instance: serve this engine object instead of building one from the config (tests).
         **overrides: ``InferenceConfig`` fields, e.g. ``engine="echo", slots=1, queue_max=1``.
     """
-    global _config, _service
-    from inference.service import InferenceService
-
     await shutdown()
-    config = InferenceConfig.from_env().with_overrides(**overrides)
-    _config = config
-    if config.inference_url:
-        return  # remote mode: the service process owns its own configuration
-    service = InferenceService(config, engine_instance)
-    await service.start()
-    _service = service
-
-
-def _foreign_loop() -> asyncio.AbstractEventLoop | None:
-    """The loop the in-process service runs on, when that loop is alive in another thread."""
-    if _service is None or not _service.started or _service.usable_here:
-        return None
-    loop = _service.loop
-    return loop if loop is not None and loop.is_running() and not loop.is_closed() else None
-
-
-async def _on_service_loop(make_call):
-    """Run ``make_call(service)`` on the service's own loop (a sync view's async_to_sync runs elsewhere)."""
-    foreign = _foreign_loop()
-    if foreign is None:
-        return make_call(await _local_service())
-
-    async def call():
-        return make_call(_service)
-
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), foreign))
-
-
-async def _local_service():
-    """The in-process service, started (or restarted) on the running loop.
-
-    A service whose loop still runs in another thread is never restarted from here: that would end
-    every live call. Sessions must be opened on the service's loop (the ASGI server's loop).
-    """
-    global _starting
-    if _service is not None and _service.usable_here:
-        return _service
-    if _foreign_loop() is not None:
-        raise ParleyError(
-            "the in-process inference service runs on another event loop; open sessions from the ASGI "
-            "server's loop, or run the service as a process (PARLEY_INFERENCE_URL)",
-            code="internal_error",
-            error_type="server_error",
-        )
-    loop = asyncio.get_running_loop()
-    if _starting is None or _starting[0] is not loop:  # one start per loop, however many callers wait
-        _starting = (loop, loop.create_task(_restart_here()))
-    task = _starting[1]
-    try:
-        return await asyncio.shield(task)
-    finally:
-        if task.done() and _starting is not None and _starting[1] is task:
-            _starting = None
-
-
-async def _restart_here():
-    global _service
-    from inference.service import InferenceService
-
-    old = _service
-    engine, warmed = None, False
-    if old is not None:
-        old.stop_worker()  # its loop is gone or different; its sessions went with it
-        if _same_engine_config(old.config, _current_config()):
-            engine, warmed = old.engine, old.warmed
-    try:
-        service = InferenceService(_current_config(), engine, warmed=warmed)
-        await service.start()
-    except Exception as exc:
-        raise _engine_failure(exc) from exc
-    _service = service
-    return service
-
-
-# Said to callers instead of the real error, whose message names server paths (checkpoints, devices).
-ENGINE_UNAVAILABLE = "The inference engine is not available; the server log has the details."
-
-
-def _engine_failure(exc: Exception) -> ParleyError:
-    """Log why the engine could not be built or warmed up; the caller gets ENGINE_UNAVAILABLE only."""
-    logging.getLogger(__name__).error(
-        "inference.engine_load_failed: engine %r: %s", _current_config().engine, exc, exc_info=exc
-    )
-    return ParleyError(ENGINE_UNAVAILABLE, code="engine_failed", error_type="server_error")
-
-
-def _same_engine_config(a: InferenceConfig, b: InferenceConfig) -> bool:
-    """Whether an engine built for ``a`` can serve ``b`` as is (every field the engine is built from)."""
-    keys = (
-        "engine",
-        "checkpoint",
-        "slots",
-        "device",
-        "dtype",
-        "lockstep_backend",
-        "echo_delay_frames",
-        "echo_prefill_ticks",
-    )
-    return all(getattr(a, k) == getattr(b, k) for k in keys)
+    await embedded.start(engine_instance, overrides)
 
 
 async def open_session(request: SessionRequest) -> SessionHandle:
@@ -222,12 +103,12 @@ async def _open_session(request: SessionRequest) -> SessionHandle:
     router = _router()
     if router is not None:
         return await router.open_session(request)
-    socket_path = _remote_socket()
+    socket_path = embedded.remote_socket()
     if socket_path is not None:
         from inference.client import RemoteSessionHandle
 
         return await RemoteSessionHandle.open(socket_path, request)
-    service = await _local_service()
+    service = await embedded.local_service()
     if request.user_key not in service.sessions:
         if not _admission_open:
             raise admission_stopped_error()
@@ -254,7 +135,7 @@ _local_history = None  # inference.status.History of the in-process service's st
 
 def _router():
     global _routing
-    config = _current_config()
+    config = embedded.current_config()
     if not config.registry_url:
         return None
     if _routing is None or _routing.config is not config:
@@ -269,12 +150,12 @@ async def services() -> list[ServiceStatus]:
     router = _router()
     if router is not None:
         return await router.services()
-    socket_path = _remote_socket()
+    socket_path = embedded.remote_socket()
     if socket_path is not None:
         from inference.client import remote_status
 
         return [await remote_status(socket_path)]
-    return [await _on_service_loop(_local_status)]
+    return [await embedded.on_service_loop(_local_status)]
 
 
 def status_metric_families(statuses: list[ServiceStatus]) -> Iterator[Any]:
@@ -300,7 +181,7 @@ async def set_draining(service_id: str, draining: bool) -> bool:
     if router is not None:
         return await router.set_draining(service_id, draining)
     global _draining
-    if service_id != IN_PROCESS_ID or _remote_socket() is not None:
+    if service_id != IN_PROCESS_ID or embedded.remote_socket() is not None:
         return False
     _draining = draining
     return True
@@ -329,12 +210,12 @@ async def occupancy() -> list[WorkerSnapshot]:
 
         live = [s for s in await router.services() if s.state != "down"]
         return [snapshot for s in live for snapshot in await remote_occupancy(s.address)]
-    socket_path = _remote_socket()
+    socket_path = embedded.remote_socket()
     if socket_path is not None:
         from inference.client import remote_occupancy
 
         return await remote_occupancy(socket_path)
-    return await _on_service_loop(lambda service: service.occupancy())
+    return await embedded.on_service_loop(lambda service: service.occupancy())
 
 
 async def end_session(session_id: str, reason: str = "admin_ended") -> bool:
@@ -342,18 +223,17 @@ async def end_session(session_id: str, reason: str = "admin_ended") -> bool:
     router = _router()
     if router is not None:
         return await router.end_session(session_id, reason)
-    socket_path = _remote_socket()
+    socket_path = embedded.remote_socket()
     if socket_path is not None:
         from inference.client import remote_end_session
 
         return await remote_end_session(socket_path, session_id, reason)
-    return await _on_service_loop(lambda service: service.end_session(session_id, reason))
+    return await embedded.on_service_loop(lambda service: service.end_session(session_id, reason))
 
 
 def capabilities_preview() -> dict:
     """The default engine's capabilities as a plain dict (for pages rendered before a call)."""
-    global _service
-    config = _current_config()
+    config = embedded.current_config()
     if config.registry_url:
         from inference.registry import capabilities_now
 
@@ -361,20 +241,13 @@ def capabilities_preview() -> dict:
         if preview is None:
             raise ParleyError("no inference service is serving", code="internal_error", error_type="server_error")
         return preview
-    socket_path = _remote_socket()
+    socket_path = embedded.remote_socket()
     if socket_path is not None:
         from inference.client import remote_capabilities
 
         caps = remote_capabilities(socket_path)
     else:
-        if _service is None:
-            from inference.service import InferenceService
-
-            try:
-                _service = InferenceService(_current_config())  # built, not started: the first call reuses its engine
-            except Exception as exc:
-                raise _engine_failure(exc) from exc
-        caps = _service.capabilities
+        caps = embedded.built_service().capabilities  # built, not started: the first call reuses its engine
     preview = dataclasses.asdict(caps)
     preview["extra"] = dict(caps.extra)
     return preview
@@ -382,17 +255,11 @@ def capabilities_preview() -> dict:
 
 async def shutdown() -> None:
     """Stop the in-process service, if one runs (tests, process exit); the next call re-reads the env."""
-    global _service, _config, _routing, _admission_open, _draining, _local_history
-    service, _service, _config = _service, None, None
+    global _routing, _admission_open, _draining, _local_history
     router, _routing, _admission_open, _draining, _local_history = _routing, None, True, False, None
     if router is not None:
         await router.stop()
-    if service is None:
-        return
-    if service.usable_here:
-        await service.stop()
-    else:
-        service.stop_worker()
+    await embedded.stop()
 
 
 # ---- voices: clips -> prompts (the web tier's voice task and importvoices call these) -----------------
@@ -416,7 +283,7 @@ def voice_prompt_targets() -> list:
     """The voice prompts the configured engine can use (``PromptTarget``: family, model_key); [] for echo."""
     from inference.voice_prompts import prompt_targets
 
-    config = _current_config()
+    config = embedded.current_config()
     return prompt_targets(config.engine, config.checkpoint)
 
 
@@ -449,7 +316,7 @@ def voice_limits() -> dict[str, float]:
 def _raw_folder(session_id: str):
     from inference.recording.chunks import session_folder
 
-    return session_folder(_current_config().recordings_dir, session_id)
+    return session_folder(embedded.current_config().recordings_dir, session_id)
 
 
 def raw_recording_state(session_id: str) -> Literal["missing", "open", "finished"]:

@@ -4,9 +4,11 @@ A session outlives the connections that attach to it. Each connection gets a
 ``inference.local_handle.LocalHandle`` (the in-process ``SessionHandle``) with its own bounded outbox
 of events; a new connection replaces the old handle, a dropped one detaches and starts the grace timer.
 
-The session knows its collaborators only through the narrow interfaces below (``SessionContext``):
-the engine worker as a ``SlotDriver``, the slot pool as an ``Admission``, and the service as a
-``forget`` callback. It imports neither the service, the pool nor the handle.
+The session knows its collaborators only through the narrow interfaces of ``inference.session_context``
+(one ``SessionContext`` per service): the engine worker as a ``SlotDriver``, the slot pool as an
+``Admission``, and the service as a ``forget`` callback. It imports neither the service, the pool nor the
+handle. What its Metrics say is ``inference.session_metrics``; its stream positions (the mouth-to-ear pair
+in Metrics) are ``inference.stream_positions``.
 
 States: ``queued`` -> ``admitted`` (slot reserved) -> ``prefilling`` (slot opened at the first audio)
 -> ``live`` -> ``closed``. Paused (by the user) and detached (no connection) are flags on top of
@@ -15,26 +17,22 @@ admitted/prefilling/live; either one freezes the slot in the engine.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 import numpy as np
 
 from inference import image_header
 from inference.audio import pcm
 from inference.audio.resample import StreamingResampler
-from inference.config import InferenceConfig
 from inference.contracts import (
     AudioOut,
     Closed,
     CloseReason,
     Decision,
-    EngineCapabilities,
     ErrorEvent,
     Metrics,
     ParleyError,
@@ -49,13 +47,17 @@ from inference.contracts import (
     VoiceRef,
 )
 from inference.engines.base import SlotConfig, SlotOutput
-from inference.outbox import Outbox
+from inference.named_timers import NamedTimers
 from inference.output_jitter import OutputJitter
-from inference.recording.policy import RecordingPolicy
 from inference.recording.recorder import SessionRecording
-from inference.worker import SlotCounters, SlotListener, WorkerStats
+from inference.session_context import Admission, Attachment, SessionContext, SessionTimeouts, SlotDriver
+from inference.session_metrics import session_metrics
+from inference.stream_positions import StreamPositions
+from inference.turns.session_modes import TurnModes
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["Admission", "Attachment", "DialogueSession", "SessionContext", "SessionTimeouts", "SlotDriver"]
 
 State = Literal["queued", "admitted", "prefilling", "live", "closed"]
 METRICS_PERIOD_S = 1.0
@@ -63,69 +65,7 @@ BACKPRESSURE_REPORT_PERIOD_S = 1.0
 IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 
 
-class SlotDriver(Protocol):
-    """The engine worker, as a session drives its slot (``inference.worker.EngineWorker``)."""
-
-    def open(
-        self,
-        slot: int,
-        config: SlotConfig,
-        listener: SlotListener,
-        loop: asyncio.AbstractEventLoop,
-        recording: SessionRecording | None = None,
-    ) -> None: ...
-    def freeze(self, slot: int, frozen: bool) -> None: ...
-    def cancel(self, slot: int) -> None: ...
-    def force_listen(self, slot: int) -> None: ...
-    def set_image(self, slot: int, image: bytes) -> None: ...
-    def push(self, slot: int, samples: np.ndarray) -> bool: ...
-    def stats(self) -> WorkerStats: ...
-    def take_slot_counters(self, slot: int) -> SlotCounters: ...
-
-
-class Admission(Protocol):
-    """The slot pool, as a session asks it for its queue position and gives its slot back (``SlotPool``)."""
-
-    def tell_position(self, session: DialogueSession) -> None: ...
-    def release(self, session: DialogueSession, slot: int | None, held_s: float = 0.0) -> None: ...
-
-
-class Attachment(Protocol):
-    """A connection attached to the session: the session only ever writes to its outbox."""
-
-    outbox: Outbox
-
-
-@dataclass(frozen=True)
-class SessionTimeouts:
-    """The timers every session runs (seconds), from the service configuration."""
-
-    disconnect_grace_s: float
-    max_session_s: float
-    pause_timeout_s: float
-    idle_timeout_s: float
-
-    @classmethod
-    def from_config(cls, config: InferenceConfig) -> SessionTimeouts:
-        return cls(config.disconnect_grace_s, config.max_session_s, config.pause_timeout_s, config.idle_timeout_s)
-
-
-@dataclass(frozen=True)
-class SessionContext:
-    """What the sessions of one service share: capabilities, event loop, collaborators, timeouts."""
-
-    capabilities: EngineCapabilities
-    loop: asyncio.AbstractEventLoop
-    worker: SlotDriver
-    admission: Admission
-    timeouts: SessionTimeouts
-    forget: Callable[[DialogueSession], None]  # the service drops a closed session from its registry
-    recording: RecordingPolicy = RecordingPolicy()  # whether sessions are recorded, and the recorder
-    test_output_jitter_ms: float = 0.0  # test-only: random 0..N ms delays on outgoing audio (output_jitter.py)
-    test_output_jitter_s: float = 0.0  # ... during a session's first N seconds of output (0 = always)
-
-
-class DialogueSession:
+class DialogueSession(TurnModes):
     """One user's session: state, timers, audio framing, and the current connection.
 
     Args:
@@ -170,17 +110,11 @@ class DialogueSession:
         self.dropped_out = 0  # outbound audio dropped by full outboxes
         self.played_ms = 0.0
         self.sent_audio_ms = 0.0
-        # Input goes to the worker as it comes; its framer cuts frames in phase with the tick. These
-        # positions let session.metrics name one tick exactly (the page measures mouth-to-ear with them).
-        self._pushed = 0  # input samples handed to the worker (engine rate): the stream position
-        self._input_rate = self.caps.input_rate  # the client's rate, to give positions in its own samples
-        self._attached_at = 0  # stream position when the current connection attached
-        self._sent_samples = 0  # output samples handed to the current connection
-        self._heard: tuple[int, int] | None = None  # latest tick: (stream position heard, output samples sent)
+        self._positions = StreamPositions(self.caps.input_rate)  # lets session.metrics name one tick exactly
         jitter_ms, jitter_s = context.test_output_jitter_ms, context.test_output_jitter_s
         self._jitter = OutputJitter(self.loop, jitter_ms, jitter_s) if jitter_ms > 0 else None
         self._resampler: StreamingResampler | None = None
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._timers = NamedTimers(self.loop)
         self._last_backpressure = 0.0
 
     # ---- connections --------------------------------------------------------------------------
@@ -188,11 +122,11 @@ class DialogueSession:
     def attach(self, handle: Attachment, *, takeover: bool) -> None:
         """Make ``handle`` the session's connection; an older one gets Replaced and ends."""
         old, self.attachment = self.attachment, handle
-        self._attached_at, self._sent_samples, self._heard = self._pushed, 0, None
+        self._positions.attached()
         if old is not None:
             old.outbox.put(Replaced())
             self._retire(old)
-        self._cancel_timer("grace")
+        self._timers.cancel("grace")
         self.last_activity = time.monotonic()  # a (re)connection is activity for the idle watchdog
         if self.state == "queued":
             self._admission.tell_position(self)
@@ -217,7 +151,7 @@ class DialogueSession:
         self.attachment = None
         self._record("detach")
         self._apply_freeze()
-        self._start_timer("grace", self._timeouts.disconnect_grace_s, "grace_expired")
+        self._timers.start("grace", self._timeouts.disconnect_grace_s, self.close, "grace_expired")
 
     def _retire(self, handle: Attachment) -> None:
         self.dropped_out += handle.outbox.dropped_audio
@@ -228,7 +162,7 @@ class DialogueSession:
     def admitted(self, slot: int) -> None:
         self.slot, self.state = slot, "admitted"
         self.admitted_at = time.monotonic()
-        self._start_timer("max_duration", self._timeouts.max_session_s, "max_duration")
+        self._timers.start("max_duration", self._timeouts.max_session_s, self.close, "max_duration")
         if self.attachment is not None:
             self.attachment.outbox.put(self._ready_event(resumed=False))
             self._schedule_metrics()
@@ -273,14 +207,16 @@ class DialogueSession:
             if self._resampler is None or self._resampler.src_rate != rate:
                 self._resampler = StreamingResampler(rate, self.caps.input_rate)
             samples = self._resampler.process(samples)
-        self._input_rate = rate
+        self._positions.input_rate = rate
         if not self.audio_started:
             self.audio_started = True
             self._open_slot()
         assert self.slot is not None
+        if samples.size and self.turns is not None:
+            self.turns.on_audio(samples)  # half-duplex: the VAD hears what the engine hears
         if samples.size:
             taken_whole = self._worker.push(self.slot, samples)
-            self._pushed += samples.size
+            self._positions.pushed += samples.size
             if not taken_whole:
                 self.dropped_in += 1
                 self._report_backpressure()
@@ -304,7 +240,7 @@ class DialogueSession:
             self.user_paused = True
             self._record("pause")
             self._apply_freeze()
-            self._start_timer("pause", self._timeouts.pause_timeout_s, "pause_timeout")
+            self._timers.start("pause", self._timeouts.pause_timeout_s, self.close, "pause_timeout")
         self._emit(Paused())
 
     def resume(self) -> None:
@@ -313,7 +249,7 @@ class DialogueSession:
         if self.user_paused:
             self.user_paused = False
             self._record("resume")
-            self._cancel_timer("pause")
+            self._timers.cancel("pause")
             self._apply_freeze()
         self._emit(Resumed())
 
@@ -326,6 +262,8 @@ class DialogueSession:
             self.attachment.outbox.drop_epoch_before(self.epoch)
         if self.audio_started and self.slot is not None:
             self._worker.cancel(self.slot)
+        if self.turns is not None:
+            self.turns.response_cancelled()
 
     def force_listen(self) -> None:
         if self.caps.family != "unit":
@@ -348,10 +286,11 @@ class DialogueSession:
         self.state = "closed"
         if self._jitter is not None:
             self._jitter.cancel()
-        for name in list(self._timers):
-            self._cancel_timer(name)
+        self._timers.cancel_all()
         if self.recording is not None:
             self.recording.finish(reason)
+        if self.turns is not None:
+            self.turns.close()
         if self.attachment is not None:
             self.attachment.outbox.put(Closed(reason))
             self._retire(self.attachment)
@@ -378,6 +317,8 @@ class DialogueSession:
         if output.decision is not None:
             self._send_output(self._emit, Decision(output.decision, self.unit, output.end_of_turn))
             self.unit += 1
+        if self.turns is not None:  # half-duplex: after the unit's output, in its order
+            self._send_output(self.turns.on_output, output)
 
     def _send_output(self, send: Callable[..., None], *args: object) -> None:
         """A tick's output goes to the connection at once (or, under test-only jitter, later and in order)."""
@@ -387,9 +328,7 @@ class DialogueSession:
             self._jitter.send(lambda: send(*args))
 
     def _send_audio(self, pcm16: bytes, heard_position: int | None, epoch: int) -> None:
-        self._sent_samples += len(pcm16) // 2
-        if heard_position is not None:
-            self._heard = (heard_position, self._sent_samples)
+        self._positions.sent(len(pcm16) // 2, heard_position)
         self._emit(AudioOut(pcm16, epoch))
 
     def slot_failed(self, message: str) -> None:
@@ -413,35 +352,18 @@ class DialogueSession:
 
     def metrics(self) -> dict[str, float]:
         stats = self._worker.stats()
-        values: dict[str, float] = {
-            "tick_ms_p50": round(stats.tick_ms_p50, 3),
-            "tick_ms_p99": round(stats.tick_ms_p99, 3),
-            "late_ticks": stats.late_ticks,
-            "dropped_frames": self._dropped(),
-        }
-        if self.slot is not None:
-            counters = self._worker.take_slot_counters(self.slot)
-            period = self.caps.chunk_period_ms
-            queued_out = len(self.attachment.outbox) if self.attachment is not None else 0
-            values |= {
-                "frames_in": counters.frames_in,
-                "frames_out": counters.frames_out,
-                "underruns": counters.underruns,
-                "dropped_frames": self._dropped() + counters.dropped_in + counters.trimmed,
-                "trimmed_frames": counters.trimmed,
-                "input_queue_frames": counters.inbox_depth,
-                "lag_ms": (counters.inbox_depth + queued_out) * period,
-                "in_wait_ms_max": round(counters.max_in_wait_s * 1000.0, 1),
-                "out_wait_ms_max": self.attachment.outbox.take_max_wait_ms() if self.attachment is not None else 0.0,
-                "unplayed_ms": round(max(0.0, self.sent_audio_ms - self.played_ms), 1) if self.played_ms else 0.0,
-            }
-        if self._heard is not None and self._heard[0] > self._attached_at:
-            # One tick, exactly: it had heard this connection's input up to heard_input_samples (the
-            # client's rate) and its audio ends at heard_output_samples of what this connection got.
-            heard, sent = self._heard
-            values["heard_input_samples"] = round((heard - self._attached_at) * self._input_rate / self.caps.input_rate)
-            values["heard_output_samples"] = sent
-        return values
+        counters = self._worker.take_slot_counters(self.slot) if self.slot is not None else None
+        outbox = self.attachment.outbox if self.attachment is not None else None
+        values = session_metrics(
+            stats,
+            counters,
+            outbox,
+            period_ms=self.caps.chunk_period_ms,
+            dropped=self._dropped(),
+            sent_audio_ms=self.sent_audio_ms,
+            played_ms=self.played_ms,
+        )
+        return values | self._positions.heard_fields()
 
     # ---- internals ----------------------------------------------------------------------------
 
@@ -458,6 +380,7 @@ class DialogueSession:
             persona=self.persona,
             voice=self.voice.voice_id if self.voice is not None else None,
             recorded=self.recorded,
+            mode=self.mode,
         )
 
     @property
@@ -489,6 +412,8 @@ class DialogueSession:
                 voice=self.voice.voice_id if self.voice is not None else None,
             )
         self._worker.open(self.slot, config, self, self.loop, self.recording)
+        if self.turns is not None:
+            self._worker.set_turn(self.slot, self.turns.turn)
         self._apply_freeze()
 
     def _apply_freeze(self) -> None:
@@ -514,22 +439,13 @@ class DialogueSession:
                 code="input_backpressure",
             )
 
-    def _start_timer(self, name: str, delay_s: float, reason: CloseReason) -> None:
-        self._cancel_timer(name)
-        self._timers[name] = self.loop.call_later(delay_s, self.close, reason)
-
-    def _cancel_timer(self, name: str) -> None:
-        timer = self._timers.pop(name, None)
-        if timer is not None:
-            timer.cancel()
-
     def _schedule_metrics(self) -> None:
         if "metrics" not in self._timers and self.state != "closed":
-            self._timers["metrics"] = self.loop.call_later(METRICS_PERIOD_S, self._housekeeping)
+            self._timers.start("metrics", METRICS_PERIOD_S, self._housekeeping)
 
     def _housekeeping(self) -> None:
         """About once a second: Metrics to the connection, and the idle watchdog."""
-        self._timers.pop("metrics", None)
+        self._timers.cancel("metrics")  # it fired: forget its handle
         if self.state == "closed" or self.attachment is None:
             return
         if not self.user_paused and time.monotonic() - self.last_activity > self._timeouts.idle_timeout_s:

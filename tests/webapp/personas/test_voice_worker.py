@@ -12,7 +12,7 @@ import pytest
 import soundfile
 from django.core.files.base import ContentFile
 
-from inference import api
+from inference import api, embedded
 from inference.config import InferenceConfig
 from inference.voice_prompts import read_codes_prompt
 from webapp.celery import app as celery_app
@@ -36,7 +36,7 @@ def _single_thread():
 @pytest.fixture
 def personaplex_config(monkeypatch):
     """The web tier's view of the inference config: a PersonaPlex engine on the test checkpoint."""
-    monkeypatch.setattr(api, "_config", InferenceConfig(engine="personaplex", checkpoint=CHECKPOINT))
+    monkeypatch.setattr(embedded, "_config", InferenceConfig(engine="personaplex", checkpoint=CHECKPOINT))
 
 
 @pytest.fixture
