@@ -37,6 +37,9 @@ class InferenceConfig:
         dtype: torch dtype name for model engines.
         lockstep_backend: lockstep engines' stepper: ``auto`` (the fast path: CUDA graphs + Triton on a GPU,
             its torch twins on CPU) or ``eager`` (the plain reference-shaped step).
+        kv_dtype: the fast path's KV cache format: ``fp8`` (e4m3 + one fp32 scale per vector: half the memory
+            of bf16), ``bf16`` (the model's own dtype) or ``auto`` (fp8 for a bfloat16 model on CUDA, the
+            model's dtype otherwise); ``bench/notes/lockstep-kv-format.md`` has the measured trade-off.
         inference_url: None = in-process service; ``unix:///path.sock`` or ``tcp://host:port`` = one remote service.
         registry_url: Redis URL of the service registry: services heartbeat there and the web tier places
             sessions on the least loaded one (takes precedence over ``inference_url`` in the web tier).
@@ -67,6 +70,7 @@ class InferenceConfig:
     device: str = "cpu"
     dtype: str = "float32"
     lockstep_backend: str = "auto"
+    kv_dtype: str = "auto"
     inference_url: str | None = None
     registry_url: str | None = None
     service_id: str | None = None
@@ -100,6 +104,8 @@ class InferenceConfig:
             raise ConfigError("input_queue_frames and output_queue_frames must be >= 1")
         if self.lockstep_backend not in ("auto", "eager", "fast"):
             raise ConfigError(f"PARLEY_LOCKSTEP_BACKEND must be auto, eager or fast, got {self.lockstep_backend!r}")
+        if self.kv_dtype not in ("auto", "fp8", "bf16"):
+            raise ConfigError(f"PARLEY_KV_DTYPE must be auto, fp8 or bf16, got {self.kv_dtype!r}")
         if self.inference_url is not None and not self.inference_url.startswith(("unix://", "tcp://")):
             raise ConfigError(
                 f"PARLEY_INFERENCE_URL must be unix:///path/to.sock or tcp://host:port, got {self.inference_url!r}"
