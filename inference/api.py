@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from inference import embedded
-from inference.contracts import ParleyError, SessionEvent, SessionRequest, VoiceRef, WorkerSnapshot
+from inference.contracts import Mode, ParleyError, SessionEvent, SessionRequest, TurnDetection, VoiceRef, WorkerSnapshot
 from inference.registry import admission_stopped_error
 from inference.status import ServiceStatus, SessionStatus
 
@@ -60,6 +60,21 @@ class SessionHandle(Protocol):
 
     async def force_listen(self) -> None: ...
     async def playback_ack(self, played_ms: float) -> None: ...
+
+    async def set_mode(
+        self, *, mode: Mode | None, turn_detection: TurnDetection | None, max_response_s: int | None = None
+    ) -> None:
+        """Duplex, half-duplex or chat, and half-duplex's turn detection (None: the client commits turns).
+
+        Raises unsupported_mode (the engine does not serve it), mode_update_unsupported (after audio
+        began), invalid_value (settings out of range)."""
+
+    async def commit_input(self) -> None:
+        """Half-duplex: the caller's turn ends here (input_audio_buffer_commit_empty under 100 ms)."""
+
+    async def clear_input(self) -> None: ...
+    async def create_response(self) -> None:
+        """Half-duplex: answer now (conversation_already_has_active_response while one runs)."""
 
     async def close(self, reason: str = "client_close") -> None:
         """End the session now; the slot is freed once the engine confirms cleanup."""
