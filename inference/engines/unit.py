@@ -30,7 +30,8 @@ from inference.engines.base import (
 )
 from inference.models.minicpmo.audio_encoder import UNIT_SAMPLES
 from inference.models.minicpmo.config import CheckpointError, MiniCPMOConfig
-from inference.models.minicpmo.duplex import DuplexRunner, DuplexSession, window_bounds
+from inference.models.minicpmo.duplex import DuplexRunner, DuplexSession, UnitResult, window_bounds
+from inference.models.minicpmo.fast.runner import FastDuplexRunner
 from inference.models.minicpmo.loading import MiniCPMOParts, load_model
 from inference.models.minicpmo.vision import FrameError, decode_frame
 from inference.models.minicpmo.vocoder import OUTPUT_RATE, SilentVocoder, VocoderState, build_vocoder, vocoder_kind
@@ -79,9 +80,18 @@ class UnitEngine(Engine):
         num_slots: sessions served by the one model instance.
         device: torch device string.
         dtype: ``float32`` (CPU, goldens), ``bfloat16`` or ``float16``.
+        fast: serve through the static-cache, batched, CUDA-graphed runner (``fast/``); default: on CUDA.
     """
 
-    def __init__(self, checkpoint: Path, num_slots: int = 1, *, device: str = "cpu", dtype: str = "float32"):
+    def __init__(
+        self,
+        checkpoint: Path,
+        num_slots: int = 1,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        fast: bool | None = None,
+    ):
         if num_slots < 1:
             raise EngineError("num_slots must be >= 1")
         if dtype not in _DTYPES:
@@ -90,6 +100,7 @@ class UnitEngine(Engine):
         self.num_slots = num_slots
         self.device = device
         self.dtype = _DTYPES[dtype]
+        self.fast = device.startswith("cuda") if fast is None else fast
         self.parts: MiniCPMOParts | None = None
         self.runner: DuplexRunner | None = None
         self.vocoder = SilentVocoder()
@@ -147,7 +158,13 @@ class UnitEngine(Engine):
             self.parts = load_model(self.checkpoint, device=self.device, dtype=self.dtype)
         except CheckpointError as exc:
             raise EngineError(f"cannot load {self.checkpoint}: {exc}") from exc
-        self.runner = DuplexRunner(self.parts)
+        if self.fast:
+            runner = FastDuplexRunner(self.parts, num_slots=self.num_slots + 1)  # +1: the warm-up session
+            report(0.4, "capturing CUDA graphs")
+            runner.capture()
+            self.runner = runner
+        else:
+            self.runner = DuplexRunner(self.parts)
         self.vocoder = build_vocoder(self.checkpoint, self.device)
         if self.vocoder.name != self.capabilities.extra["vocoder"]:  # e.g. the package failed to load
             self.capabilities = dataclasses.replace(
@@ -209,7 +226,8 @@ class UnitEngine(Engine):
         state.session = session
         return SlotOutput(audio=np.zeros(0, np.float32), prefilling=False, progress=1.0)
 
-    def _unit(self, slot: int, state: _UnitSlot, unit: SlotInput) -> SlotOutput:
+    def _prefill_unit(self, slot: int, state: _UnitSlot, unit: SlotInput) -> bool:
+        """Check and prefill one unit; returns whether it is forced to listen."""
         assert self.runner is not None and self.parts is not None and state.session is not None
         audio = np.asarray(unit.audio)
         if audio.shape != (UNIT_SAMPLES,) or not np.issubdtype(audio.dtype, np.floating):
@@ -226,13 +244,12 @@ class UnitEngine(Engine):
             except FrameError as exc:
                 # One bad camera frame must not end the call: this unit goes on audio-only.
                 logger.warning("unit.frame_dropped", extra={"slot": slot, "reason": str(exc)})
-        force = unit.force_listen or state.end_turn_requested or unit.turn == "listen"
+        force = unit.force_listen or state.end_turn_requested
         state.end_turn_requested = False
-        if unit.turn == "respond" and not force:
-            # Half-duplex: the model answers this turn; an unfinished turn cannot yield to listen (duplex.py).
-            state.session.turn_ended = False
         self.runner.prefill(state.session, audio.astype(np.float32, copy=False), frame_embeds)
-        result = self.runner.generate(state.session, force_listen=force)
+        return force
+
+    def _unit_output(self, state: _UnitSlot, result: UnitResult, force: bool) -> SlotOutput:
         if result.is_listen:
             out_audio = np.zeros(0, np.float32)
         else:
@@ -247,18 +264,27 @@ class UnitEngine(Engine):
         )
 
     def step(self, inputs: Mapping[int, SlotInput]) -> dict[int, SlotOutput]:
-        """Prepare newly opened slots, then run one unit for each slot in ``inputs``, in turn."""
+        """Prepare newly opened slots, then run one unit for each slot in ``inputs``.
+
+        Prefills run slot by slot; the decisions of all slots run together (the fast runner batches their
+        decode steps and TTS), then each slot's audio is synthesized.
+        """
+        assert self.runner is not None
         outputs: dict[int, SlotOutput] = {}
         for slot, state in self._slots.items():
             if state.session is None:
                 outputs[slot] = self._prepare(slot, state)
+        units: list[tuple[int, _UnitSlot, bool]] = []
         for slot, unit in inputs.items():
             state = self._slots.get(slot)
             if state is None:
                 raise EngineError(f"step() got input for slot {slot}, which is not open")
             if slot in outputs:
                 continue  # the prepare took this tick; input before it is not part of the call
-            outputs[slot] = self._unit(slot, state, unit)
+            units.append((slot, state, self._prefill_unit(slot, state, unit)))
+        results = self.runner.generate_many([(state.session, force) for _, state, force in units])
+        for (slot, state, force), result in zip(units, results, strict=True):
+            outputs[slot] = self._unit_output(state, result, force)
         return outputs
 
     def memory_snapshot(self) -> dict[str, float]:

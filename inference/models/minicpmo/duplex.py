@@ -12,6 +12,7 @@ dropped (keys re-rotated, see ``DuplexLLM.drop_span``) until it is back under ``
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -95,6 +96,28 @@ class UnitResult:
     tts_codes: list[int]
     raw_top2_margins: list[float]
     kv_len: int | None = None  # filled by finalize
+
+
+@dataclass
+class SpeakRequest:
+    """What a speaking unit hands the TTS: its text ids, their LLM hidden states, and whether the turn ended."""
+
+    text_ids: list[int]
+    text_hidden: list[torch.Tensor]
+    end_of_turn: bool
+
+
+UnitSteps = Generator[int, tuple[torch.Tensor, torch.Tensor], tuple[UnitResult, SpeakRequest | None]]
+
+
+def drive(steps: UnitSteps, feed: Callable[[int], tuple[torch.Tensor, torch.Tensor]]) -> tuple:
+    """Run a ``generate_steps`` generator to its end, feeding each id it yields through ``feed``."""
+    try:
+        token = next(steps)
+        while True:
+            token = steps.send(feed(token))
+    except StopIteration as done:
+        return done.value
 
 
 @dataclass
@@ -227,9 +250,34 @@ class DuplexRunner:
         self, session: DuplexSession, *, force_listen: bool = False, generate_audio: bool = True
     ) -> UnitResult:
         """Decide listen or speak for the unit just prefilled; the terminator stays pending for finalize."""
+        result, speak = drive(self.generate_steps(session, force_listen=force_listen), self._feed_one(session))
+        if speak is not None and generate_audio:
+            result.tts_codes = self._speak(session, speak)
+        return result
+
+    def generate_many(self, jobs: list[tuple[DuplexSession, bool]], *, generate_audio: bool = True) -> list[UnitResult]:
+        """``generate`` for several (session, force_listen) pairs; the fast runner batches their steps."""
+        return [self.generate(s, force_listen=f, generate_audio=generate_audio) for s, f in jobs]
+
+    def _feed_one(self, session: DuplexSession):
+        llm = self.parts.llm
+
+        def feed(token: int) -> tuple[torch.Tensor, torch.Tensor]:
+            hidden = llm.feed(session.llm_cache, llm.embed_ids([token]))[-1]
+            return hidden, llm.logits(hidden)
+
+        return feed
+
+    def generate_steps(self, session: DuplexSession, *, force_listen: bool = False) -> UnitSteps:
+        """The decision loop of one unit as a generator: it yields each id to feed and is sent back that
+        feed's (final-normed hidden [D], float logits [V]); it returns (result, what to speak or None).
+
+        Written once so that the eager path (one session, one feed at a time) and the fast path (one
+        batched step over every session's next id) run the same decisions.
+        """
         if session.pending_logits is None:
             raise RuntimeError("generate() needs a prefill() first")
-        ids, llm = self.ids, self.parts.llm
+        ids = self.ids
         logits, session.pending_logits = session.pending_logits, None
         forced = session.generate_count < self.force_listen_count or force_listen
         session.generate_count += 1
@@ -240,8 +288,7 @@ class DuplexRunner:
         end_of_turn = False
         if force_listen and not session.turn_ended:
             # Forced close of a speaking turn: the TTS cache is deliberately kept (reference behaviour).
-            hidden = llm.feed(session.llm_cache, llm.embed_ids([ids.turn_eos]))
-            logits = llm.logits(hidden[-1])
+            _, logits = yield ids.turn_eos
             unit_ids.append(ids.turn_eos)
             session.turn_ended = True
         terminator: int | None = None
@@ -267,14 +314,13 @@ class DuplexRunner:
                     unit_ids[-1] = ids.chunk_eos  # the capped id is never fed
                     terminator = ids.chunk_eos
                     break
-            hidden = llm.feed(session.llm_cache, llm.embed_ids([token]))
-            logits = llm.logits(hidden[-1])
+            hidden, logits = yield token
             if token == ids.turn_eos:
                 session.turn_ended = True
                 end_of_turn = True
             if j > 0:
                 text_ids.append(token)
-                text_hidden.append(hidden[-1])
+                text_hidden.append(hidden)
         is_listen = terminator == ids.listen
         session.pending_finalize = [] if terminator is None else [terminator]
         result = UnitResult(
@@ -287,26 +333,31 @@ class DuplexRunner:
             tts_codes=[],
             raw_top2_margins=margins,
         )
-        if not is_listen and generate_audio:
-            result.tts_codes = self._speak(session, text_ids, text_hidden, end_of_turn)
         session.units += 1
         session.pending_result = result
-        return result
+        return result, (None if is_listen else SpeakRequest(text_ids, text_hidden, end_of_turn))
 
-    def _speak(
-        self, session: DuplexSession, text_ids: list[int], text_hidden: list[torch.Tensor], end_of_turn: bool
-    ) -> list[int]:
+    def _speak(self, session: DuplexSession, speak: SpeakRequest) -> list[int]:
+        condition, min_codes = self.speak_begin(session, speak)
+        codes = self.parts.tts.generate_unit(session.tts, condition, min_codes)
+        self.speak_end(session, speak)
+        return codes
+
+    def speak_begin(self, session: DuplexSession, speak: SpeakRequest) -> tuple[torch.Tensor, int]:
+        """The TTS condition of a speaking unit and its minimum code count (may start a fresh TTS turn)."""
         tts = self.parts.tts
-        hidden = torch.stack(text_hidden) if text_hidden else None
-        condition = tts.condition(text_ids, hidden)
-        min_codes = 0 if (session.tts.pos == 0 or end_of_turn) else MIN_NEW_CODES
+        hidden = torch.stack(speak.text_hidden) if speak.text_hidden else None
+        condition = tts.condition(speak.text_ids, hidden)
+        min_codes = 0 if (session.tts.pos == 0 or speak.end_of_turn) else MIN_NEW_CODES
         # Very long turns would run the TTS past its positions; start a fresh TTS turn instead.
         if session.tts.pos + condition.shape[0] + MIN_NEW_CODES >= tts.cfg.max_position_embeddings:
             session.tts.reset()
-        codes = tts.generate_unit(session.tts, condition, min_codes)
-        if end_of_turn:
+        return condition, min_codes
+
+    @staticmethod
+    def speak_end(session: DuplexSession, speak: SpeakRequest) -> None:
+        if speak.end_of_turn:
             session.tts.reset()
-        return codes
 
     def finalize(self, session: DuplexSession) -> UnitResult | None:
         """Feed the pending terminator with ``</unit>``; no-op when nothing is pending."""

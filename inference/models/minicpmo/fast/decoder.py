@@ -1,0 +1,147 @@
+"""A row-batched forward over a ``transformers`` Llama-family decoder (Qwen3 LLM, Llama TTS) with a static KV pool.
+
+The weights are the loaded ``Qwen3Model`` / ``LlamaModel``'s own modules; only the cache and the batching are
+new. A *slot* is one session's KV: ``keys[layer][slot]`` is ``[kv_heads, capacity, head_dim]``, preallocated
+once, so no feed allocates. A forward runs ``R`` rows of ``T`` positions: row ``r`` belongs to slot
+``slot_ids[r]`` and starts at position ``starts[r]``; it writes its keys and values there and attends to
+positions ``0 .. own`` of its slot within the first ``kv_len`` positions. ``kv_len`` is the only shape that
+depends on the call's history, so a decode step (``T = 1``) captured per (rows, kv_len bucket) serves any
+mix of sessions: which slots and positions are data, not shape. Slot ``num_slots`` is scratch (padding rows).
+
+Why not ``transformers``' StaticCache: it has one batch layout for one call, while a tick here steps a
+different subset of sessions, each at its own position, every second.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+class KVPool:
+    """Preallocated keys and values of ``num_slots`` sessions (+1 scratch slot) for every layer.
+
+    Args:
+        layers, kv_heads, head_dim: the decoder's attention shape.
+        num_slots: sessions the pool holds at once.
+        capacity: positions per slot.
+    """
+
+    def __init__(self, *, layers: int, kv_heads: int, head_dim: int, num_slots: int, capacity: int, device, dtype):
+        shape = (num_slots + 1, kv_heads, capacity, head_dim)
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(layers)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(layers)]
+        self.capacity = capacity
+        self.num_slots = num_slots
+        self.free = list(range(num_slots))
+
+    @property
+    def scratch(self) -> int:
+        """Padding rows write here, never into a session's slot."""
+        return self.num_slots
+
+    def acquire(self) -> int:
+        """A free slot (its old contents are never read: a row reads only positions it wrote)."""
+        if not self.free:
+            raise RuntimeError(f"all {self.num_slots} KV slots are in use")
+        return self.free.pop(0)
+
+    def release(self, slot: int) -> None:
+        self.free.append(slot)
+
+    def bytes_per_slot(self) -> int:
+        k = self.keys[0]
+        return 2 * len(self.keys) * k[0].numel() * k.element_size()
+
+    def shift_left(self, slot: int, start: int, count: int, length: int, rotary: nn.Module) -> None:
+        """Remove positions [start, start + count) of ``slot`` (length ``length``), re-rotating the keys after.
+
+        RoPE is a rotation, so a key at position p rotated by -count is the key it would have had at
+        p - count: the remaining context is what it would be had the span never been fed.
+        """
+        tail = slice(start + count, length)
+        dest = slice(start, length - count)
+        shift = torch.full((1, 1), count, device=self.keys[0].device, dtype=torch.long)
+        for keys, values in zip(self.keys, self.values, strict=True):
+            k = keys[slot, :, tail]  # [H, n, hd]
+            cos, sin = rotary(k, shift)  # [1, 1, hd]
+            cos, sin = cos[0].to(k.dtype), sin[0].to(k.dtype)
+            keys[slot, :, dest] = k * cos - _rotate_half(k) * sin
+            values[slot, :, dest] = values[slot, :, tail].clone()
+
+
+class RowDecoder:
+    """The decoder layers of ``model`` run row-batched over a ``KVPool``.
+
+    Args:
+        model: a ``Qwen3Model`` or ``LlamaModel`` (``layers``, ``norm``, ``rotary_emb``); Qwen3's per-head
+            q/k norms are used when present.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        attn = model.layers[0].self_attn
+        self.head_dim = attn.head_dim
+        self.heads = attn.q_proj.out_features // self.head_dim
+        self.kv_heads = attn.k_proj.out_features // self.head_dim
+        self.groups = self.heads // self.kv_heads
+        self.scaling = self.head_dim**-0.5
+
+    def new_pool(self, num_slots: int, capacity: int) -> KVPool:
+        w = self.model.norm.weight
+        return KVPool(
+            layers=len(self.model.layers),
+            kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            num_slots=num_slots,
+            capacity=capacity,
+            device=w.device,
+            dtype=w.dtype,
+        )
+
+    def forward(
+        self,
+        pool: KVPool,
+        x: torch.Tensor,  # [R, T, D] input embeddings
+        slot_ids: torch.Tensor,  # [R] long
+        starts: torch.Tensor,  # [R] long, first position of each row
+        kv_len: int,  # positions visible to the attention (>= every row's last position + 1)
+    ) -> torch.Tensor:
+        """Final-normed hidden states [R, T, D]; writes each row's keys/values into its slot."""
+        R, T, _ = x.shape
+        positions = starts[:, None] + torch.arange(T, device=x.device)  # [R, T]
+        cos, sin = self.model.rotary_emb(x, positions)  # [R, T, hd]
+        cos, sin = cos[:, None], sin[:, None]  # [R, 1, T, hd]
+        # Query (r, t) sees key j of its slot iff j <= its own position.
+        mask = torch.arange(kv_len, device=x.device)[None, None, :] <= positions[:, :, None]  # [R, T, L]
+        # Grouped queries share their KV head: fold the groups into the query axis instead of repeating keys.
+        mask = mask[:, None, None].expand(R, 1, self.groups, T, kv_len).reshape(R, 1, self.groups * T, kv_len)
+        slot_rows = slot_ids[:, None].expand(R, T)
+        h = x
+        for i, layer in enumerate(self.model.layers):
+            attn = layer.self_attn
+            y = layer.input_layernorm(h)
+            q = attn.q_proj(y).view(R, T, self.heads, self.head_dim)
+            k = attn.k_proj(y).view(R, T, self.kv_heads, self.head_dim)
+            v = attn.v_proj(y).view(R, T, self.kv_heads, self.head_dim)
+            if hasattr(attn, "q_norm"):
+                q, k = attn.q_norm(q), attn.k_norm(k)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)  # [R, H, T, hd]
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            keys, values = pool.keys[i], pool.values[i]
+            keys[slot_rows, :, positions] = k.transpose(1, 2)  # [R, T, H_kv, hd] into [S, H_kv, C, hd]
+            values[slot_rows, :, positions] = v
+            ks, vs = keys[slot_ids, :, :kv_len], values[slot_ids, :, :kv_len]  # [R, H_kv, L, hd]
+            qg = q.reshape(R, self.kv_heads, self.groups * T, self.head_dim)
+            out = F.scaled_dot_product_attention(qg, ks, vs, attn_mask=mask, scale=self.scaling)
+            out = out.reshape(R, self.heads, T, self.head_dim).transpose(1, 2).reshape(R, T, -1)
+            h = h + attn.o_proj(out)
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return self.model.norm(h)

@@ -1,0 +1,102 @@
+"""``FastDuplexRunner``: the unit loop over static KV pools, with the decode steps of a tick batched across sessions.
+
+The decisions are ``DuplexRunner``'s own (its ``generate_steps`` generator); only how the feeds run changes.
+``generate_many`` advances every session's generator together: each round collects the next id of every
+session still deciding and feeds them all in one graphed step, then the speaking sessions' TTS units run as
+one batched decode. A tick of 16 sessions with 6 speaking costs about as many LLM steps as one speaking
+session, not six times as many.
+
+Prompt, prefill and finalize feeds run eagerly per session at their exact length (their shapes vary).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from inference.models.minicpmo.duplex import DuplexRunner, DuplexSession, UnitResult, window_bounds
+from inference.models.minicpmo.fast.llm import FastLLM
+from inference.models.minicpmo.fast.tts import FastTTS
+from inference.models.minicpmo.loading import MiniCPMOParts
+
+DEFAULT_CAPACITY = 8192  # LLM positions per session: ~4 min of audio-only call before the window slides
+
+
+class FastDuplexRunner(DuplexRunner):
+    """``DuplexRunner`` over static caches for up to ``num_slots`` live sessions.
+
+    Args:
+        parts: the loaded model (shared with any eager runner; only new caches are allocated).
+        num_slots: sessions alive at once (each takes one LLM and one TTS slot).
+        capacity: LLM positions per session; the sliding window keeps calls inside it.
+        max_rows: the most sessions one batched step takes (default ``num_slots``).
+        **kwargs: passed to ``DuplexRunner`` (``force_listen_count``, window overrides).
+    """
+
+    def __init__(
+        self,
+        parts: MiniCPMOParts,
+        *,
+        num_slots: int,
+        capacity: int = DEFAULT_CAPACITY,
+        max_rows: int | None = None,
+        **kwargs,
+    ):
+        capacity = min(capacity, parts.config.max_position_embeddings)
+        rows = max_rows or num_slots
+        fast_llm = FastLLM(parts.llm, num_slots=num_slots, capacity=capacity, max_rows=rows)
+        fast_tts = FastTTS(parts.tts, num_slots=num_slots, max_rows=rows)
+        window_max, window_target = window_bounds(capacity)
+        kwargs.setdefault("window_max", window_max)
+        kwargs.setdefault("window_target", window_target)
+        super().__init__(dataclasses.replace(parts, llm=fast_llm, tts=fast_tts), **kwargs)
+        self.fast_llm, self.fast_tts = fast_llm, fast_tts
+
+    def capture(self, max_kv: int | None = None) -> int:
+        """Capture the decode graphs up front (CUDA only); returns how many."""
+        return self.fast_llm.graphs.capture_all(max_kv) + self.fast_tts.graphs.capture_all()
+
+    def session_bytes(self) -> int:
+        """Device bytes one session's preallocated LLM and TTS slots take."""
+        return self.fast_llm.pool.bytes_per_slot() + self.fast_tts.pool.bytes_per_slot()
+
+    def new_session(self) -> DuplexSession:
+        return DuplexSession(llm_cache=self.fast_llm.new_cache(), tts=self.fast_tts.new_state())
+
+    def generate_many(self, jobs: list[tuple[DuplexSession, bool]], *, generate_audio: bool = True) -> list[UnitResult]:
+        """Every session's unit decisions in shared decode steps, then one batched TTS decode."""
+        results: list = [None] * len(jobs)
+        steps = [self.generate_steps(session, force_listen=force) for session, force in jobs]
+        waiting: dict[int, int] = {}  # job -> id it wants fed
+
+        def advance(i: int, sent) -> None:
+            try:
+                waiting[i] = next(steps[i]) if sent is None else steps[i].send(sent)
+            except StopIteration as done:
+                results[i] = done.value
+
+        for i in range(len(jobs)):
+            advance(i, None)
+        while waiting:
+            order = sorted(waiting)
+            hidden, logits = self.fast_llm.feed_tokens(
+                [jobs[i][0].llm_cache for i in order], [waiting.pop(i) for i in order]
+            )
+            for row, i in enumerate(order):
+                # hidden rows are kept as TTS input past this step's buffers: copy; logits are read at once.
+                advance(i, (hidden[row].clone(), logits[row]))
+        speaking = [i for i, (_, speak) in enumerate(results) if speak is not None and generate_audio]
+        if speaking:
+            plans = [self.speak_begin(jobs[i][0], results[i][1]) for i in speaking]
+            codes = self.fast_tts.generate_units(
+                [jobs[i][0].tts for i in speaking], [c for c, _ in plans], [m for _, m in plans]
+            )
+            for i, unit_codes in zip(speaking, codes, strict=True):
+                results[i][0].tts_codes = unit_codes
+                self.speak_end(jobs[i][0], results[i][1])
+        return [result for result, _ in results]
+
+    @property
+    def _dtype(self) -> torch.dtype:
+        return self.fast_llm.llm.model.embed_tokens.weight.dtype

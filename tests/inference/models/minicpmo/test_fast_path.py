@@ -1,0 +1,96 @@
+"""The unit engine's fast path (static KV pools, batched decode steps) against the goldens and the eager path.
+
+On a CPU the fast runner runs its decode step eagerly at the same bucketed shapes the CUDA graphs replay
+(tests/gpu/test_fast_unit.py replays the graphs), so these tests check the static-cache arithmetic, the
+row batching across sessions and the sliding window on the static cache. Tokens, codes and lengths exactly;
+margins within the golden tests' tolerance.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from inference.engines.base import SlotConfig, SlotInput, VoiceRef
+from inference.engines.unit import UnitEngine
+from inference.models.minicpmo.duplex import DuplexRunner
+from inference.models.minicpmo.fast.runner import FastDuplexRunner
+from inference.models.minicpmo.fast.streams import RecordedCall, run_calls
+
+SCENARIOS = ("audio8", "omni6", "turnclose10")
+EXACT = ("llm_ids", "text", "tts_codes", "kv_len", "is_listen", "end_of_turn", "prefill_schema")
+
+
+def _assert_same_units(mine: list[dict], theirs: list[dict]) -> None:
+    assert len(mine) == len(theirs)
+    for a, b in zip(mine, theirs, strict=True):
+        for field in EXACT:
+            assert a[field] == b[field], f"unit {b['unit']} field {field}"
+        np.testing.assert_allclose(a["raw_top2_margins"], b["raw_top2_margins"], rtol=0, atol=5e-5)
+
+
+def test_three_calls_batched_reproduce_their_goldens(minicpmo_parts, minicpmo_data_dir):
+    goldens = [json.loads((minicpmo_data_dir / s / "golden.json").read_text()) for s in SCENARIOS]
+    calls = [
+        RecordedCall.from_scenario(minicpmo_data_dir / s, g["options"]) for s, g in zip(SCENARIOS, goldens, strict=True)
+    ]
+    runner = FastDuplexRunner(minicpmo_parts, num_slots=4)
+    records = run_calls(runner, calls)  # every tick decides the live calls in shared steps
+    for recs, golden in zip(records, goldens, strict=True):
+        _assert_same_units(recs, golden["units"])
+    assert any(len(u["tts_codes"]) == 25 for recs in records for u in recs)
+    # Every session went back to the pools when its call object was dropped.
+    assert len(runner.fast_llm.pool.free) == 4 and len(runner.fast_tts.pool.free) == 4
+
+
+def test_sliding_window_on_the_static_cache_matches_the_eager_window(minicpmo_parts, minicpmo_data_dir):
+    options = json.loads((minicpmo_data_dir / "turnclose10" / "golden.json").read_text())["options"]
+    base = RecordedCall.from_scenario(minicpmo_data_dir / "turnclose10", options)
+    rng = np.random.default_rng(0)
+    audio = np.concatenate([base.audio, base.audio]) + rng.normal(0, 1e-3, 2 * base.audio.shape[0]).astype(np.float32)
+    call = RecordedCall(audio=audio, ref_audio=base.ref_audio, force_listen_units={6, 15})
+    eager = DuplexRunner(minicpmo_parts, window_max=150, window_target=100)
+    fast = FastDuplexRunner(minicpmo_parts, num_slots=1, capacity=256, window_max=150, window_target=100)
+    want = run_calls(eager, [call])[0]
+    got = run_calls(fast, [call])[0]
+    _assert_same_units(got, want)
+    lengths = [u["kv_len"] for u in want]
+    assert max(lengths) <= 150 and any(b < a for a, b in zip(lengths, lengths[1:], strict=False)), "the window slid"
+    assert sum(not u["is_listen"] for u in want) >= 5
+
+
+def test_engine_fast_and_eager_serve_the_same_call(minicpmo_checkpoint, minicpmo_data_dir):
+    audio = np.load(minicpmo_data_dir / "audio8" / "user_audio.npy").astype(np.float32)
+    voice = VoiceRef("ref", minicpmo_data_dir / "audio8" / "ref_audio.npy")
+    outputs = {}
+    for fast in (False, True):
+        engine = UnitEngine(minicpmo_checkpoint, num_slots=2, fast=fast)
+        engine.warmup()
+        for slot in (0, 1):
+            engine.open_slot(slot, SlotConfig(voice=voice))
+        engine.step({})
+        ticks = []
+        for u in range(6):
+            chunk = audio[u * 16000 : (u + 1) * 16000]
+            # Slot 1 runs half a second behind slot 0, so the two decide different things in one tick.
+            other = audio[u * 16000 + 8000 : (u + 1) * 16000 + 8000]
+            out = engine.step({0: SlotInput(audio=chunk), 1: SlotInput(audio=other, force_listen=u == 4)})
+            ticks.append({s: (o.decision, o.text, o.end_of_turn) for s, o in sorted(out.items())})
+        for slot in (0, 1):
+            engine.close_slot(slot)
+        outputs[fast] = ticks
+        if fast:
+            assert len(engine.runner.fast_llm.pool.free) == 3  # both sessions (and the warm-up one) returned
+    assert outputs[True] == outputs[False]
+    assert any(d == "speak" for tick in outputs[True] for d, _, _ in tick.values())
+
+
+def test_full_pool_is_a_clear_error(minicpmo_parts):
+    runner = FastDuplexRunner(minicpmo_parts, num_slots=1)
+    kept = runner.new_session()
+    with pytest.raises(RuntimeError, match="KV slots are in use"):
+        runner.new_session()
+    del kept
+    runner.new_session()  # the dropped session's slot came back
