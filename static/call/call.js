@@ -10,6 +10,7 @@ import { hooks, installTap, pushBounded } from "./hooks.js";
 import { decodeAudioFrame, encodeAudioFrame } from "./audio-wire.js";
 import { JitterPlayer, WIRE_RATE } from "./player.js";
 import { LatencyMeter } from "./latency.js";
+import { applyMode, handleModeEvent } from "./modes.js";
 import { handleServerEvent, playAgentAudio } from "./server-events.js";
 import { CallUi } from "./ui.js";
 
@@ -219,7 +220,7 @@ export class Call {
     if (!resumed && personaId) session.duplex = { persona_id: Number(personaId) };
     if (!resumed && voice) session.audio.output = { voice };
     session.duplex = { ...session.duplex, binary_audio: true }; // per connection: a resumed call asks again
-    this.send({ type: "session.update", session });
+    this.send({ type: "session.update", session: applyMode(session, resumed) });
   }
 
   send(event) {
@@ -251,6 +252,7 @@ export class Call {
     hooks.eventCounts[event.type] = (hooks.eventCounts[event.type] ?? 0) + 1;
     try {
       handleServerEvent(this, event);
+      handleModeEvent(event); // the mode picker and the half-duplex speech indicator (modes.js)
     } catch (err) {
       // A malformed event (bad base64, missing fields) is dropped; the call goes on.
       pushBounded(hooks.errors, { code: "client_bad_event", type: event.type, message: String(err) }, 50);

@@ -1,0 +1,74 @@
+"""Acceptance: a half-duplex call from the browser against the unit engine (tiny MiniCPM-o checkpoint).
+
+Chromium's fake microphone loops one espeak-ng utterance followed by 4 s of silence. The page picks
+half-duplex (server_vad with OpenAI's defaults); each utterance is one committed turn, and each turn
+gets one response that ends before the next utterance (max_response_s=2), so none is cancelled.
+This module starts its own daphne live server and its own fake microphone file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+from playwright.sync_api import expect
+
+from tests.browser.conftest import live_server_env
+from tests.browser.pages import hooks, login, wait_for, wait_for_state
+from tests.live_server import run_live_server
+from tests.turn_audio import utterance
+
+pytestmark = pytest.mark.browser
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "minicpmo45"
+START_TIMEOUT_MS = 90_000
+TURNS_TIMEOUT_MS = 60_000
+SILENCE_S = 4.0
+
+
+@pytest.fixture(scope="session")
+def fake_mic_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One utterance, then silence long enough for its response: the fake microphone loops it."""
+    speech = utterance("Hello, can you hear me?", 48_000)
+    audio = np.concatenate([speech, np.zeros(int(SILENCE_S * 48_000), np.float32)])
+    path = tmp_path_factory.mktemp("fake-mic-turns") / "turns.wav"
+    soundfile.write(path, audio, 48_000, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture(scope="module")
+def unit_live_server(tmp_path_factory, django_db_setup, django_db_blocker):
+    from inference.models.minicpmo.fill import make_checkpoint
+
+    checkpoint = make_checkpoint(tmp_path_factory.mktemp("minicpmo-half-duplex"), data_dir=DATA_DIR)
+    with run_live_server(django_db_blocker, live_server_env("minicpmo", str(checkpoint))) as server:
+        yield server
+
+
+def test_half_duplex_call_one_response_per_utterance(unit_live_server, browser, make_user):
+    context = browser.new_context()
+    page = context.new_page()
+    make_user("turncaller")
+    login(page, unit_live_server.url, "turncaller")
+    page.goto(f"{unit_live_server.url}/?raw=1&max_response_s=2")
+    expect(page.locator("#mode-row")).to_be_visible()
+    page.select_option("#mode", "half_duplex")
+    page.click("#start")
+    wait_for_state(page, "live", timeout_ms=START_TIMEOUT_MS)
+    expect(page.locator("#mode-shown")).to_have_text("half-duplex")
+    expect(page.locator("#speech-indicator")).to_be_visible()
+
+    wait_for(page, "p.turns.responses.length >= 2", timeout_ms=TURNS_TIMEOUT_MS)
+    turns = hooks(page)["turns"]
+    assert turns["speechStarted"] >= 2 and turns["committed"] >= 2
+    # One response per committed utterance (the newest turn's may still run), none cut off by barge-in.
+    assert turns["committed"] - 1 <= len(turns["responses"]) <= turns["committed"], turns
+    assert all(r["status"] in ("completed", "incomplete") for r in turns["responses"]), turns
+    assert len({r["id"] for r in turns["responses"]}) == len(turns["responses"])
+    assert hooks(page)["errors"] == []
+
+    page.click("#stop")
+    wait_for_state(page, "closed")
+    context.close()
