@@ -30,12 +30,12 @@ async def test_duplex_only_engine_lists_its_mode_and_refuses_others(alice):
         (
             {"type": "server_vad", "prefix_padding_ms": -5},
             "invalid_value",
-            "audio.input.turn_detection.prefix_padding_ms",
+            "session.audio.input.turn_detection.prefix_padding_ms",
         ),
         (
             {"type": "server_vad", "silence_duration_ms": 10**6},
             "invalid_value",
-            "audio.input.turn_detection.silence_duration_ms",
+            "session.audio.input.turn_detection.silence_duration_ms",
         ),
         ({"type": "semantic_vad"}, "unsupported_turn_detection", "session.audio.input.turn_detection.type"),
     ],
