@@ -244,8 +244,12 @@ class UnitEngine(Engine):
             except FrameError as exc:
                 # One bad camera frame must not end the call: this unit goes on audio-only.
                 logger.warning("unit.frame_dropped", extra={"slot": slot, "reason": str(exc)})
-        force = unit.force_listen or state.end_turn_requested
+        force = unit.force_listen or state.end_turn_requested or unit.turn == "listen"
         state.end_turn_requested = False
+        if unit.turn == "respond" and not force:
+            # Half-duplex (inference/turns): the model answers this turn; an unfinished turn cannot yield to
+            # listen (duplex.py), so it speaks until it ends its turn. Keep this when reworking the unit loop.
+            state.session.turn_ended = False
         self.runner.prefill(state.session, audio.astype(np.float32, copy=False), frame_embeds)
         return force
 
