@@ -43,6 +43,7 @@ class SessionStatus:
     dropped_frames: int = 0
     lag_ms: float = 0.0
     record: bool = False
+    mode: str = "duplex"  # duplex | half_duplex | chat
     queue_position: int | None = None  # 1-based while queued
     estimated_wait_s: float | None = None
 
@@ -206,6 +207,7 @@ def _session_status(
         dropped_frames=dropped,
         lag_ms=round(lag_ms, 1),
         record=session.recorded,
+        mode=session.mode,
         queue_position=queue_position,
         estimated_wait_s=service.pool.estimated_wait_s(queue_position) if queue_position else None,
     )

@@ -169,7 +169,7 @@ function renderServices(services) {
 
 // ---- sessions ----------------------------------------------------------------------------------
 
-const COLUMNS = ["username", "persona", "voice_name", "engine", "service_id", "duration", "state",
+const COLUMNS = ["username", "persona", "voice_name", "engine", "mode", "service_id", "duration", "state",
   "frames_in", "frames_out", "dropped_frames", "lag_ms", "record", "session_id"];
 const NUMERIC = new Set(["frames_in", "frames_out", "dropped_frames", "lag_ms"]);
 const rows = new Map(); // session_id -> {tr, cells, row}

@@ -19,6 +19,7 @@ from tests.browser.conftest import live_server_env
 from tests.browser.pages import hooks, login, wait_for, wait_for_state
 from tests.live_server import run_live_server
 from tests.turn_audio import utterance
+from webapp.recordings.models import Recording
 
 pytestmark = pytest.mark.browser
 
@@ -62,7 +63,7 @@ def test_half_duplex_call_one_response_per_utterance(unit_live_server, browser, 
 
     wait_for(page, "p.turns.responses.length >= 2", timeout_ms=TURNS_TIMEOUT_MS)
     turns = hooks(page)["turns"]
-    assert turns["speechStarted"] >= 2 and turns["committed"] >= 2
+    assert turns["speechStarted"] >= 2 and turns["committed"] >= 2, (turns, hooks(page)["eventCounts"])
     # One response per committed utterance (the newest turn's may still run), none cut off by barge-in.
     assert turns["committed"] - 1 <= len(turns["responses"]) <= turns["committed"], turns
     assert all(r["status"] in ("completed", "incomplete") for r in turns["responses"]), turns
@@ -71,4 +72,9 @@ def test_half_duplex_call_one_response_per_utterance(unit_live_server, browser, 
 
     page.click("#stop")
     wait_for_state(page, "closed")
+    # The recording names the mode (the catalogue row; the review page shows it).
+    recording = Recording.objects.get(session_id=hooks(page)["sessionId"])
+    assert recording.mode == "half_duplex"
+    page.goto(f"{unit_live_server.url}/recordings/{recording.pk}/")
+    expect(page.locator("dd", has_text="half_duplex")).to_be_visible()
     context.close()

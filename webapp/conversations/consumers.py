@@ -263,6 +263,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                 mode=turns.mode, turn_detection=turns.detection, max_response_s=turns.max_response_s
             )
             turns.apply(view)
+            await self._sync_recording()  # the recording names the mode
         if new_persona is not None or new_voice is not None or new_record is not None:
             await self.handle.update(persona=new_persona, voice=new_voice, record=new_record)
         view.input_type, view.input_rate = input_type, input_rate
@@ -360,6 +361,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             persona_id=view.persona_id,
             persona_version=view.persona_version,
             voice=view.voice,
+            mode=view.mode,
         )
 
     async def _on_closed(self, event: Closed) -> None:

@@ -210,9 +210,9 @@ class RealtimeEvents:
         return self._response_for(epoch)[0]
 
     def end_response_of(self, epoch: int, status: str) -> list[Outgoing]:
-        """A turn-based response ended; a cancelled one's late output is dropped."""
-        if status == "cancelled":
-            self._drop_through_epoch = max(self._drop_through_epoch, epoch)
+        """A turn-based response ended: late output of its epoch (a unit already under way) is dropped,
+        so it cannot open a second response."""
+        self._drop_through_epoch = max(self._drop_through_epoch, epoch)
         if self._response is None or self._response.epoch != epoch:
             return []
         return self.end_response(status)

@@ -26,6 +26,7 @@ class Recording(models.Model):
     persona_version = models.IntegerField(null=True, blank=True)
     voice = models.CharField(max_length=200, blank=True)
     engine = models.CharField(max_length=50)
+    mode = models.CharField(max_length=20, default="duplex")  # duplex | half_duplex | chat (fixed at the first audio)
     checkpoint = models.CharField(max_length=500, blank=True)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)

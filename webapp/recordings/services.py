@@ -35,6 +35,7 @@ def recording_sync(
     persona_id: int | None,
     persona_version: int | None,
     voice: str | None,
+    mode: str = "duplex",
 ) -> None:
     """Keep the catalogue in step with the session: a row while it is recorded, none once it is not.
 
@@ -47,11 +48,12 @@ def recording_sync(
         Recording.objects.filter(session_id=session_id, status=Recording.Status.RECORDING, ended_at=None).delete()
         return
     persona = Persona.objects.filter(pk=persona_id).first() if persona_id is not None else None
-    Recording.objects.get_or_create(
+    row, created = Recording.objects.get_or_create(
         session_id=session_id,
         defaults={
             "user": user,
             "engine": engine,
+            "mode": mode,
             "persona_id": persona_id,
             "persona_name": persona.name if persona is not None else "",
             "persona_version": persona_version,
@@ -59,6 +61,8 @@ def recording_sync(
             "started_at": timezone.now(),
         },
     )
+    if not created and row.mode != mode and row.ended_at is None:  # the mode was chosen after the row was made
+        Recording.objects.filter(pk=row.pk).update(mode=mode)
 
 
 def recording_close(*, session_id: str, reason: str) -> None:
