@@ -140,6 +140,7 @@ class Ready:
     voice: str | None
     recorded: bool = False  # whether this session is being recorded (policy and the caller's wish)
     mode: Mode = "duplex"  # how the session takes turns (a resumed session keeps its mode)
+    turn_detection: dict[str, Any] | None = None  # half-duplex server_vad fields (None: client commits)
 
 
 @dataclass(frozen=True)

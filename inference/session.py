@@ -381,6 +381,7 @@ class DialogueSession(TurnModes):
             voice=self.voice.voice_id if self.voice is not None else None,
             recorded=self.recorded,
             mode=self.mode,
+            turn_detection=self.turn_detection_fields(),
         )
 
     @property

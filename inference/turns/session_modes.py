@@ -5,6 +5,7 @@ It owns the mode choice and hands half-duplex work to ``HalfDuplex``, acting as 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from inference.contracts import Mode, ParleyError, SessionEvent, TurnDetection
@@ -62,6 +63,12 @@ class TurnModes:
         if not self.audio_started:
             raise ParleyError("nothing to answer: no audio has been sent yet", code="input_audio_buffer_commit_empty")
         turns.create_response()
+
+    def turn_detection_fields(self: DialogueSession) -> dict | None:
+        """The half-duplex server_vad settings for a (re)attached connection's session object."""
+        if self.mode != "half_duplex" or self.turns is None or self.turns.detection is None:
+            return None
+        return dataclasses.asdict(self.turns.detection)
 
     # ---- TurnHost ---------------------------------------------------------------------------------
 

@@ -76,12 +76,16 @@ def expect_error(connection, payload: dict, code: str) -> None:
     raise AssertionError(f"no error {code}")
 
 
-def connect(server, username: str):
-    user = get_user_model().objects.create_user(username=username, password="unused-password-1")
-    _, key = apikey_create(user=user, name="sdk half-duplex")
-    client = OpenAI(api_key=key, base_url=f"{server.url}/v1", websocket_base_url=f"{server.ws_url}/v1")
+def connect(server, username: str, client: OpenAI | None = None):
+    client = client or sdk_client(server, username)
     # The first connection waits while the server loads and warms the model up.
     return client.realtime.connect(model="minicpmo", websocket_connection_options={"open_timeout": 180})
+
+
+def sdk_client(server, username: str) -> OpenAI:
+    user = get_user_model().objects.create_user(username=username, password="unused-password-1")
+    _, key = apikey_create(user=user, name="sdk half-duplex")
+    return OpenAI(api_key=key, base_url=f"{server.url}/v1", websocket_base_url=f"{server.ws_url}/v1")
 
 
 def test_sdk_half_duplex_turns_responses_and_barge_in(unit_server):
@@ -176,3 +180,20 @@ def _update(turn_detection: dict | None, **duplex) -> dict:
             **({"duplex": duplex} if duplex else {}),
         },
     }
+
+
+def test_a_resumed_session_keeps_its_mode_and_turn_detection(unit_server):
+    client = sdk_client(unit_server, "sdk-resume-turns")
+    with connect(unit_server, "", client) as connection:
+        collect_until(connection, "session.created")
+        connection.send(_update({"type": "server_vad", "threshold": 0.6, "silence_duration_ms": 700}))
+        collect_until(connection, "session.updated")
+        send_real_time(connection, silence(0.3))
+    with connect(unit_server, "", client) as connection:  # within the disconnect grace: the same session
+        created = collect_until(connection, "session.created")[-1]
+        session = created.session.model_dump()
+        assert session["duplex"]["resumed"] and session["duplex"]["mode"] == "half_duplex"
+        detection = session["audio"]["input"]["turn_detection"]
+        assert (detection["type"], detection["threshold"], detection["silence_duration_ms"]) == ("server_vad", 0.6, 700)
+        connection.send({"type": "session.close"})
+        collect_until(connection, "session.closed")

@@ -339,6 +339,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         view.voice = event.voice if event.voice is not None else view.voice
         view.record = event.recorded
         view.mode = event.mode
+        view.turn_detection = {"type": "server_vad", **event.turn_detection} if event.turn_detection else None
         self.ready = True
         await self._emit([self.events.session_created()])
         logger.info(
