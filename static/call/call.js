@@ -252,7 +252,7 @@ export class Call {
     hooks.eventCounts[event.type] = (hooks.eventCounts[event.type] ?? 0) + 1;
     try {
       handleServerEvent(this, event);
-      handleModeEvent(event); // the mode picker and the half-duplex speech indicator (modes.js)
+      handleModeEvent(event, this); // the mode picker and the half-duplex speech indicator (modes.js)
     } catch (err) {
       // A malformed event (bad base64, missing fields) is dropped; the call goes on.
       pushBounded(hooks.errors, { code: "client_bad_event", type: event.type, message: String(err) }, 50);

@@ -71,8 +71,10 @@ const HANDLERS = {
     $("mode").disabled = false;
     $("speech-indicator").hidden = true;
   },
-  "input_audio_buffer.speech_started"() {
+  "input_audio_buffer.speech_started"(e, call) {
     hooks.turns.speechStarted += 1;
+    // Barge-in: the server cancels the response; what the player still holds of it must stop now too.
+    if (hooks.turns.speech === "answering") call?.player?.flush();
     setSpeech("speaking");
   },
   "input_audio_buffer.speech_stopped"() {
@@ -91,9 +93,9 @@ const HANDLERS = {
   },
 };
 
-/** Follow one server event (call.js has already handled it; this only updates the mode's view). */
-export function handleModeEvent(event) {
-  HANDLERS[event.type]?.(event);
+/** Follow one server event (call.js has already handled it; this updates the mode's view). */
+export function handleModeEvent(event, call) {
+  HANDLERS[event.type]?.(event, call);
 }
 
 const preview = $("capabilities-preview");
