@@ -413,6 +413,7 @@ class DialogueSession(TurnModes):
                 voice=self.voice.voice_id if self.voice is not None else None,
             )
         self._worker.open(self.slot, config, self, self.loop, self.recording)
+        self._record("mode", mode=self.mode, turn_detection=self.turn_detection_fields())  # the review names it
         if self.turns is not None:
             self._worker.set_turn(self.slot, self.turns.turn)
         self._apply_freeze()

@@ -73,6 +73,8 @@ class TurnModes:
     # ---- TurnHost ---------------------------------------------------------------------------------
 
     def emit(self: DialogueSession, event: SessionEvent) -> None:
+        # Turn events go into the recording too (speech_started at ..., response ended cancelled ...).
+        self._record("turn", event=type(event).__name__, **dataclasses.asdict(event))
         self._emit(event)
 
     def set_turn(self: DialogueSession, turn: SlotTurn) -> None:

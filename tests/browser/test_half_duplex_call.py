@@ -15,6 +15,7 @@ import pytest
 import soundfile
 from playwright.sync_api import expect
 
+from inference import api
 from tests.browser.conftest import live_server_env
 from tests.browser.pages import hooks, login, wait_for, wait_for_state
 from tests.live_server import run_live_server
@@ -77,4 +78,9 @@ def test_half_duplex_call_one_response_per_utterance(unit_live_server, browser, 
     assert recording.mode == "half_duplex"
     page.goto(f"{unit_live_server.url}/recordings/{recording.pk}/")
     expect(page.locator("dd", has_text="half_duplex")).to_be_visible()
+    # ... and the raw recording's event log has the mode and every turn event.
+    events = api.read_recording(recording.session_id).events
+    assert {"mode": "half_duplex"}.items() <= next(e for e in events if e["k"] == "mode").items()
+    turn_events = [e["event"] for e in events if e["k"] == "turn"]
+    assert turn_events.count("TurnCommitted") >= 2 and turn_events.count("ResponseStarted") >= 2, turn_events
     context.close()
