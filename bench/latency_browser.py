@@ -34,6 +34,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -119,7 +120,43 @@ def start_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
     raise SystemExit("daphne did not start listening in time")
 
 
-def run_call(args, url: str, wav: Path) -> MeasuredCall:
+class LoadSampler:
+    """The 1-minute load average every 2 s while the call runs: a busy machine shows up in the tail."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(2.0):
+            self.values.append(os.getloadavg()[0])
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, float]:
+        v = self.values or [os.getloadavg()[0]]
+        return {"min": round(min(v), 2), "mean": round(sum(v) / len(v), 2), "max": round(max(v), 2)}
+
+
+def warm_call(page) -> float | None:
+    """A first call until its first agent audio, then stop: a model engine's prefill cache then holds this
+    persona and voice, and the measured call shows the instant start. Returns this call's first audio (ms)."""
+    page.click("#start")
+    page.wait_for_function("() => window.parley.audioChunksReceived > 0 && window.parley.firstAudioMs !== null")
+    first = page.evaluate("() => window.parley.firstAudioMs")
+    page.click("#stop")
+    page.wait_for_function("() => window.parley.state === 'closed'", timeout=30_000)
+    return first
+
+
+def run_call(args, url: str, wav: Path) -> tuple[MeasuredCall, float | None]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -144,9 +181,15 @@ def run_call(args, url: str, wav: Path) -> MeasuredCall:
             page.fill("input[name=password]", PASSWORD)
             page.click("form [type=submit]")
             page.wait_for_url(lambda u: "/accounts/login/" not in u)
-            page.goto(f"{url}/?raw=1&tap=1")
+            call_page = f"{url}/?raw=1&tap=1{'&' + args.query if args.query else ''}"
+            page.goto(call_page)
             page.wait_for_function("() => window.parley && window.parley.state === 'idle'")
-            return run_measured_call(page, args.seconds)
+            cold = None
+            if args.engine == "lockstep":
+                cold = warm_call(page)
+                page.goto(call_page)
+                page.wait_for_function("() => window.parley && window.parley.state === 'idle'")
+            return run_measured_call(page, args.seconds), cold
         finally:
             browser.close()
 
@@ -160,8 +203,37 @@ def percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
-def summarize(args, call: MeasuredCall, load_before: float, server_cpu_s: float) -> dict:
+def stages(call: MeasuredCall, chunk_ms: float) -> dict[str, dict[str, float]]:
+    """Where each measured tick's mouth-to-ear went (the page's parts, latency.js), p50 / p95 per stage.
+
+    ``buffer`` (receipt -> the end of the chunk playing) holds the chunk itself: a sound at a frame's start
+    waits for the frame to fill, inherent to the engine's frame; the rest is the jitter buffer's wait.
+    """
+    parts = [s["parts"] for s in call.samples if s.get("parts")]
+    rows = {
+        "capture (piece fill + page until sent)": [p["capture"] for p in parts],
+        "round trip (socket up, server FIFO + tick, socket down)": [p["roundTrip"] for p in parts],
+        "jitter buffer wait": [p["buffer"] - chunk_ms for p in parts],
+        f"frame (inherent, {chunk_ms:g} ms chunk)": [chunk_ms for _ in parts],
+        "output (the context's reported latency)": [p["output"] for p in parts],
+        "sum (the page's measured mouth-to-ear)": [
+            p["capture"] + p["roundTrip"] + p["buffer"] + p["output"] for p in parts
+        ],
+    }
+    return {name: percentiles(values) for name, values in rows.items()}
+
+
+def by_10s(samples: list[dict], key: str) -> dict[str, dict[str, float]]:
+    buckets: dict[int, list[float]] = {}
+    for s in samples:
+        if s.get(key) is not None:
+            buckets.setdefault(int(s["t_s"] // 10) * 10, []).append(s[key])
+    return {f"{k}-{k + 10}s": percentiles(v) for k, v in sorted(buckets.items())}
+
+
+def summarize(args, call: MeasuredCall, load: dict, server_cpu_s: float, cold_first_audio: float | None) -> dict:
     final = call.final
+    chunk_ms = float((final.get("capabilities") or {}).get("chunk_period_ms") or 80)
     result: dict = {
         "bench": "latency_browser",
         "label": args.label,
@@ -176,7 +248,8 @@ def summarize(args, call: MeasuredCall, load_before: float, server_cpu_s: float)
         "when_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "host": {
             "cpus": os.cpu_count(),
-            "load_avg_1m_before": round(load_before, 2),
+            "load_avg_1m_before": round(load["before"], 2),
+            "load_avg_1m_during": load["during"],
             "load_avg_1m_after": round(os.getloadavg()[0], 2),
             "server_cpu_seconds": round(server_cpu_s, 2),  # daphne + inference service, the whole run
             "python": platform.python_version(),
@@ -188,12 +261,19 @@ def summarize(args, call: MeasuredCall, load_before: float, server_cpu_s: float)
             "underruns": final.get("underruns"),
             "overruns": final.get("overruns"),
             "played_ms": round(final.get("playedMs") or 0),
-            "first_audio_ms": final.get("firstAudioMs"),
+            "first_audio_ms": final.get("firstAudioMs"),  # Start -> first agent audio at the speaker
+            "first_audio_ms_first_call": cold_first_audio,  # lockstep: the call before, which filled the prefill cache
             "buffer_ms": percentiles([s["bufferMs"] for s in call.samples if s.get("bufferMs") is not None]),
             "measured_mouth_to_ear_ms": percentiles([s["measuredMs"] for s in call.samples if s.get("measuredMs")]),
             "shown_mouth_to_ear_ms": percentiles([s["shownMs"] for s in call.samples if s.get("shownMs")]),
         },
+        "stages_ms": stages(call, chunk_ms),
+        "page_by_10s": {
+            "buffer_ms": by_10s(call.samples, "bufferMs"),
+            "underruns_at_end_of": {f"{int(s['t_s'])}s": s["underruns"] for s in call.samples[9::10]},
+        },
         "server_metrics_at_end": final.get("metrics"),
+        "wire": call.wire.summary() if call.wire else None,
         "measured_parts_ms": {
             part: percentiles([s["parts"][part] for s in call.samples if s.get("parts")])
             for part in ("capture", "roundTrip", "buffer", "output")
@@ -211,6 +291,30 @@ def summarize(args, call: MeasuredCall, load_before: float, server_cpu_s: float)
     return result
 
 
+def stage_table(result: dict) -> str:
+    """The per-stage evidence as a small table, with the chirps' own figure and the load beside it."""
+    host = result["host"]
+    lines = [
+        f"{result['engine']} '{result['label']}': load average (1 min) {host['load_avg_1m_before']} before, "
+        f"{host['load_avg_1m_during']} during, on {host['cpus']} CPUs",
+        f"{'stage (ms)':58s} {'p50':>7s} {'p95':>7s}",
+    ]
+    for name, row in result["stages_ms"].items():
+        lines.append(f"{name:58s} {row.get('p50', float('nan')):7.1f} {row.get('p95', float('nan')):7.1f}")
+    marks = result.get("mouth_to_ear")
+    if marks and marks.get("marks"):
+        lines.append(
+            f"{'chirps, cross-correlated (' + str(marks['marks']) + ' marks)':58s} {marks['p50_ms']:7.1f} {marks['p95_ms']:7.1f}"
+        )
+    page, server = result["page"], result["server_metrics_at_end"] or {}
+    lines.append(
+        f"underruns {page['underruns']}, first audio {page['first_audio_ms']} ms; server: tick p50/p99 "
+        f"{server.get('tick_ms_p50')}/{server.get('tick_ms_p99')} ms, FIFO wait max {server.get('in_wait_ms_max')} ms, "
+        f"outbox wait max {server.get('out_wait_ms_max')} ms"
+    )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=["echo", "lockstep"], default="echo")
@@ -219,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jitter-ms", type=int, default=0, help="inject random 0..N ms delays on outgoing audio")
     parser.add_argument("--jitter-seconds", type=float, default=30.0, help="... during the first N s of the call")
     parser.add_argument("--note", default="", help="recorded in the results, e.g. what was measured and the load")
+    parser.add_argument("--query", default="", help="extra call page parameters, e.g. for an experiment")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--dump", type=Path, default=None, help="also save the tapped signals (npz), to look at")
     args = parser.parse_args(argv)
@@ -228,14 +333,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"chromium not found at {CHROMIUM} (apt-get install chromium, or set CHROMIUM)")
     out = args.out or ROOT / "bench" / "results" / f"latency-{args.engine}-{args.label}.json"
     var_dir = Path(tempfile.mkdtemp(prefix="parley-latency-"))
-    load_before = os.getloadavg()[0]
+    load = {"before": os.getloadavg()[0]}
     proc = None
     try:
         wav = write_marked_wav(var_dir / "marks.wav")
         proc, url = start_server(server_env(args, var_dir))
-        call = run_call(args, url, wav)
+        with LoadSampler() as sampler:
+            call, cold = run_call(args, url, wav)
+        load["during"] = sampler.summary()
         cpu = psutil.Process(proc.pid).cpu_times()
-        result = summarize(args, call, load_before, cpu.user + cpu.system)
+        result = summarize(args, call, load, cpu.user + cpu.system, cold)
         if args.dump:
             mic, out_signal = call.tap.signals()
             np.savez_compressed(args.dump, mic=mic, out=out_signal, rate=call.tap.rate)
@@ -249,8 +356,9 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait()
         shutil.rmtree(var_dir, ignore_errors=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    shown = {k: v for k, v in result.items() if k != "delays_ms"}
+    shown = {k: v for k, v in result.items() if k not in ("delays_ms", "stages_ms")}
     print(json.dumps(shown, indent=2))
+    print(stage_table(result))
     print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     return 0
 

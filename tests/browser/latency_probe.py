@@ -20,6 +20,7 @@ is not included. A mark is only matched against its own sweep, and the next mark
 from __future__ import annotations
 
 import base64
+import json
 import wave
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,6 +214,70 @@ SAMPLE_JS = """() => {
 }"""
 
 
+AUDIO_EVENTS = ('"input_audio_buffer.append"', '"response.output_audio.delta"')
+WIRE_RATE = 24_000  # pcm16 both ways on the call page
+
+
+@dataclass
+class WireCounter:
+    """Bytes of the call page's audio on its /v1/realtime socket, both ways, as the browser framed them.
+
+    Counts every WebSocket message the page sent and received (Playwright's frame events): binary
+    audio frames (``0x01`` + pcm16) and JSON audio events (base64 pcm16) are audio; the rest is
+    control. ``header`` adds the WebSocket frame header (2-14 bytes, a 4-byte mask from the client).
+    """
+
+    up: dict[str, float] = field(
+        default_factory=lambda: dict(messages=0, binary=0, bytes=0, header=0, audio_s=0.0, other=0)
+    )
+    down: dict[str, float] = field(
+        default_factory=lambda: dict(messages=0, binary=0, bytes=0, header=0, audio_s=0.0, other=0)
+    )
+
+    def attach(self, page: Any) -> None:
+        def on_socket(ws: Any) -> None:
+            if "/v1/realtime" in ws.url:
+                ws.on("framesent", lambda payload: self._count(self.up, payload, masked=True))
+                ws.on("framereceived", lambda payload: self._count(self.down, payload, masked=False))
+
+        page.on("websocket", on_socket)
+
+    @staticmethod
+    def _count(side: dict[str, float], payload: str | bytes, *, masked: bool) -> None:
+        size = len(payload.encode() if isinstance(payload, str) else payload)
+        header = (2 if size < 126 else 4 if size < 65536 else 10) + (4 if masked else 0)
+        samples = None
+        if isinstance(payload, bytes):
+            if payload[:1] == b"\x01":
+                samples = (size - 1) // 2
+        elif any(kind in payload[:80] for kind in AUDIO_EVENTS):
+            event = json.loads(payload)
+            samples = len(base64.b64decode(event.get("audio") or event.get("delta") or "")) // 2
+        if samples is None:
+            side["other"] += size + header
+            return
+        side["messages"] += 1
+        side["binary"] += isinstance(payload, bytes)
+        side["bytes"] += size
+        side["header"] += header
+        side["audio_s"] += samples / WIRE_RATE
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per direction: audio messages, seconds, payload bytes per second of audio (and with headers)."""
+        out = {}
+        for name, side in (("up", self.up), ("down", self.down)):
+            seconds = side["audio_s"]
+            out[name] = {
+                "audio_messages": int(side["messages"]),
+                "binary_audio_messages": int(side["binary"]),
+                "audio_seconds": round(seconds, 2),
+                "payload_bytes_per_audio_s": round(side["bytes"] / seconds) if seconds else None,
+                "wire_bytes_per_audio_s": round((side["bytes"] + side["header"]) / seconds) if seconds else None,
+                "other_bytes": int(side["other"]),
+            }
+        return out
+
+
 @dataclass
 class MeasuredCall:
     """One call's tap recording and the page's own figures, sampled once a second."""
@@ -220,6 +285,7 @@ class MeasuredCall:
     tap: TapReader
     samples: list[dict[str, Any]]
     final: dict[str, Any]
+    wire: WireCounter | None = None
 
     def marks(self) -> Marks:
         mic, out = self.tap.signals()
@@ -233,6 +299,8 @@ def run_measured_call(page: Any, seconds: float, *, live_timeout_ms: int = 90_00
     """
     import time
 
+    wire = WireCounter()
+    wire.attach(page)
     page.click("#start")
     # live and talking: a model engine goes live, then prefills its persona, then speaks
     page.wait_for_function(
@@ -253,4 +321,4 @@ def run_measured_call(page: Any, seconds: float, *, live_timeout_ms: int = 90_00
     final = page.evaluate("() => JSON.parse(JSON.stringify(window.parley))")
     page.click("#stop")
     page.wait_for_function("() => window.parley.state === 'closed'", timeout=20_000)
-    return MeasuredCall(tap, samples, final)
+    return MeasuredCall(tap, samples, final, wire)

@@ -28,7 +28,9 @@ from tests.browser.pages import login
 from tests.live_server import run_live_server
 
 CALL_SECONDS = 30
-P95_BOUND_MS = 260  # the goal is 200 ms; +60 ms for a loaded 2-core CI machine
+# The goal is 200 ms on an idle loopback. On this 2-core machine at load ~1.2 a call measured p95 209-234 ms
+# (bench/notes/latency.md); CI runs chromium, daphne, the service and pytest on two cores: +100 ms for that.
+P95_BOUND_MS = 300
 MEASURED_AGREES_MS = 30  # the page's own figure vs the chirps: same quantity, different sampling
 
 
@@ -70,6 +72,12 @@ def test_echo_mouth_to_ear_p95_is_within_the_bound(zero_delay_echo_server, marke
     assert marks.percentile(95) <= P95_BOUND_MS, summary
     assert call.final["underruns"] <= 2
     assert call.final["errors"] == []
+    # The page's audio travels as binary frames both ways (base64 JSON is for stock clients): every piece
+    # up, and everything down once the server has applied the page's session.update.
+    wire = call.wire.summary()
+    assert wire["up"]["audio_messages"] > 0 and wire["up"]["binary_audio_messages"] == wire["up"]["audio_messages"]
+    assert wire["down"]["binary_audio_messages"] >= wire["down"]["audio_messages"] - 2, wire
+    assert wire["up"]["payload_bytes_per_audio_s"] < 1.05 * 48_000  # pcm16 at 24 kHz plus one kind byte a piece
     # The page's own measured figure (what its latency chart shows) is the same quantity.
     shown = [s["measuredMs"] for s in call.samples if s["measuredMs"]]
     assert len(shown) >= CALL_SECONDS // 2
