@@ -16,6 +16,7 @@ from django.test import AsyncClient
 
 from inference import api
 from inference.contracts import Closed, Ready, SessionRequest
+from webapp.accounts.services import apikey_create, apikey_revoke
 from webapp.asgi import application
 from webapp.operations.models import AuditEntry
 
@@ -50,6 +51,23 @@ async def console_socket(client: AsyncClient) -> WebsocketCommunicator:
     cookie = f"sessionid={client.cookies['sessionid'].value}"
     headers = [(b"cookie", cookie.encode()), (b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")]
     return WebsocketCommunicator(application, "/ops/live", headers=headers)
+
+
+async def key_console_socket(raw_key: str) -> WebsocketCommunicator:
+    headers = [(b"authorization", f"Bearer {raw_key}".encode()), (b"host", b"127.0.0.1")]
+    return WebsocketCommunicator(application, "/ops/live", headers=headers)
+
+
+async def close_code(socket: WebsocketCommunicator, wait_s: float = 3.0) -> int:
+    """The code the server closes ``socket`` with (snapshots pushed before it are skipped)."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        remaining = deadline - asyncio.get_running_loop().time()
+        assert remaining > 0, "the console was not closed in time"
+        message = await socket.receive_output(timeout=remaining)
+        if message["type"] == "websocket.close":
+            return message["code"]
+        assert message["type"] == "websocket.send", message
 
 
 async def snapshot_where(socket: WebsocketCommunicator, predicate, wait_s: float = 5.0) -> dict:
@@ -202,3 +220,35 @@ async def test_metrics_scrape_matches_the_console(echo_service):
     await socket.disconnect()
     for handle in handles:
         await handle.close()
+
+
+async def test_revoked_credentials_close_the_live_console_with_4401_and_it_cannot_reopen(echo_service):
+    boss = await make_user("boss", staff=True, perms=("view_console",))
+    bystander = await make_user("bystander", staff=True, perms=("view_console",))
+    staff = await logged_in(boss)
+    socket = await console_socket(staff)
+    assert (await socket.connect())[0]
+    json.loads(await socket.receive_from(timeout=5))  # the first snapshot: the console is live
+
+    bystander.is_active = False  # someone else's revocation leaves this console alone
+    await sync_to_async(bystander.save)()
+    await snapshot_where(socket, lambda snapshot: True)
+    boss.is_active = False
+    await sync_to_async(boss.save)()
+    assert await close_code(socket) == 4401  # at once (3 s), not at the next page load
+    assert not (await (await console_socket(staff)).connect())[0]  # the cookie no longer opens it
+
+
+async def test_revoking_the_api_key_closes_the_console_it_opened(echo_service):
+    boss = await make_user("keyholder", staff=True, perms=("view_console",))
+    api_key, raw_key = await sync_to_async(apikey_create)(user=boss, name="ops")
+    spare, _ = await sync_to_async(apikey_create)(user=boss, name="spare")
+    socket = await key_console_socket(raw_key)
+    assert (await socket.connect())[0]
+    json.loads(await socket.receive_from(timeout=5))
+
+    await sync_to_async(apikey_revoke)(api_key=spare)  # another key of the same user: no effect
+    await snapshot_where(socket, lambda snapshot: True)
+    await sync_to_async(apikey_revoke)(api_key=api_key)
+    assert await close_code(socket) == 4401
+    assert not (await (await key_console_socket(raw_key)).connect())[0]
