@@ -304,6 +304,7 @@ export class Call {
       hooks.bufferMs = player.depthMs;
       hooks.underruns = player.stats.underruns;
       hooks.overruns = player.stats.overruns;
+      hooks.jitter = { targetMs: player.targetMs, grows: player.stats.grows, shrinks: player.stats.shrinks };
     }
     const m = hooks.metrics ?? {};
     const mouthToEar = this.meter?.measure(m) ?? null;

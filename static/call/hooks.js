@@ -21,6 +21,7 @@ export const hooks = {
   mouthToEarMs: null, // measured (latency.js), refreshed about once a second
   latencyParts: null, // where that time went: {capture, roundTrip, buffer, output} (ms)
   firstAudioMs: null, // from pressing Start to the first agent audio reaching the speaker
+  jitter: null, // the jitter buffer's target (ms) and how often it grew and shrank (player.js)
   underruns: 0,
   overruns: 0,
   transcript: "",

@@ -208,7 +208,7 @@ def match_marks(mic: np.ndarray, out: np.ndarray, rate: int, output_latency_s: f
 
 SAMPLE_JS = """() => {
   const p = window.parley;
-  return {bufferMs: p.bufferMs, underruns: p.underruns, overruns: p.overruns, playedMs: p.playedMs,
+  return {bufferMs: p.bufferMs, underruns: p.underruns, jitter: p.jitter, overruns: p.overruns, playedMs: p.playedMs,
           state: p.state, measuredMs: p.mouthToEarMs ?? null, firstAudioMs: p.firstAudioMs ?? null, parts: p.latencyParts ?? null,
           shownMs: parseFloat(document.querySelector("[data-figure=mouth_to_ear]")?.textContent) || null};
 }"""

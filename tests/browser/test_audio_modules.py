@@ -213,9 +213,14 @@ async () => {
   const stalled = {target: player.targetMs, underruns: player.stats.underruns};
   await feed(12 + 120);  // 9.6 s without a stall: about three windows
   const calm = {target: player.targetMs, underruns: player.stats.underruns, shrinks: player.stats.shrinks};
+  // A burst: 400 ms of held-up audio at once (not an overrun), then steady arrivals again.
+  for (let i = 0; i < 5; i++) player.push(chunk());
+  const burstDepth = player.depthMs;
+  await feed(132 + 100);  // 8 s
+  const afterBurst = {depth: player.depthMs, underruns: player.stats.underruns};
   player.flush();
   await ctx.close();
-  return {start, stalled, calm};
+  return {start, stalled, calm, burstDepth, afterBurst};
 }
 """
 
@@ -230,3 +235,7 @@ def test_jitter_player_starts_low_grows_on_underrun_and_shrinks_when_calm(page, 
     # steady arrivals afterwards: the buffer is given back, slowly
     assert r["calm"]["shrinks"] >= 1
     assert r["calm"]["target"] < r["stalled"]["target"] - 50
+    # a burst's backlog is given back too (by playing fast), not kept as latency once arrivals are steady
+    assert r["burstDepth"] >= 400
+    assert r["afterBurst"]["depth"] <= 150, r
+    assert r["afterBurst"]["underruns"] == r["calm"]["underruns"]
