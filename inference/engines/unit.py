@@ -226,8 +226,8 @@ class UnitEngine(Engine):
         state.session = session
         return SlotOutput(audio=np.zeros(0, np.float32), prefilling=False, progress=1.0)
 
-    def _prefill_unit(self, slot: int, state: _UnitSlot, unit: SlotInput) -> bool:
-        """Check and prefill one unit; returns whether it is forced to listen."""
+    def _check_unit(self, slot: int, state: _UnitSlot, unit: SlotInput) -> tuple[np.ndarray, torch.Tensor | None, bool]:
+        """Check one unit; returns (audio, frame embeddings or None, forced to listen)."""
         assert self.runner is not None and self.parts is not None and state.session is not None
         audio = np.asarray(unit.audio)
         if audio.shape != (UNIT_SAMPLES,) or not np.issubdtype(audio.dtype, np.floating):
@@ -250,8 +250,7 @@ class UnitEngine(Engine):
             # Half-duplex (inference/turns): the model answers this turn; an unfinished turn cannot yield to
             # listen (duplex.py), so it speaks until it ends its turn. Keep this when reworking the unit loop.
             state.session.turn_ended = False
-        self.runner.prefill(state.session, audio.astype(np.float32, copy=False), frame_embeds)
-        return force
+        return audio.astype(np.float32, copy=False), frame_embeds, force
 
     def _unit_output(self, state: _UnitSlot, result: UnitResult, force: bool) -> SlotOutput:
         if result.is_listen:
@@ -270,24 +269,26 @@ class UnitEngine(Engine):
     def step(self, inputs: Mapping[int, SlotInput]) -> dict[int, SlotOutput]:
         """Prepare newly opened slots, then run one unit for each slot in ``inputs``.
 
-        Prefills run slot by slot; the decisions of all slots run together (the fast runner batches their
-        decode steps and TTS), then each slot's audio is synthesized.
+        Every slot's unit is checked first (a bad one raises before any state moves), then the prefills and
+        the decisions of all slots run together (the fast runner batches their LLM feeds and TTS), then each
+        slot's audio is synthesized.
         """
         assert self.runner is not None
         outputs: dict[int, SlotOutput] = {}
         for slot, state in self._slots.items():
             if state.session is None:
                 outputs[slot] = self._prepare(slot, state)
-        units: list[tuple[int, _UnitSlot, bool]] = []
+        units: list[tuple[int, _UnitSlot, tuple[np.ndarray, torch.Tensor | None, bool]]] = []
         for slot, unit in inputs.items():
             state = self._slots.get(slot)
             if state is None:
                 raise EngineError(f"step() got input for slot {slot}, which is not open")
             if slot in outputs:
                 continue  # the prepare took this tick; input before it is not part of the call
-            units.append((slot, state, self._prefill_unit(slot, state, unit)))
-        results = self.runner.generate_many([(state.session, force) for _, state, force in units])
-        for (slot, state, force), result in zip(units, results, strict=True):
+            units.append((slot, state, self._check_unit(slot, state, unit)))
+        self.runner.prefill_many([(state.session, audio, frame) for _, state, (audio, frame, _) in units])
+        results = self.runner.generate_many([(state.session, force) for _, state, (_, _, force) in units])
+        for (slot, state, (_, _, force)), result in zip(units, results, strict=True):
             outputs[slot] = self._unit_output(state, result, force)
         return outputs
 

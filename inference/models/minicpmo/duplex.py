@@ -227,6 +227,11 @@ class DuplexRunner:
         session.last_schema = schema
         return schema
 
+    def prefill_many(self, jobs: list[tuple[DuplexSession, np.ndarray, torch.Tensor | None]]) -> None:
+        """``prefill`` for several (session, audio, frame embeddings) triples; the fast runner batches them."""
+        for session, audio, frame_embeds in jobs:
+            self.prefill(session, audio, frame_embeds)
+
     def _decode(self, session: DuplexSession, logits: torch.Tensor, margins: list[float]) -> int:
         """Greedy decode with the reference's masks and penalties (§4.2 of the golden README)."""
         top2 = torch.topk(logits, 2).values
@@ -364,17 +369,32 @@ class DuplexRunner:
         if session.pending_finalize is None:
             return None
         llm = self.parts.llm
-        llm.feed(session.llm_cache, llm.embed_ids([*session.pending_finalize, self.ids.unit_end]))
+        llm.feed(session.llm_cache, llm.embed_ids(self.finalize_ids(session)))
+        return self.close_unit(session, llm.cache_length(session.llm_cache), slide=True)
+
+    def finalize_ids(self, session: DuplexSession) -> list[int]:
+        """The ids that close the pending unit (its terminator, if any, and ``</unit>``)."""
+        assert session.pending_finalize is not None, "no unit is pending"
+        return [*session.pending_finalize, self.ids.unit_end]
+
+    def close_unit(self, session: DuplexSession, end: int, *, slide: bool) -> UnitResult | None:
+        """Book-keeping once ``finalize_ids`` are in the cache, ending at position ``end``.
+
+        ``slide`` applies the sliding window; the fast path, which feeds the close together with the next
+        unit, closes without it, and only when ``end`` is within the window (see ``FastDuplexRunner``).
+        """
         session.pending_finalize = None
         result, session.pending_result = session.pending_result, None
         if result is not None:
             result.llm_ids.append(self.ids.unit_end)
         # The unit spans from its <unit> to its </unit>: everything fed since the previous finalize.
         previous_end = session.prompt_length + sum(session.unit_spans)
-        session.unit_spans.append(llm.cache_length(session.llm_cache) - previous_end)
-        self._enforce_window(session)
+        session.unit_spans.append(end - previous_end)
+        if slide:
+            self._enforce_window(session)
+            end = self.parts.llm.cache_length(session.llm_cache)
         if result is not None:
-            result.kv_len = llm.cache_length(session.llm_cache)
+            result.kv_len = end
         return result
 
     def _enforce_window(self, session: DuplexSession) -> None:

@@ -84,6 +84,20 @@ class FastLLM:
         return hidden
 
     @torch.inference_mode()
+    def feed_many(self, caches: Sequence[SlotCache], embeds: torch.Tensor) -> torch.Tensor:
+        """Run ``embeds[r]`` ([T, D], one T for all) at the next positions of ``caches[r]``: hidden [R, T, D]."""
+        T = embeds.shape[1]
+        for cache in caches:
+            self._check_room(cache, T)
+        slots = torch.tensor([c.slot for c in caches], device=self._device)
+        starts = torch.tensor([c.length for c in caches], device=self._device)
+        kv_len = max(c.length for c in caches) + T
+        hidden = self.decoder.forward(self.pool, embeds, slots, starts, kv_len)
+        for cache in caches:
+            cache.length += T
+        return hidden
+
+    @torch.inference_mode()
     def feed_tokens(self, caches: Sequence[SlotCache], tokens: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """One token for each of several sessions in one step: (hidden [n, D], float logits [n, V]) views."""
         for cache in caches:

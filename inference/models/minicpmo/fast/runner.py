@@ -6,13 +6,19 @@ session still deciding and feeds them all in one graphed step, then the speaking
 one batched decode. A tick of 16 sessions with 6 speaking costs about as many LLM steps as one speaking
 session, not six times as many.
 
-Prompt, prefill and finalize feeds run eagerly per session at their exact length (their shapes vary).
+Prefill: each session's deferred finalize (terminator, ``</unit>``) is fed together with its next unit
+(``<unit>``, frame, audio) as one run of positions, and the sessions whose runs have the same length (all
+audio-only units: 13) go through one batched eager forward. Feeding the close with the next unit is exact
+only while the window does not slide at that close (the next unit must not see what the slide drops), so a
+session about to slide finalizes on its own first.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
 
+import numpy as np
 import torch
 
 from inference.models.minicpmo.duplex import DuplexRunner, DuplexSession, UnitResult, window_bounds
@@ -63,6 +69,42 @@ class FastDuplexRunner(DuplexRunner):
 
     def new_session(self) -> DuplexSession:
         return DuplexSession(llm_cache=self.fast_llm.new_cache(), tts=self.fast_tts.new_state())
+
+    def prefill_many(self, jobs: list[tuple[DuplexSession, np.ndarray, torch.Tensor | None]]) -> None:
+        """``prefill`` for several sessions: per-session encoders, then one LLM forward per run length."""
+        llm, ids = self.fast_llm, self.ids
+        by_length: dict[int, list[tuple[DuplexSession, torch.Tensor, int]]] = defaultdict(list)
+        for session, audio, frame_embeds in jobs:
+            close: list[int] = []
+            if session.pending_finalize is not None:
+                close = self.finalize_ids(session)
+                if llm.cache_length(session.llm_cache) + len(close) > self.window_max:
+                    self.finalize(session)  # the window slides here: close on its own, as the eager path does
+                    close = []
+            audio_embeds, _ = self.parts.audio.embed_unit(session.audio, np.asarray(audio, dtype=np.float32))
+            pieces = [llm.embed_ids([*close, ids.unit])]
+            schema: list = [ids.unit]
+            if frame_embeds is not None:
+                pieces += [llm.embed_ids([ids.image]), frame_embeds.to(self._dtype), llm.embed_ids([ids.image_end])]
+                schema += [ids.image, ["img", int(frame_embeds.shape[0])], ids.image_end]
+            pieces.append(audio_embeds.to(self._dtype))
+            schema.append(["audio", int(audio_embeds.shape[0])])
+            session.last_schema = schema
+            run = torch.cat(pieces)
+            by_length[run.shape[0]].append((session, run, len(close)))
+        for group in by_length.values():
+            sessions = [s for s, _, _ in group]
+            starts = [llm.cache_length(s.llm_cache) for s in sessions]
+            hidden = llm.feed_many([s.llm_cache for s in sessions], torch.stack([r for _, r, _ in group]))
+            logits = llm.logits(hidden[:, -1])  # [R, V]
+            for row, (session, _, closed) in enumerate(group):
+                if closed:
+                    self.close_unit(session, starts[row] + closed, slide=False)
+                session.pending_logits = logits[row]
+
+    def prefill(self, session: DuplexSession, audio: np.ndarray, frame_embeds: torch.Tensor | None = None) -> list:
+        self.prefill_many([(session, audio, frame_embeds)])
+        return session.last_schema
 
     def generate_many(self, jobs: list[tuple[DuplexSession, bool]], *, generate_audio: bool = True) -> list[UnitResult]:
         """Every session's unit decisions in shared decode steps, then one batched TTS decode."""

@@ -47,22 +47,29 @@ class RecordedCall:
 
 
 def run_calls(runner: DuplexRunner, calls: list[RecordedCall]) -> list[list[dict]]:
-    """Run ``calls`` side by side; returns each call's unit records."""
+    """Run ``calls`` side by side as the engine does (each unit's finalize deferred to the next prefill).
+
+    Returns each call's unit records.
+    """
     parts = runner.parts
     sessions = []
     for call in calls:
         session = runner.new_session()
         runner.prepare(session, call.system_prompt, call.ref_audio)
         sessions.append(session)
-    records: list[list[dict]] = [[] for _ in calls]
+    results: list[list] = [[] for _ in calls]
     for u in range(max(c.units for c in calls)):
         live = [i for i, c in enumerate(calls) if u < c.units]
+        jobs = []
         for i in live:
             call = calls[i]
             frame = call.frames.get(u)
             embeds = None if frame is None else parts.vision.embed_frame(frame)
-            runner.prefill(sessions[i], call.audio[u * UNIT_SAMPLES : (u + 1) * UNIT_SAMPLES], embeds)
-        runner.generate_many([(sessions[i], u in calls[i].force_listen_units) for i in live])
-        for i in live:
-            records[i].append(unit_record(runner.finalize(sessions[i]), parts.tokenizer))
-    return records
+            jobs.append((sessions[i], call.audio[u * UNIT_SAMPLES : (u + 1) * UNIT_SAMPLES], embeds))
+        runner.prefill_many(jobs)
+        decided = runner.generate_many([(sessions[i], u in calls[i].force_listen_units) for i in live])
+        for i, result in zip(live, decided, strict=True):
+            results[i].append(result)
+    for session in sessions:
+        runner.finalize(session)  # the last unit's close (the others closed in the next prefill)
+    return [[unit_record(r, parts.tokenizer) for r in call_results] for call_results in results]

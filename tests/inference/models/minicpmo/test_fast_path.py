@@ -49,8 +49,10 @@ def test_sliding_window_on_the_static_cache_matches_the_eager_window(minicpmo_pa
     options = json.loads((minicpmo_data_dir / "turnclose10" / "golden.json").read_text())["options"]
     base = RecordedCall.from_scenario(minicpmo_data_dir / "turnclose10", options)
     rng = np.random.default_rng(0)
-    audio = np.concatenate([base.audio, base.audio]) + rng.normal(0, 1e-3, 2 * base.audio.shape[0]).astype(np.float32)
-    call = RecordedCall(audio=audio, ref_audio=base.ref_audio, force_listen_units={6, 15})
+    audio = np.concatenate([base.audio, base.audio[:64000]])
+    audio = audio + rng.normal(0, 1e-3, audio.shape[0]).astype(np.float32)
+    # Forced listens keep the CPU run short; the speaking units left still cross the window several times.
+    call = RecordedCall(audio=audio, ref_audio=base.ref_audio, force_listen_units={6, 8, 10, 12})
     eager = DuplexRunner(minicpmo_parts, window_max=150, window_target=100)
     fast = FastDuplexRunner(minicpmo_parts, num_slots=1, capacity=256, window_max=150, window_target=100)
     want = run_calls(eager, [call])[0]
@@ -58,7 +60,7 @@ def test_sliding_window_on_the_static_cache_matches_the_eager_window(minicpmo_pa
     _assert_same_units(got, want)
     lengths = [u["kv_len"] for u in want]
     assert max(lengths) <= 150 and any(b < a for a, b in zip(lengths, lengths[1:], strict=False)), "the window slid"
-    assert sum(not u["is_listen"] for u in want) >= 5
+    assert sum(not u["is_listen"] for u in want) >= 4
 
 
 def test_engine_fast_and_eager_serve_the_same_call(minicpmo_checkpoint, minicpmo_data_dir):
