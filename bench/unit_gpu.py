@@ -101,9 +101,11 @@ def stats(values: list[float]) -> dict:
 
 def tick(runner, sessions, audios, frames, unit: int, indices: list[int]) -> list:
     """One tick for ``sessions``: prefill each, decide all together; returns the results."""
+    jobs = []
     for k, s in enumerate(sessions):
         embeds = None if frames is None else runner.parts.vision.embed_frame(frames)
-        runner.prefill(s, audios[k][unit * 16000 : (unit + 1) * 16000], embeds)
+        jobs.append((s, audios[k][unit * 16000 : (unit + 1) * 16000], embeds))
+    runner.prefill_many(jobs)
     return runner.generate_many([(s, not speaks(indices[k], unit)) for k, s in enumerate(sessions)])
 
 
