@@ -67,6 +67,8 @@ class FastLockstep:
         max_rows: the largest batch bucket.
         sampling: decoding settings (``use_sampling=False`` for greedy).
         kv_fp8: store the temporal KV rings in fp8 e4m3 (half the memory and read traffic of bf16).
+        keep_text_logits: also keep each row's text logits of the last pass (``text_logits`` [max_rows,
+            text_card] fp32), for measuring what the KV format does to the distribution; off when serving.
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class FastLockstep:
         max_rows: int,
         sampling: SamplingConfig | None = None,
         kv_fp8: bool = False,
+        keep_text_logits: bool = False,
     ):
         c = fast_lm.config
         self.lm = fast_lm
@@ -98,6 +101,9 @@ class FastLockstep:
         self.lengths = torch.zeros((S,), device=device, dtype=torch.long)
         self.buffers = StepBuffers.allocate(max_rows, K, c.dim, 1 + c.dep_q, self.scratch_slot, device, dtype)
         self.dep_keys, self.dep_values = fast_lm.allocate_depformer_cache(max_rows)
+        self.text_logits = (
+            torch.zeros((max_rows, c.text_card), device=device, dtype=torch.float32) if keep_text_logits else None
+        )
         # per-row RNG counters of the fused sampler (advanced on the device by the kernel itself)
         self.seeds = torch.randint(0, 2**31 - 1, (max_rows,), device=device, dtype=torch.long)
         # RNG of the torch sampler (CPU, or CUDA without Triton): None is torch's global RNG. Leave it None under
@@ -159,8 +165,11 @@ class FastLockstep:
         x = torch.where(b.use_embeddings[:rows].view(-1, 1), b.embeddings[:rows], x)
         hidden = self.lm.temporal(x, self.kv, slot_ids, pos)
         s = self.sampling
+        text_logits = self.lm.text_logits(hidden)
+        if self.text_logits is not None:
+            self.text_logits[:rows].copy_(text_logits)
         sampled_text = ops.sample(
-            self.lm.text_logits(hidden), s.use_sampling, s.temp_text, s.top_k_text, self.seeds[:rows], 0, self.generator
+            text_logits, s.use_sampling, s.temp_text, s.top_k_text, self.seeds[:rows], 0, self.generator
         )
         target = cache.gather(2, target_col)[:, :, 0]  # [R, K]
         target_provided = provided.gather(2, target_col)[:, :, 0]

@@ -1,0 +1,41 @@
+"""Shared helpers of the lockstep benchmark: statistics, logging, memory, the results file."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+GiB = 1024**3
+FRAME_MS = 80.0
+
+
+def stats(times_ms: list[float]) -> dict:
+    a = np.asarray(times_ms)
+    return {
+        "median": round(float(np.median(a)), 3),
+        "p99": round(float(np.percentile(a, 99)), 3),
+        "max": round(float(a.max()), 3),
+        "n": len(a),
+    }
+
+
+def log(*args) -> None:
+    print(*args, flush=True)
+
+
+def free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def save(results: dict, out: str | None) -> None:
+    """Write the results to ``out`` and, on the device machine, to ``$OUT/lockstep.json`` as well."""
+    for path in filter(None, [out, os.environ.get("OUT") and os.path.join(os.environ["OUT"], "lockstep.json")]):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(results, indent=1, default=str))
