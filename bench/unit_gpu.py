@@ -31,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from inference.models.minicpmo.audio_encoder import MelFrontEnd  # noqa: E402
 from inference.models.minicpmo.config import MiniCPMOConfig  # noqa: E402
 from inference.models.minicpmo.duplex import DuplexRunner  # noqa: E402
 from inference.models.minicpmo.fast.runner import FastDuplexRunner  # noqa: E402
@@ -58,6 +59,12 @@ def build_model(dtype: torch.dtype, config: dict, device: str):
     torch.manual_seed(0)
     with torch.device(device):
         parts = build_parts(cfg, tokenizer, bad)
+    parts.audio.front_end = MelFrontEnd(cfg.audio.num_mel_bins)  # the mel runs on the host, as when loaded
+    with torch.no_grad():  # zero-initialised parameters (the resampler's) would time a faster, unreal model
+        for _, module in parts.modules().values():
+            for param in module.parameters():
+                if not param.any():
+                    param.normal_(0.0, 0.02)
     for _, module in parts.modules().values():
         module.to(dtype=dtype).eval()
     parts.tts.bake()
