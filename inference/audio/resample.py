@@ -1,17 +1,23 @@
-"""Streaming rational resampler (polyphase windowed-sinc FIR), numpy/scipy only; and whole-clip resampling.
+"""Streaming rational resampler (polyphase windowed-sinc FIR), numpy/scipy only; and whole-clip resampling (soxr).
 
 Chunks of any size go in; the concatenated output equals resampling the whole signal at once,
 so frame boundaries leave no clicks. Output sample n is aligned with input time n * src / dst (no
 phase shift); the price is look-ahead: an output sample is emitted only once about ``zero_crossings``
-input samples past it have arrived.
+input samples past it have arrived. It stays hand-written because a live call's resampler must hold back
+under 1 ms of audio, and soxr's streaming mode holds back far more.
+
+Whole clips (a MiniCPM-o reference voice) go through soxr at high quality, exactly as ``librosa.load(sr=...)``
+(the MiniCPM-o reference's loader) resamples; PersonaPlex voice prompts use sphn instead, as their reference
+does (inference/models/moshi/audio_prep.py).
 """
 
 from __future__ import annotations
 
-from math import gcd
+from math import ceil, gcd
 
 import numpy as np
-from scipy.signal import firwin, resample_poly
+import soxr
+from scipy.signal import firwin
 
 
 class StreamingResampler:
@@ -73,8 +79,13 @@ class StreamingResampler:
 
 
 def resample_clip(samples: np.ndarray, src_rate: int, dst_rate: int) -> np.ndarray:
-    """A whole clip (e.g. a voice file) from ``src_rate`` to ``dst_rate`` as float32, with scipy's polyphase filter."""
+    """A whole mono clip from ``src_rate`` to ``dst_rate`` as float32, as ``librosa.load(sr=dst_rate)`` does it:
+    soxr at high quality, then cut or zero-padded to ``ceil(len * dst / src)`` samples (librosa's ``fix_length``)."""
+    samples = np.asarray(samples, dtype=np.float32)
     if src_rate == dst_rate:
         return samples
-    g = gcd(src_rate, dst_rate)
-    return resample_poly(samples, dst_rate // g, src_rate // g).astype(np.float32)
+    out = soxr.resample(samples, src_rate, dst_rate, quality="soxr_hq")
+    size = int(ceil(samples.shape[-1] * float(dst_rate) / src_rate))
+    if out.shape[-1] >= size:
+        return np.ascontiguousarray(out[..., :size], dtype=np.float32)
+    return np.pad(out, [(0, 0)] * (out.ndim - 1) + [(0, size - out.shape[-1])]).astype(np.float32)

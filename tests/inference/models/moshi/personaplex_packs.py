@@ -190,11 +190,17 @@ def require_reference() -> None:
         )
 
 
-def run_reference_job(ckpt: Path, sessions: list[dict], tmp: Path, mimi_encode: list[dict] = ()) -> None:
-    """Run ``personaplex_ref_runner.py`` on ``ckpt`` for runner sessions and Mimi encodes (see its docstring),
-    in one process."""
+def run_reference_job(
+    ckpt: Path, sessions: list[dict], tmp: Path, mimi_encode: list[dict] = (), voice_codes: list[dict] = ()
+) -> None:
+    """Run ``personaplex_ref_runner.py`` on ``ckpt`` for runner sessions, Mimi encodes and voice-wav codes (see its
+    docstring), in one process."""
     job = tmp / "job.json"
-    job.write_text(json.dumps({"ckpt": str(ckpt), "sessions": sessions, "mimi_encode": list(mimi_encode)}))
+    job.write_text(
+        json.dumps(
+            {"ckpt": str(ckpt), "sessions": sessions, "mimi_encode": list(mimi_encode), "voice_codes": list(voice_codes)}
+        )
+    )
     env = dict(os.environ, NO_TORCH_COMPILE="1", OMP_NUM_THREADS="1")
     done = subprocess.run(
         [str(REF_PYTHON), str(REF_RUNNER), str(job)], env=env, capture_output=True, text=True, timeout=900

@@ -13,7 +13,9 @@ JOB.json: ``{"ckpt": DIR, "sessions": [{"voice": PATH|null, "persona": TEXT, "us
 "voice_pt_out": PATH|null, "voice_codes_out": PATH|null}, ...], "mimi_encode": [{"audio": PATH, "out": NPY}]}``. Each ``out`` gets int64 ``[T, 17]``: what live step ``t`` returned. For a
 ``.wav`` voice, ``voice_pt_out`` receives the ``.pt`` voice prompt the reference saves while replaying it, and
 ``voice_codes_out`` the reference Mimi's codes of the wav, int64 ``[8, F]``. Each ``mimi_encode`` item gets the
-reference Mimi's codes of a user recording (no loudness change), int64 ``[8, F]``.
+reference Mimi's codes of a user recording (no loudness change), int64 ``[8, F]``. Each optional ``voice_codes``
+item (``{"voice": WAV, "out": NPY}``) gets the reference Mimi's codes of a voice wav as ``load_voice_prompt``
+prepares it (sphn read + resample, pyloudnorm -24 LUFS), int64 ``[8, F]``.
 """
 
 import json
@@ -122,6 +124,15 @@ def encode_user_audio(lm_gen: LMGen, mimi: MimiModel, item: dict) -> None:
     np.save(item["out"], codes.numpy().astype(np.int64))
 
 
+def encode_voice_wav(lm_gen: LMGen, mimi: MimiModel, item: dict) -> None:
+    """A voice wav prepared by the reference's own ``load_voice_prompt``, through a fresh Mimi stream."""
+    with tempfile.TemporaryDirectory() as tmp:
+        lm_gen.load_voice_prompt(shutil.copy(item["voice"], Path(tmp) / "voice.wav"))
+        mimi.reset_streaming()
+        codes = torch.cat(list(lm_gen._encode_voice_prompt_frames(mimi)), dim=-1)[0]
+    np.save(item["out"], codes.numpy().astype(np.int64))
+
+
 def main() -> None:
     job = json.loads(Path(sys.argv[1]).read_text())
     ckpt = Path(job["ckpt"])
@@ -143,6 +154,8 @@ def main() -> None:
             run_session(lm_gen, mimi, tokenizer, session)
         for item in job.get("mimi_encode", []):
             encode_user_audio(lm_gen, mimi, item)
+        for item in job.get("voice_codes", []):
+            encode_voice_wav(lm_gen, mimi, item)
 
 
 if __name__ == "__main__":
