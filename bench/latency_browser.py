@@ -223,6 +223,10 @@ def stages(call: MeasuredCall, chunk_ms: float) -> dict[str, dict[str, float]]:
     return {name: percentiles(values) for name, values in rows.items()}
 
 
+def rounded(ms: float | None) -> float | None:
+    return None if ms is None else round(ms, 1)
+
+
 def by_10s(samples: list[dict], key: str) -> dict[str, dict[str, float]]:
     buckets: dict[int, list[float]] = {}
     for s in samples:
@@ -261,8 +265,10 @@ def summarize(args, call: MeasuredCall, load: dict, server_cpu_s: float, cold_fi
             "underruns": final.get("underruns"),
             "overruns": final.get("overruns"),
             "played_ms": round(final.get("playedMs") or 0),
-            "first_audio_ms": final.get("firstAudioMs"),  # Start -> first agent audio at the speaker
-            "first_audio_ms_first_call": cold_first_audio,  # lockstep: the call before, which filled the prefill cache
+            "first_audio_ms": rounded(final.get("firstAudioMs")),  # Start -> first agent audio at the speaker
+            "first_audio_ms_first_call": rounded(
+                cold_first_audio
+            ),  # lockstep: the call before, which filled the prefill cache
             "buffer_ms": percentiles([s["bufferMs"] for s in call.samples if s.get("bufferMs") is not None]),
             "measured_mouth_to_ear_ms": percentiles([s["measuredMs"] for s in call.samples if s.get("measuredMs")]),
             "shown_mouth_to_ear_ms": percentiles([s["shownMs"] for s in call.samples if s.get("shownMs")]),
