@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
 
 _VAR = Path(__file__).resolve().parent.parent / "var"
 # In a private directory (0700, checked at start), never in world-writable /tmp where anyone could squat it.
@@ -110,6 +113,8 @@ class InferenceConfig:
             raise ConfigError(
                 f"PARLEY_INFERENCE_URL must be unix:///path/to.sock or tcp://host:port, got {self.inference_url!r}"
             )
+        if self.record not in ("auto", "on", "off"):
+            raise ConfigError(f"PARLEY_RECORD must be auto, on or off, got {self.record!r}")
         if self.heartbeat_s <= 0 or self.heartbeat_timeout_s <= self.heartbeat_s:
             raise ConfigError("heartbeat_s must be > 0 and heartbeat_timeout_s larger than heartbeat_s")
 
@@ -137,28 +142,35 @@ class InferenceConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> InferenceConfig:
-        """Build from ``PARLEY_*`` variables; unset ones keep their defaults."""
+        """Build from ``PARLEY_*`` variables; unset or empty ones keep their defaults.
+
+        Each value is parsed by pydantic as its field's type (``PARLEY_SLOTS=four`` or a boolean ``ture`` is an
+        error, never a silent default), and every bad variable is named with its value in one ``ConfigError``;
+        the bounds in ``__post_init__`` then name the variable too.
+        """
         env = os.environ if environ is None else environ
+        hints = typing.get_type_hints(cls)
         values: dict[str, Any] = {}
+        errors: list[str] = []
         for field in dataclasses.fields(cls):
-            raw = env.get("PARLEY_" + field.name.upper())
-            if raw is None or raw == "":
+            var = "PARLEY_" + field.name.upper()
+            raw = env.get(var)
+            if raw is None or raw.strip() == "":
                 continue
-            values[field.name] = _parse(field.name, field.default, raw)
-        return cls(**values)
+            try:
+                values[field.name] = TypeAdapter(hints[field.name]).validate_python(raw.strip())
+            except ValidationError as exc:
+                errors.append(f"{var}={_shown(field, raw)}: {exc.errors()[0]['msg']}")
+        if errors:
+            raise ConfigError("; ".join(errors))
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            named = [f"PARLEY_{name.upper()}={_shown(f, env.get('PARLEY_' + name.upper()))}" for f in
+                     dataclasses.fields(cls) if (name := f.name) in values and name in str(exc).lower()]  # fmt: skip
+            raise ConfigError(f"{exc} ({', '.join(named)})" if named else str(exc)) from None
 
 
-def _parse(name: str, default: Any, raw: str) -> Any:
-    """Convert one variable to the type of the field's default."""
-    try:
-        if isinstance(default, bool):
-            return raw.strip().lower() in ("1", "true", "yes", "on")
-        if isinstance(default, int):
-            return int(raw)
-        if isinstance(default, float):
-            return float(raw)
-    except ValueError as exc:
-        raise ConfigError(f"PARLEY_{name.upper()}={raw!r} is not a valid number") from exc
-    if name in ("checkpoint", "recordings_dir"):
-        return Path(raw)
-    return raw
+def _shown(field: dataclasses.Field, raw: str | None) -> str:
+    """A variable's value for an error message; secrets (fields kept out of repr) are not shown."""
+    return repr(raw) if field.repr else "<hidden>"
