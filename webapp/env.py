@@ -4,90 +4,102 @@ Every value has an embedded default that needs nothing running: SQLite, the in-m
 layer and eager Celery. Setting the production variables switches each part over independently.
 The inference service's variables (``PARLEY_INFERENCE_URL``, ``PARLEY_SLOTS``, ...) are read by
 ``inference/config.py``, not here.
+
+pydantic-settings parses and bounds every value: a bad one (``DJANGO_DEBUG=ture``, a negative
+retention) stops start-up with an ``EnvError`` naming the variable and the value, instead of
+silently becoming a default. An empty variable counts as unset.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+_SECRETS = {"DJANGO_SECRET_KEY", "PARLEY_RECORDINGS_S3_SECRET_KEY"}  # never echoed in an error
+
+Csv = Annotated[list[str], NoDecode]  # "a, b" -> ["a", "b"] (not JSON)
 
 
-def _text(name: str, default: str = "") -> str:
-    return os.environ.get(name, default).strip()
+class EnvError(ValueError):
+    """An environment variable has a value Django cannot start with; the message names it and its value."""
 
 
-def _flag(name: str, default: bool) -> bool:
-    raw = _text(name)
-    if not raw:
-        return default
-    return raw.lower() in {"1", "true", "yes", "on"}
+class WebEnv(BaseSettings):
+    """Everything the Django settings take from the environment (frozen once read)."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", env_ignore_empty=True, str_strip_whitespace=True)
+
+    # Unset: local.py keeps a generated key under var/, production.py refuses to start.
+    secret_key: str = Field("", validation_alias="DJANGO_SECRET_KEY")
+    debug: bool = Field(False, validation_alias="DJANGO_DEBUG")
+    allowed_hosts: Csv = Field(["127.0.0.1", "localhost"], validation_alias="DJANGO_ALLOWED_HOSTS")
+    csrf_trusted_origins: Csv = Field([], validation_alias="DJANGO_CSRF_TRUSTED_ORIGINS")
+    database_url: str = Field("", validation_alias="DATABASE_URL")  # "" = SQLite in var/
+    redis_url: str = Field("", validation_alias="REDIS_URL")  # "" = in-memory channel layer
+    celery_broker_url: str = Field("", validation_alias="CELERY_BROKER_URL")  # "" = eager Celery
+    var_dir: Path = Field(BASE_DIR / "var", validation_alias="PARLEY_VAR_DIR")
+    max_event_bytes: int = Field(1024 * 1024, ge=1024, validation_alias="PARLEY_MAX_EVENT_BYTES")
+    default_model: str = Field("", validation_alias="PARLEY_ENGINE")
+    # 0 = keep recordings forever
+    recording_retention_days: int = Field(90, ge=0, validation_alias="PARLEY_RECORDING_RETENTION_DAYS")
+    # "" = finished recordings are local files under var/media
+    recordings_s3_bucket: str = Field("", validation_alias="PARLEY_RECORDINGS_S3_BUCKET")
+    # an S3-compatible server; "" = AWS
+    recordings_s3_endpoint_url: str = Field("", validation_alias="PARLEY_RECORDINGS_S3_ENDPOINT_URL")
+    recordings_s3_region: str = Field("", validation_alias="PARLEY_RECORDINGS_S3_REGION")
+    # "" = boto3's own credential chain
+    recordings_s3_access_key: str = Field("", validation_alias="PARLEY_RECORDINGS_S3_ACCESS_KEY")
+    recordings_s3_secret_key: str = Field("", validation_alias="PARLEY_RECORDINGS_S3_SECRET_KEY")
+    # browser origins allowed on /v1/realtime besides the site's own
+    allowed_origins: Csv = Field([], validation_alias="PARLEY_ALLOWED_ORIGINS")
+    # WebSocket connects per client IP ("limits" notation, e.g. "30/minute")
+    connect_rate: str = Field("30/minute", validation_alias="PARLEY_CONNECT_RATE")
+    # wrong API keys per client IP before that IP is refused for a while
+    key_failure_rate: str = Field("10/minute", validation_alias="PARLEY_KEY_FAILURE_RATE")
+    # wrong passwords per client IP before django-axes locks it out
+    login_failure_limit: int = Field(5, ge=1, validation_alias="PARLEY_LOGIN_FAILURE_LIMIT")
+    # production's Strict-Transport-Security max-age
+    hsts_seconds: int = Field(365 * 24 * 3600, ge=0, validation_alias="DJANGO_HSTS_SECONDS")
+
+    @field_validator("allowed_hosts", "csrf_trusted_origins", "allowed_origins", mode="before")
+    @classmethod
+    def _split_csv(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("connect_rate", "key_failure_rate")
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        from limits import parse
+
+        try:
+            parse(value)
+        except ValueError as exc:
+            raise ValueError('expected a rate such as "30/minute"') from exc
+        return value
 
 
-def _int(name: str, default: int) -> int:
-    raw = _text(name)
-    return int(raw) if raw else default
-
-
-def _csv(name: str, default: str) -> list[str]:
-    return [part.strip() for part in _text(name, default).split(",") if part.strip()]
-
-
-@dataclass(frozen=True)
-class WebEnv:
-    """Everything the Django settings take from the environment."""
-
-    secret_key: str
-    debug: bool
-    allowed_hosts: list[str]
-    csrf_trusted_origins: list[str]
-    database_url: str  # "" = SQLite in var/
-    redis_url: str  # "" = in-memory channel layer
-    celery_broker_url: str  # "" = eager Celery
-    var_dir: Path
-    max_event_bytes: int
-    default_model: str
-    recording_retention_days: int  # 0 = keep recordings forever
-    recordings_s3_bucket: str  # "" = finished recordings are local files under var/media
-    recordings_s3_endpoint_url: str  # an S3-compatible server; "" = AWS
-    recordings_s3_region: str
-    recordings_s3_access_key: str  # "" = boto3's own credential chain
-    recordings_s3_secret_key: str
-    allowed_origins: list[str]  # browser origins allowed on /v1/realtime besides the site's own
-    connect_rate: str  # WebSocket connects per client IP ("limits" notation, e.g. "30/minute")
-    key_failure_rate: str  # wrong API keys per client IP before that IP is refused for a while
-    login_failure_limit: int  # wrong passwords per client IP before django-axes locks it out
-    hsts_seconds: int  # production's Strict-Transport-Security max-age
+def describe(exc: ValidationError) -> str:
+    """One line per bad variable: ``NAME='value': what is wrong`` (secrets' values are not shown)."""
+    lines = []
+    for error in exc.errors():
+        name = str(error["loc"][0]) if error["loc"] else "?"
+        shown = "<hidden>" if name in _SECRETS else repr(error.get("input"))
+        lines.append(f"{name}={shown}: {error['msg']}")
+    return "; ".join(lines)
 
 
 def read_env() -> WebEnv:
-    var_dir = Path(_text("PARLEY_VAR_DIR") or BASE_DIR / "var")
-    return WebEnv(
-        # Unset: local.py keeps a generated key under var/, production.py refuses to start.
-        secret_key=_text("DJANGO_SECRET_KEY"),
-        debug=_flag("DJANGO_DEBUG", False),
-        allowed_hosts=_csv("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost"),
-        csrf_trusted_origins=_csv("DJANGO_CSRF_TRUSTED_ORIGINS", ""),
-        database_url=_text("DATABASE_URL"),
-        redis_url=_text("REDIS_URL"),
-        celery_broker_url=_text("CELERY_BROKER_URL"),
-        var_dir=var_dir,
-        max_event_bytes=_int("PARLEY_MAX_EVENT_BYTES", 1024 * 1024),
-        default_model=_text("PARLEY_ENGINE"),
-        recording_retention_days=_int("PARLEY_RECORDING_RETENTION_DAYS", 90),
-        recordings_s3_bucket=_text("PARLEY_RECORDINGS_S3_BUCKET"),
-        recordings_s3_endpoint_url=_text("PARLEY_RECORDINGS_S3_ENDPOINT_URL"),
-        recordings_s3_region=_text("PARLEY_RECORDINGS_S3_REGION"),
-        recordings_s3_access_key=_text("PARLEY_RECORDINGS_S3_ACCESS_KEY"),
-        recordings_s3_secret_key=_text("PARLEY_RECORDINGS_S3_SECRET_KEY"),
-        allowed_origins=_csv("PARLEY_ALLOWED_ORIGINS", ""),
-        connect_rate=_text("PARLEY_CONNECT_RATE", "30/minute"),
-        key_failure_rate=_text("PARLEY_KEY_FAILURE_RATE", "10/minute"),
-        login_failure_limit=_int("PARLEY_LOGIN_FAILURE_LIMIT", 5),
-        hsts_seconds=_int("DJANGO_HSTS_SECONDS", 365 * 24 * 3600),
-    )
+    """The environment as typed settings; raises ``EnvError`` naming every bad variable and its value."""
+    try:
+        return WebEnv()
+    except ValidationError as exc:
+        raise EnvError(f"bad environment: {describe(exc)}") from None
 
 
 ENV = read_env()

@@ -91,3 +91,17 @@ def test_a_service_running_on_another_loop_is_used_there_not_restarted():
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+@pytest.mark.parametrize(("var", "value"), [("PARLEY_SLOTS", "four"), ("PARLEY_SLOTS", "0"), ("PARLEY_RECORD", "maybe")])
+def test_a_bad_value_stops_the_service_naming_the_variable_and_value(var, value, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, var: value, "PARLEY_INFERENCE_URL": f"unix://{tmp_path}/run/inference.sock"}
+    result = subprocess.run(
+        [sys.executable, "-m", "inference", "serve"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode != 0
+    assert f"{var}={value!r}" in result.stderr, result.stderr[-2000:]

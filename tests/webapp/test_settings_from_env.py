@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
 import json, django
@@ -58,3 +60,21 @@ def test_production_path_is_selected_by_env_vars():
     assert s["layer"] == "channels_redis.core.RedisChannelLayer"
     assert s["eager"] is False and s["broker"] == "redis://cache.internal:6379/1"
     assert s["hosts"] == ["parley.example.com", ".example.org"]
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [("DJANGO_DEBUG", "ture"), ("PARLEY_RECORDING_RETENTION_DAYS", "-1"), ("PARLEY_CONNECT_RATE", "fast")],
+)
+def test_a_bad_value_stops_start_up_naming_the_variable_and_value(var, value):
+    clean = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARS}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "webapp.settings.local", var: value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert f"{var}={value!r}" in result.stderr, result.stderr[-2000:]
