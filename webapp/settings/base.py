@@ -7,6 +7,7 @@ from datetime import timedelta
 import dj_database_url
 from csp.constants import NONCE, NONE, SELF
 
+from webapp.common.logs import logging_config
 from webapp.env import BASE_DIR, ENV
 
 SECRET_KEY = ENV.secret_key
@@ -194,10 +195,5 @@ PARLEY_RECORDING_RETENTION_DAYS = ENV.recording_retention_days  # 0 keeps record
 PARLEY_INPUT_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 PARLEY_ADMIN_PASSWORD_FILE = VAR_DIR / "admin-password.txt"
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": "WARNING"},
-    "loggers": {"webapp": {"level": "INFO"}},
-}
+# The console format for `make run`; production.py switches to JSON lines. Both print extra={...} fields.
+LOGGING = logging_config(json_lines=False)

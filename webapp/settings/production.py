@@ -6,6 +6,7 @@ Refuses to start with a weak or missing ``DJANGO_SECRET_KEY`` or with ``DJANGO_D
 
 from django.core.exceptions import ImproperlyConfigured
 
+from webapp.common.logs import logging_config
 from webapp.env import ENV
 from webapp.settings.base import *  # noqa: F403
 from webapp.settings.secret_files import weak_secret_reason
@@ -23,3 +24,6 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = True
 SECURE_HSTS_PRELOAD = True
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
+
+# One JSON object per line for the log collector, with the extra={...} fields (session_id, reason, ...) as keys.
+LOGGING = logging_config(json_lines=True)
