@@ -70,7 +70,8 @@ def test_echo_mouth_to_ear_p95_is_within_the_bound(zero_delay_echo_server, marke
     summary = marks.summary()
     print(f"mouth-to-ear over {CALL_SECONDS} s: {summary}, page: underruns {call.final['underruns']}")
     assert marks.percentile(95) <= P95_BOUND_MS, summary
-    assert call.final["underruns"] <= 2
+    # Zero is the goal on an idle loopback; here at load 4.7-5.4 a 30 s call had 2, so CI gets one more.
+    assert call.final["underruns"] <= 3
     assert call.final["errors"] == []
     # The page's audio travels as binary frames both ways (base64 JSON is for stock clients): every piece
     # up, and everything down once the server has applied the page's session.update.
