@@ -29,6 +29,18 @@ if [[ "${1:-}" == "test" && ! -f .venv-moshi-ref/.parley-installed ]]; then
     "sentencepiece<0.3" "sphn>=0.2,<0.3" "aiohttp<3.12" tqdm
   touch .venv-moshi-ref/.parley-installed
 fi
+# The Token2Wav reference (PyPI minicpmo 0.1.2, module stepaudio2.token2wav) that made
+# tests/data/minicpmo45/token2wav/reference.npz; its declared deps (moviepy, decord, ...) are not needed for it.
+if [[ "${1:-}" == "test" && ! -f .venv-minicpmo-ref/.parley-installed ]]; then
+  echo "installing the reference minicpmo 0.1.2 into .venv-minicpmo-ref ..."
+  $PY -m venv .venv-minicpmo-ref
+  .venv-minicpmo-ref/bin/pip install -q --upgrade pip
+  .venv-minicpmo-ref/bin/pip install -q torch==2.13.0
+  .venv-minicpmo-ref/bin/pip install -q --no-deps minicpmo==0.1.2 torchaudio==2.11.0
+  .venv-minicpmo-ref/bin/pip install -q onnx==1.23.2 onnxruntime==1.31.1 hyperpyyaml==1.2.3 "einops<0.9" tqdm \
+    "numpy<2.3" soundfile librosa transformers diffusers
+  touch .venv-minicpmo-ref/.parley-installed
+fi
 # The PersonaPlex reference (NVIDIA/personaplex at 3428dfd, package moshi-personaplex) is not on PyPI, and CI and
 # users' machines reach only the package registries, so it is installed only from a local checkout of that
 # repository: PARLEY_PERSONAPLEX_SRC, default ~/.cache/parley/personaplex-src. Without one, the live PersonaPlex
