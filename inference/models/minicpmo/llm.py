@@ -11,11 +11,17 @@ rotation: keys at position p rotated by -d sit at p - d).
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
-from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
+from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM, Qwen3Model
 
 from inference.models.minicpmo.config import MiniCPMOConfig
+
+# transformers renamed ``past_key_values`` to ``cache`` (5.2x); older releases (the GPU image has 5.17) take
+# an unknown ``cache=`` silently into **kwargs and run without any cache, so pass whichever name this one has.
+CACHE_KWARG = "cache" if "cache" in inspect.signature(Qwen3Model.forward).parameters else "past_key_values"
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -68,7 +74,7 @@ class DuplexLLM(nn.Module):
         start = self.cache_length(cache)
         T = embeds.shape[0]
         positions = torch.arange(start, start + T, device=embeds.device)[None]  # [1, T]
-        out = self.llm.model(inputs_embeds=embeds[None], position_ids=positions, cache=cache, use_cache=True)
+        out = self.llm.model(inputs_embeds=embeds[None], position_ids=positions, use_cache=True, **{CACHE_KWARG: cache})
         return out.last_hidden_state[0]
 
     @torch.inference_mode()

@@ -9,6 +9,7 @@ lives in ``TTSState``, one per session.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 
 import torch
@@ -20,6 +21,10 @@ from transformers import DynamicCache, LlamaConfig, LlamaModel
 
 from inference.models.minicpmo.audio_encoder import ReluProjector
 from inference.models.minicpmo.config import TTSConfig
+
+# transformers renamed ``past_key_values`` to ``cache`` (5.2x); older releases (the GPU image has 5.17) take
+# an unknown ``cache=`` silently into **kwargs and run without any cache, so pass whichever name this one has.
+CACHE_KWARG = "cache" if "cache" in inspect.signature(LlamaModel.forward).parameters else "past_key_values"
 
 TEMPERATURE = 0.8
 REPETITION_PENALTY = 1.05
@@ -100,7 +105,9 @@ class MiniCPMTTS(nn.Module):
         """Feed [T, H] at ``state.pos``; returns float32 code logits [num_audio_tokens] of the last row."""
         T = embeds.shape[0]
         positions = torch.arange(state.pos, state.pos + T, device=embeds.device)[None]
-        out = self.model(inputs_embeds=embeds[None], position_ids=positions, cache=state.cache, use_cache=True)
+        out = self.model(
+            inputs_embeds=embeds[None], position_ids=positions, use_cache=True, **{CACHE_KWARG: state.cache}
+        )
         state.pos += T
         return self.head_code[0](out.last_hidden_state[0, -1]).float()
 
