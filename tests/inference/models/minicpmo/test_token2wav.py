@@ -144,3 +144,25 @@ def test_onnx_signatures(assets, tmp_path):
     (broken / TOKENIZER_ONNX).write_bytes(b"not a model")
     with pytest.raises(AssetError, match=TOKENIZER_ONNX):
         check_onnx(broken / TOKENIZER_ONNX)
+
+
+@pytest.mark.parametrize("name", ["a", "b"])
+def test_prompt_path_matches_reference(assets, reference, name):
+    """S3 tokens exactly; CAM++ embedding and prompt mel within float spread (measured 7e-7 / 5e-7 here)."""
+    from inference.models.minicpmo.token2wav.prompt import PromptEncoder
+
+    prompt = PromptEncoder(assets).encode(reference[f"{name}/prompt_audio"])
+    np.testing.assert_array_equal(prompt.tokens.numpy(), reference[f"{name}/prompt_tokens"])
+    np.testing.assert_allclose(prompt.spk.numpy(), reference[f"{name}/spk"], rtol=0, atol=1e-4)
+    np.testing.assert_allclose(prompt.mel.numpy(), reference[f"{name}/prompt_mel"], rtol=0, atol=1e-4)
+
+
+def test_clip_to_audio_end_to_end(assets, reference):
+    """From the prompt clip itself (no stored features) to the reference's audio."""
+    from inference.models.minicpmo.token2wav.prompt import PromptEncoder
+
+    model = Token2WavModel.load(assets, n_timesteps=int(reference["a/n_timesteps"]))
+    stream = model.start(PromptEncoder(assets).encode(reference["a/prompt_audio"]))
+    for k, tokens, last in _chunks(reference, "a"):
+        wave, _ = model.chunk(stream, tokens, last=last)
+        np.testing.assert_allclose(wave, reference[f"a/chunk{k}/wave"][0], rtol=0, atol=WAVE_ATOL)
