@@ -43,7 +43,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
+from bench.stats import summary  # noqa: E402
 from tests.browser.latency_probe import MeasuredCall, run_measured_call, write_marked_wav  # noqa: E402
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -195,12 +195,7 @@ def run_call(args, url: str, wav: Path) -> tuple[MeasuredCall, float | None]:
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    v = np.asarray(values, dtype=float)
-    return {q: round(float(np.percentile(v, int(q[1:]))), 1) for q in ("p50", "p95")} | {
-        "max": round(float(v.max()), 1)
-    }
+    return summary(values, (50, 95), digits=1, count=None)
 
 
 def stages(call: MeasuredCall, chunk_ms: float) -> dict[str, dict[str, float]]:

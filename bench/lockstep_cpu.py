@@ -37,7 +37,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
+from bench.stats import summary  # noqa: E402
 from inference.engines.base import SlotConfig, SlotInput, VoiceRef  # noqa: E402
 from inference.engines.lockstep import LockstepEngine  # noqa: E402
 from inference.models.moshi.make_checkpoint import make_checkpoint  # noqa: E402
@@ -47,13 +47,7 @@ PERIOD_S = 0.080
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
-    a = np.asarray(values)
-    return {
-        "n": len(values),
-        "p50_ms": float(np.percentile(a, 50)),
-        "p99_ms": float(np.percentile(a, 99)),
-        "max_ms": float(a.max()),
-    }
+    return summary(values, (50, 99), suffix="_ms")
 
 
 def speech_like(seed: int, frames: int) -> np.ndarray:

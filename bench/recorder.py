@@ -35,7 +35,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
+from bench.stats import summary  # noqa: E402
 from inference.engines.base import SlotConfig  # noqa: E402
 from inference.engines.echo import EchoEngine  # noqa: E402
 from inference.metrics import TimingRing  # noqa: E402
@@ -116,9 +116,7 @@ def _meta(worker: EngineWorker) -> dict:
 
 
 def summarize(ticks: np.ndarray) -> dict:
-    p50, p90, p99 = np.percentile(ticks, [50, 90, 99])
-    return {"ticks": int(ticks.size), "p50_ms": round(float(p50), 3), "p90_ms": round(float(p90), 3),
-            "p99_ms": round(float(p99), 3), "max_ms": round(float(ticks.max()), 3)}  # fmt: skip
+    return summary(ticks, (50, 90, 99), suffix="_ms", digits=3, count="ticks")
 
 
 def main() -> int:

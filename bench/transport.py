@@ -50,6 +50,7 @@ FRAME_SAMPLES = 1920  # 80 ms at 24 kHz
 MAX_CLIENTS = 200
 MAX_SECONDS = 120
 sys.path.insert(0, str(ROOT))
+from bench.stats import summary  # noqa: E402
 
 
 @dataclass
@@ -428,12 +429,7 @@ def summarize(args, stats: list[ClientStats], cpu: dict) -> dict:
         "frames_sent": sent,
         "frames_echoed": received,
         "frames_dropped": dropped,
-        "server_added_ms": {
-            "p50": round(float(np.percentile(lat, 50)), 2),
-            "p90": round(float(np.percentile(lat, 90)), 2),
-            "p99": round(float(np.percentile(lat, 99)), 2),
-            "max": round(float(lat.max()), 2),
-        },
+        "server_added_ms": summary(lat, (50, 90, 99), digits=2, count=None),
         "server_cpu": cpu,
         # The service's own view, per client: the worst wait of input in the inbox (for a tick) and
         # of output in the outbox (for the web tier to take it).

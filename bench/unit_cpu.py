@@ -36,6 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.stats import summary  # noqa: E402
 from inference.engines.base import SlotConfig, SlotInput, VoiceRef  # noqa: E402
 from inference.engines.unit import UnitEngine  # noqa: E402
 from inference.models.minicpmo.fill import make_checkpoint  # noqa: E402
@@ -55,15 +56,7 @@ def _units(audio: np.ndarray, n: int, seed: int) -> list[np.ndarray]:
 
 
 def _stats(values: list[float]) -> dict:
-    if not values:
-        return {"n": 0}
-    arr = np.asarray(values)
-    return {
-        "n": len(values),
-        "median_ms": round(float(np.median(arr)), 1),
-        "p95_ms": round(float(np.percentile(arr, 95)), 1),
-        "max_ms": round(float(arr.max()), 1),
-    }
+    return summary(values, (50, 95), suffix="_ms", digits=1, median=True)
 
 
 def latency(engine: UnitEngine, voice: VoiceRef, audio: np.ndarray, units: int) -> dict:
