@@ -140,6 +140,17 @@ def memory_cycles(engine: UnitEngine, voice: VoiceRef, cycles: int) -> dict:
     }
 
 
+def model_label(ckpt: Path, engine: UnitEngine, args) -> str:
+    """What ran, read from the checkpoint (it said "tiny" whatever it was given)."""
+    cfg = json.loads((ckpt / "config.json").read_text())
+    params = engine.parts.parameter_bytes() / engine.parts.dtype.itemsize if engine.parts is not None else 0
+    source = "generated tiny golden-pack checkpoint (seed 1234)" if not args.checkpoint else f"checkpoint {ckpt.name}"
+    return (
+        f"MiniCPM-o 4.5 layout, LLM {cfg['hidden_size']} wide x {cfg['num_hidden_layers']} layers, "
+        f"{params / 1e9:.3f} B parameters, {source}, {args.dtype} on {args.device}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="bench/results/unit-cpu.json")
@@ -161,6 +172,7 @@ def main() -> int:
         t0 = time.perf_counter()
         engine.warmup()
         warmup_s = time.perf_counter() - t0
+        label = model_label(ckpt, engine, args)
         voice = VoiceRef("golden-ref", DATA / "audio8" / "ref_audio.npy")
         audio = np.load(DATA / "turnclose10" / "user_audio.npy")
         if args.prime_units:
@@ -185,7 +197,7 @@ def main() -> int:
             "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(),
         },
-        "model": f"tiny random MiniCPM-o 4.5 (golden pack config, seed 1234), {args.dtype} on {args.device}",
+        "model": label,
         "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
         "warmup_s": round(warmup_s, 2),
         "prime_units": args.prime_units,
