@@ -8,10 +8,11 @@ set around the fork only.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator, Mapping
 from functools import partial
 from types import SimpleNamespace
+
+import pytest
 
 # Larger than the endpoint's own limit, so oversized events reach the consumer and get event_too_large.
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
@@ -51,20 +52,14 @@ def run_live_server(django_db_blocker, env: Mapping[str, str] | None = None) -> 
         kwargs={"websocket_max_message_size": MAX_MESSAGE_BYTES, "websocket_max_frame_size": MAX_MESSAGE_BYTES},
         setup=partial(_child_setup, connection.settings_dict["NAME"]),
     )
-    env = dict(env or {})
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
+    # The child reads ``env`` at the fork; this process's environment is restored right after.
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in (env or {}).items():
+            patch.setenv(name, value)
         # The child inherits pytest-django's database blocker: forked while blocked, every query
         # in the server fails. Unblock around the fork only.
         with django_db_blocker.unblock():
             proc.start()
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     try:
         if not proc.ready.wait(timeout=START_TIMEOUT_S):
             raise RuntimeError(f"the daphne live server did not start within {START_TIMEOUT_S} s")

@@ -27,13 +27,10 @@ def _allow_orm_under_playwright() -> Iterator[None]:
     # Playwright's sync API keeps an event loop running in the main thread, so Django's async
     # safety check would reject the ORM calls these tests make (creating users, flushing tables).
     # Set here rather than at import, so unit runs that merely collect this folder are unaffected.
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    yield
-    if previous is None:
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    else:
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+    # (MonkeyPatch.context: the session-scoped fixture cannot take the function-scoped monkeypatch.)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        yield
 
 
 @pytest.fixture(scope="session")
