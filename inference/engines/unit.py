@@ -165,7 +165,10 @@ class UnitEngine(Engine):
             self.runner = runner
         else:
             self.runner = DuplexRunner(self.parts)
-        self.vocoder = build_vocoder(self.checkpoint, self.device)
+        try:
+            self.vocoder = build_vocoder(self.checkpoint, self.device)
+        except CheckpointError as exc:  # bad Token2Wav assets: refuse to start rather than speak silence
+            raise EngineError(f"cannot load the vocoder: {exc}") from exc
         if self.vocoder.name != self.capabilities.extra["vocoder"]:  # e.g. the package failed to load
             self.capabilities = dataclasses.replace(
                 self.capabilities, extra={**self.capabilities.extra, "vocoder": self.vocoder.name}

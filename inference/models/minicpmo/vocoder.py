@@ -1,17 +1,16 @@
 """Audio out: TTS codes -> 24 kHz audio.
 
-``Token2WavVocoder`` wraps the Token2Wav (flow + HiFT) model of the PyPI package ``minicpmo-utils``
-(module ``stepaudio2``). It needs the checkpoint's ``assets/token2wav`` directory and a GPU; its streaming
-caches are per session (``VocoderState``) and swapped into the shared model around each call, so several
-sessions share one vocoder. ``SilentVocoder`` is the fallback (tiny checkpoints, CPU): silence of the length
-the codes stand for (25 codes per second), so everything downstream still runs.
+``Token2WavVocoder`` runs the native Token2Wav (``token2wav/``: flow + HiFT, matched to the reference) on the
+engine's device whenever assets are configured (``PARLEY_VOCODER_DIR`` or the checkpoint's
+``assets/token2wav``); its streams are per session (``VocoderState``). Bad assets raise at load, so the engine
+refuses to start rather than speak silence. ``SilentVocoder`` is used only where no assets are configured:
+silence of the length the codes stand for (25 codes per second).
 """
 
 from __future__ import annotations
 
-import copy
 import logging
-import tempfile
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,8 +31,8 @@ class VocoderState:
 
     prompt_wav: str | None = None
     buffer: list[int] = field(default_factory=list)
-    caches: tuple | None = None  # (flow stream cache, hift cache) of the current turn
-    base_caches: tuple | None = None  # caches right after the voice prompt: a new turn starts from here
+    caches: tuple | None = None  # (Token2WavStream,) of the current turn
+    base_caches: tuple | None = None  # (Token2WavStream,) right after the voice prompt: a new turn starts here
 
 
 class SilentVocoder:
@@ -52,55 +51,53 @@ class SilentVocoder:
 
 
 class Token2WavVocoder:
-    """Streaming Token2Wav from ``stepaudio2`` (GPU only). Untested here: no GPU or assets in CI."""
+    """The native Token2Wav (``token2wav/``) on the engine's device: one loaded model, a stream per session.
+
+    A session's voice clip is the prompt (the built-in prompt when it has none); each turn restarts from the
+    caches right after the prompt, primed with three silence codes; every unit's codes go out at once as
+    chunks of 25 + 3 look-ahead, and the end of a turn flushes the rest.
+    """
 
     name = "token2wav"
 
-    def __init__(self, asset_dir: Path, *, float16: bool = True):
-        from stepaudio2 import Token2wav  # optional dependency: minicpmo-utils
+    def __init__(self, asset_dir: Path, device: str = "cpu", n_timesteps: int = 5):
+        from inference.models.minicpmo.token2wav.prompt import PromptEncoder
+        from inference.models.minicpmo.token2wav.stream import Token2WavModel
 
-        self.model = Token2wav(str(asset_dir), float16=float16, n_timesteps=5)
-        self.lookahead = int(self.model.flow.pre_lookahead_len)
-        self._tmp = tempfile.TemporaryDirectory(prefix="parley-voice-")
+        self.model = Token2WavModel.load(asset_dir, device=device, n_timesteps=n_timesteps)
+        self.prompts = PromptEncoder(asset_dir)
+        self.lookahead = self.model.lookahead
 
     def new_state(self, tts_ref_audio: np.ndarray | None) -> VocoderState:
-        """Prime the voice prompt caches for a session (``set_stream_cache`` reads a wav path)."""
-        import soundfile
-
+        """Encode the voice prompt and prime the session's stream."""
+        clip = builtin_prompt() if tts_ref_audio is None else np.asarray(tts_ref_audio, dtype=np.float32)
+        if clip.shape[0] < 4000:  # the S3 tokenizer needs a few frames; pad a very short clip with silence
+            clip = np.pad(clip, (0, 4000 - clip.shape[0]))
         state = VocoderState()
-        if tts_ref_audio is None:
-            return state
-        path = Path(self._tmp.name) / f"voice-{id(state)}.wav"
-        soundfile.write(path, np.asarray(tts_ref_audio, dtype=np.float32), 16000)
-        state.prompt_wav = str(path)
-        self.model.cache = None
-        flow_cache, hift_cache = self.model.set_stream_cache(state.prompt_wav)
-        state.base_caches = (copy.deepcopy(flow_cache), copy.deepcopy(hift_cache))
+        state.base_caches = (self.model.start(self.prompts.encode(clip[: 30 * 16000])),)
         self.new_turn(state)
         return state
 
     def new_turn(self, state: VocoderState) -> None:
-        """Start a turn from the voice prompt caches."""
+        """Start a turn from the prompt's caches."""
         if state.base_caches is not None:
-            state.caches = copy.deepcopy(state.base_caches)
+            state.caches = (state.base_caches[0].fork(),)
         state.buffer = [SILENCE_CODE] * 3
 
     def synthesize(self, state: VocoderState, codes: list[int], *, end_of_turn: bool) -> np.ndarray:
-        """Stream the codes through flow + HiFT, flushing the unit (the reference's force_flush)."""
-        if state.prompt_wav is None:
-            return SilentVocoder().synthesize(state, codes, end_of_turn=end_of_turn)
-        self.model.stream_cache, self.model.hift_cache_dict = state.caches
-        state.buffer += codes
-        pcm: list[bytes] = []
+        """Stream the unit's codes; pad to the unit's length while the turn goes on."""
+        assert state.caches is not None
+        stream = state.caches[0]
+        state.buffer += [int(c) for c in codes]
+        pieces: list[np.ndarray] = []
         while len(state.buffer) >= self.lookahead + 5:
             take = min(CHUNK_CODES + self.lookahead, len(state.buffer))
-            pcm.append(self.model.stream(state.buffer[:take], prompt_wav=state.prompt_wav))
+            pieces.append(self.model.chunk(stream, state.buffer[:take], last=False)[0])
             state.buffer = state.buffer[min(CHUNK_CODES, take - self.lookahead) :]
         if end_of_turn and state.buffer:
-            pcm.append(self.model.stream(state.buffer, prompt_wav=state.prompt_wav, last_chunk=True))
+            pieces.append(self.model.chunk(stream, state.buffer, last=True)[0])
             state.buffer = []
-        state.caches = (self.model.stream_cache, self.model.hift_cache_dict)
-        audio = np.frombuffer(b"".join(pcm), dtype="<i2").astype(np.float32) / 32768.0
+        audio = np.concatenate(pieces).astype(np.float32) if pieces else np.zeros(0, np.float32)
         want = len(codes) * OUTPUT_RATE // CODES_PER_SECOND
         if not end_of_turn and audio.shape[0] < want:
             audio = np.pad(audio, (want - audio.shape[0], 0))
@@ -109,23 +106,28 @@ class Token2WavVocoder:
         return audio
 
 
+def builtin_prompt(seconds: float = 2.0) -> np.ndarray:
+    """The prompt of a session without a voice: a 16 kHz gliding harmonic tone (no recorded voice ships)."""
+    t = np.arange(int(seconds * 16000)) / 16000
+    phase = 2 * np.pi * np.cumsum(120 + 40 * np.sin(2 * np.pi * 0.7 * t)) / 16000
+    env = np.minimum(1, np.minimum(t, t[-1] - t) * 8)
+    return (0.3 * env * sum(np.sin(k * phase) / k for k in range(1, 6))).astype(np.float32)
+
+
+def asset_dir_for(checkpoint_dir: Path) -> Path:
+    """``PARLEY_VOCODER_DIR`` when set, else the checkpoint's ``assets/token2wav``."""
+    configured = os.environ.get("PARLEY_VOCODER_DIR")
+    return Path(configured) if configured else Path(checkpoint_dir) / ASSET_SUBDIR
+
+
 def vocoder_kind(checkpoint_dir: Path, device: str) -> str:
     """The vocoder ``build_vocoder`` will pick, decided without loading anything."""
-    import importlib.util
-
-    asset_dir = Path(checkpoint_dir) / ASSET_SUBDIR
-    if asset_dir.is_dir() and device.startswith("cuda") and importlib.util.find_spec("stepaudio2") is not None:
-        return Token2WavVocoder.name
-    return SilentVocoder.name
+    return Token2WavVocoder.name if asset_dir_for(checkpoint_dir).exists() else SilentVocoder.name
 
 
 def build_vocoder(checkpoint_dir: Path, device: str) -> SilentVocoder | Token2WavVocoder:
-    """Token2Wav when the assets, the package and a GPU are all present; silence otherwise."""
-    asset_dir = Path(checkpoint_dir) / ASSET_SUBDIR
-    if not asset_dir.is_dir() or not device.startswith("cuda"):
+    """Token2Wav whenever assets are configured (bad assets raise ``AssetError``: no silent fallback); else silence."""
+    asset_dir = asset_dir_for(checkpoint_dir)
+    if not asset_dir.exists():
         return SilentVocoder()
-    try:
-        return Token2WavVocoder(asset_dir)
-    except ImportError:
-        logger.warning("vocoder.unavailable: %s exists but minicpmo-utils (stepaudio2) is not installed", asset_dir)
-        return SilentVocoder()
+    return Token2WavVocoder(asset_dir, device=device)

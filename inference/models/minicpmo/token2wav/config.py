@@ -13,8 +13,10 @@ from pathlib import Path
 
 import yaml
 
+from inference.models.minicpmo.config import CheckpointError
 
-class AssetError(ValueError):
+
+class AssetError(CheckpointError):
     """A Token2Wav asset is missing, malformed or of the wrong shape; the message names the file."""
 
 

@@ -46,6 +46,18 @@ class Token2WavStream:
     calls: int = 0
     window: torch.Tensor = field(default_factory=lambda: torch.from_numpy(np.hamming(2 * SOURCE_CACHE)))
 
+    def fork(self) -> Token2WavStream:
+        """An independent copy (a new turn starts from the prompt's stream)."""
+        return Token2WavStream(
+            self.prompt,
+            self.flow.clone(),
+            self.mel_tail.clone(),
+            self.source_tail.clone(),
+            self.speech_tail.clone(),
+            self.calls,
+            self.window,
+        )
+
     def nbytes(self) -> int:
         return self.flow.nbytes() + sum(
             t.numel() * t.element_size() for t in (self.mel_tail, self.source_tail, self.speech_tail)

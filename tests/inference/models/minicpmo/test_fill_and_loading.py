@@ -134,7 +134,9 @@ def test_make_checkpoint_command(minicpmo_checkpoint, tmp_path, capsys):
 
     out = tmp_path / "cli-ckpt"
     assert inference_main(["make-minicpmo-checkpoint", "--out", str(out), "--seed", "7"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in minicpmo_checkpoint.iterdir())
+    names = sorted(p.name for p in out.iterdir() if p.name != "assets")
+    assert names == sorted(p.name for p in minicpmo_checkpoint.iterdir())
+    assert (out / "assets" / "token2wav" / "flow.yaml").is_file()  # the demo checkpoint speaks (random assets)
     a = load_file(out / "model.safetensors")["resampler.query"]
     b = load_file(minicpmo_checkpoint / "model.safetensors")["resampler.query"]
     assert a.shape == b.shape and not np.array_equal(a, b)  # another seed, other weights
@@ -143,11 +145,15 @@ def test_make_checkpoint_command(minicpmo_checkpoint, tmp_path, capsys):
 
 
 def test_vocoder_falls_back_to_silence_of_the_right_length(minicpmo_checkpoint, tmp_path):
+    from inference.models.minicpmo.token2wav.config import AssetError
     from inference.models.minicpmo.vocoder import SilentVocoder, build_vocoder, vocoder_kind
 
-    (tmp_path / "assets" / "token2wav").mkdir(parents=True)
-    assert vocoder_kind(tmp_path, "cpu") == "none"  # assets alone are not enough without a GPU
+    assert vocoder_kind(minicpmo_checkpoint, "cpu") == "none"  # no assets configured: silence
     assert isinstance(build_vocoder(minicpmo_checkpoint, "cpu"), SilentVocoder)
+    (tmp_path / "assets" / "token2wav").mkdir(parents=True)
+    assert vocoder_kind(tmp_path, "cpu") == "token2wav"  # configured assets are used, on CPU too
+    with pytest.raises(AssetError, match="flow.yaml"):  # ... and bad ones are an error, not silence
+        build_vocoder(tmp_path, "cpu")
     voc = SilentVocoder()
     audio = voc.synthesize(voc.new_state(None), list(range(25)), end_of_turn=False)
     assert audio.shape == (24000,) and audio.dtype == np.float32 and not audio.any()
