@@ -21,6 +21,7 @@ from inference.models.minicpmo.config import CheckpointError, MiniCPMOConfig
 from inference.models.minicpmo.llm import DuplexLLM
 from inference.models.minicpmo.tts import MiniCPMTTS
 from inference.models.minicpmo.vision import VisionInput
+from inference.models.safetensors_files import read_safetensors_file
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -56,15 +57,7 @@ def read_tensors(files: dict[str, Path]) -> dict[str, torch.Tensor]:
         by_file.setdefault(path, []).append(name)
     out: dict[str, torch.Tensor] = {}
     for path, names in by_file.items():
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                present = set(f.keys())
-                for name in names:
-                    if name not in present:
-                        raise CheckpointError(f"{path.name}: index lists {name!r} but the shard lacks it")
-                    out[name] = f.get_tensor(name)
-        except (SafetensorError, OSError, ValueError) as exc:  # truncated or corrupt files
-            raise CheckpointError(f"{path}: unreadable safetensors file ({exc})") from exc
+        out.update(read_safetensors_file(path, CheckpointError, names=names))
     return out
 
 

@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 
 from inference.models.moshi.config import CheckpointError, LMConfig
 from inference.models.moshi.lm import MoshiLM
+from inference.models.safetensors_files import read_safetensors_file
 
 logger = logging.getLogger(__name__)
 
@@ -26,14 +26,7 @@ _PER_STEP_GROUPS = ("gating", "linears", "depformer_in", "depformer_emb")
 
 def read_safetensors(path: str | Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """Read every tensor of a safetensors file, turning any format problem into a CheckpointError."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"weight file {path} does not exist")
-    try:
-        with safe_open(str(path), framework="pt", device=str(device)) as f:
-            return {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 - safe_open has no items()
-    except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a valid safetensors file (truncated or corrupt?): {exc}") from exc
+    return read_safetensors_file(path, CheckpointError, device=device)
 
 
 def widen_depformer(state: dict[str, torch.Tensor], expected: dict[str, torch.Size]) -> dict[str, torch.Tensor]:

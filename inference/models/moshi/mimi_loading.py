@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 from inference.models.moshi.loading import key_set_mismatch
 from inference.models.moshi.mimi import MimiCodec, MimiConfig
 from inference.models.moshi.seeded import unit_noise
+from inference.models.safetensors_files import read_safetensors_file
 
 __all__ = [
     "MimiLoadError",
@@ -72,16 +70,7 @@ _HF_CODEBOOK_RENAMES = {"embed_sum": "embedding_sum", "cluster_usage": "cluster_
 
 def read_safetensors(path: Any) -> dict[str, torch.Tensor]:
     """Read every tensor of a safetensors file on CPU; raises `MimiLoadError` naming the file."""
-    try:
-        file = Path(path)
-    except TypeError as exc:
-        raise MimiLoadError(f"Mimi checkpoint path must be a path, got {type(path).__name__}") from exc
-    if not file.is_file():
-        raise MimiLoadError(f"Mimi checkpoint {str(file)!r} does not exist or is not a file")
-    try:
-        return load_file(str(file), device="cpu")
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise MimiLoadError(f"Mimi checkpoint {str(file)!r} is not a readable safetensors file: {exc}") from exc
+    return read_safetensors_file(path, MimiLoadError)
 
 
 def detect_layout(keys: Any) -> str:
