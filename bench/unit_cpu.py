@@ -5,6 +5,8 @@ Reports:
    units include the TTS; the vocoder is the silent one on CPU);
 2. capacity: how many concurrent sessions one model instance serves in turn within the 1 s tick budget
    (p95 of the whole tick over speaking units, i.e. the worst case, must stay under 1000 ms);
+4. the native Token2Wav vocoder on tiny random assets: prompt set-up and wall time per 1 s unit (also
+   alone: ``--vocoder-only``);
 3. memory over N open / prepare / one unit / close cycles: process RSS and Python-heap (tracemalloc off, so
    the run stays fast) before and after, and live session bytes at the end.
 
@@ -151,6 +153,29 @@ def model_label(ckpt: Path, engine: UnitEngine, args) -> str:
     )
 
 
+def vocoder_speed(device: str, units: int, voice: Path) -> dict:
+    """The native Token2Wav on the tiny random assets: prompt set-up, then wall time per 1 s unit (25 codes)."""
+    from inference.engines.unit import load_reference_audio
+    from inference.models.minicpmo.token2wav.make_assets import make_token2wav_assets
+    from inference.models.minicpmo.vocoder import Token2WavVocoder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        vocoder = Token2WavVocoder(make_token2wav_assets(Path(tmp) / "t2w"), device=device)
+        t0 = time.perf_counter()
+        state = vocoder.new_state(load_reference_audio(voice))
+        prompt_s = time.perf_counter() - t0
+        rng = np.random.default_rng(0)
+        per_unit = []
+        for _ in range(units):
+            codes = rng.integers(0, 6561, 25).tolist()
+            t0 = time.perf_counter()
+            vocoder.synthesize(state, codes, end_of_turn=False)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            per_unit.append((time.perf_counter() - t0) * 1000)
+    return {"assets": "tiny random (make_assets)", "prompt_ms": round(prompt_s * 1000, 1), "unit_ms": summary(per_unit)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="bench/results/unit-cpu.json")
@@ -164,7 +189,30 @@ def main() -> int:
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--vocoder-units", type=int, default=20, help="units in the Token2Wav speed run")
+    parser.add_argument("--vocoder-only", action="store_true", help="run only the Token2Wav speed section")
     args = parser.parse_args()
+    voice_path = DATA / "audio8" / "ref_audio.npy"
+    print("vocoder ...", flush=True)
+    vocoder = vocoder_speed(args.device, args.vocoder_units, voice_path)
+    print(json.dumps(vocoder), flush=True)
+    if args.vocoder_only:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(
+            json.dumps(
+                {
+                    "bench": "unit_cpu.vocoder",
+                    "torch_threads": torch.get_num_threads(),
+                    "load_avg_at_end": [round(x, 2) for x in psutil.getloadavg()],
+                    "device": args.device,
+                    "vocoder": vocoder,
+                },
+                indent=1,
+            )
+        )
+        print(f"wrote {out}")
+        return 0
 
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = Path(args.checkpoint) if args.checkpoint else make_checkpoint(Path(tmp) / "ckpt", data_dir=DATA)
@@ -205,6 +253,7 @@ def main() -> int:
         "latency_one_session": lat,
         "capacity": cap,
         "memory_cycles": mem,
+        "vocoder": vocoder,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
