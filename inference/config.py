@@ -58,6 +58,8 @@ class InferenceConfig:
         test_output_jitter_s: test-only: ... during each session's first N seconds of output (0 = always).
         record: deployment recording policy: ``auto`` (recorded unless the session asks not to be),
             ``on`` (always, whatever the session asks) or ``off`` (never).
+        log_json: the service logs JSON lines (production), with every ``extra={...}`` field as a key;
+            otherwise a readable console line with ``key=value`` extras (``inference/log_format.py``).
         recordings_dir: where raw recordings are written (one folder per session); the web tier's
             post-processing reads the same folder, so both processes must see the same path.
     """
@@ -89,6 +91,7 @@ class InferenceConfig:
     inference_token: str | None = dataclasses.field(default=None, repr=False)
     voices_dirs: str = ""  # os.pathsep-separated roots a voice file must be in; "" = DEFAULT_VOICE_ROOTS
     record: str = "auto"
+    log_json: bool = False
     recordings_dir: Path = Path(__file__).resolve().parent.parent / "var" / "recordings" / "raw"
 
     def __post_init__(self) -> None:

@@ -26,6 +26,7 @@ from inference.config import InferenceConfig
 from inference.contracts import ParleyError, VoiceRef
 from inference.errors import WireError
 from inference.local_handle import LocalHandle
+from inference.log_format import configure_logging
 from inference.membership import Membership
 from inference.service import InferenceService
 from inference.status import ServiceStatus, status_to_dict
@@ -250,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in pairs if v is not None}
     config = InferenceConfig.from_env().with_overrides(**overrides)
     socket_path = args.socket or config.socket_path
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(json_lines=config.log_json)  # JSON lines in production, key=value extras otherwise
 
     def progress(fraction: float, stage: str) -> None:
         print(f"warming up {config.engine}: {fraction * 100:5.1f}% {stage}", flush=True)
