@@ -1,5 +1,5 @@
 """Native Token2Wav on the GPU: the stored reference's mel within GPU float spread, audio non-silent, sessions
-independent. HiFT's noise comes from a CUDA generator there, so its audio is not the CPU reference's
+independent (measured on the H200: mel within 8.8e-6 of the CPU reference; tolerance 1e-3). HiFT's noise comes from a CUDA generator there, so its audio is not the CPU reference's
 sample for sample; the mel (fixed noise drawn on the CPU) is compared."""
 
 from __future__ import annotations
@@ -31,6 +31,6 @@ def test_token2wav_on_cuda_matches_reference_mel(tmp_path, name):
         tokens, last = ref[f"{name}/chunk{k}/tokens"].tolist(), bool(ref[f"{name}/chunk{k}/last"])
         wave, mel = model.chunk(stream, tokens, last=last)
         print(f"{name} chunk {k}: mel max abs diff {np.abs(mel.cpu().numpy() - ref[f'{name}/chunk{k}/mel']).max():.3g}")
-        np.testing.assert_allclose(mel.cpu().numpy(), ref[f"{name}/chunk{k}/mel"], rtol=0, atol=2e-2)
+        np.testing.assert_allclose(mel.cpu().numpy(), ref[f"{name}/chunk{k}/mel"], rtol=0, atol=1e-3)
         assert wave.shape == ref[f"{name}/chunk{k}/wave"][0].shape
         assert float(np.sqrt(np.mean(wave**2))) > 0.01
