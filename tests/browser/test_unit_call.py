@@ -3,7 +3,7 @@
 Chromium's fake microphone (espeak-ng speech) and fake camera feed a live server whose inference service
 runs ``PARLEY_ENGINE=minicpmo`` on the golden pack's tiny random checkpoint, regenerated here by our own
 fill. One ``response.listen`` / ``response.speak`` arrives per 1 s unit; the random model speaks after the
-three forced listens, so the transcript fills; force-listen and pause / resume work.
+three forced listens, so the transcript fills and its Token2Wav audio (tiny random assets) plays; force-listen and pause / resume work.
 
 This module starts its own daphne live server (the shared one runs the echo engine).
 """
@@ -31,8 +31,10 @@ UNIT_TIMEOUT_MS = 30_000
 def unit_live_server(tmp_path_factory, django_db_setup, django_db_blocker):
     """A daphne live server whose inference service runs the unit engine on a tiny checkpoint."""
     from inference.models.minicpmo.fill import make_checkpoint
+    from inference.models.minicpmo.token2wav.make_assets import make_token2wav_assets
 
     checkpoint = make_checkpoint(tmp_path_factory.mktemp("minicpmo-browser"), data_dir=DATA_DIR)
+    make_token2wav_assets(checkpoint / "assets" / "token2wav")  # tiny random Token2Wav: the agent speaks noise
     with run_live_server(django_db_blocker, live_server_env("minicpmo", str(checkpoint))) as server:
         yield server
 
@@ -55,7 +57,7 @@ def test_audio_call_units_transcript_force_listen_pause_resume(unit_live_server,
     _start(page, unit_live_server.url, "unitcaller", make_user)
     h = hooks(page)
     assert h["capabilities"]["engine"] == "minicpmo" and h["capabilities"]["family"] == "unit"
-    assert h["capabilities"]["vocoder"] == "none" and h["capabilities"]["memory_s"] > 60
+    assert h["capabilities"]["vocoder"] == "token2wav" and h["capabilities"]["memory_s"] > 60
     expect(page.locator("#force-listen")).to_be_visible()
 
     # The first three units are forced listens; the random model speaks from the fourth on.
@@ -66,6 +68,8 @@ def test_audio_call_units_transcript_force_listen_pause_resume(unit_live_server,
     numbers = [u["unit"] for u in units]
     assert numbers == sorted(set(numbers)), "one decision per unit, in order"
     wait_for(page, "p.transcript.length > 0", timeout_ms=UNIT_TIMEOUT_MS)
+    # The speaking units play through the native Token2Wav: audible (noise from random assets), not silence.
+    wait_for(page, "p.playedRms > 0.01", timeout_ms=UNIT_TIMEOUT_MS)
 
     # Force listen: the next unit the server decides is a listen.
     before = len(_units(page))
