@@ -36,6 +36,14 @@ if [[ -z "${PARLEY_ENGINE:-}" && -z "${PARLEY_CHECKPOINT:-}" ]]; then
     $PY -m inference make-checkpoint --preset tiny-personaplex --out "$demo" --seed 0
   fi
   export PARLEY_ENGINE=personaplex PARLEY_CHECKPOINT=$demo
+elif [[ "${PARLEY_ENGINE:-}" == "minicpmo" && -z "${PARLEY_CHECKPOINT:-}" ]]; then
+  # The MiniCPM-o demo: tiny random weights plus tiny random Token2Wav assets (it speaks noise).
+  demo=$VAR/checkpoints/tiny-minicpmo
+  if [[ ! -f $demo/assets/token2wav/flow.yaml ]]; then
+    echo "creating a tiny random MiniCPM-o demo checkpoint in $demo (random weights: it speaks noise) ..."
+    $PY -m inference make-minicpmo-checkpoint --out "$demo"
+  fi
+  export PARLEY_CHECKPOINT=$demo
 fi
 
 $PY manage.py migrate --noinput -v 0
