@@ -21,7 +21,21 @@ run_suite() {  # name, timeout seconds, pytest args...
 }
 echo "=== import contracts (lint-imports, .importlinter) ==="
 .venv/bin/lint-imports --no-cache || { echo "FAILED: import contracts (lint-imports)"; status=1; }
-run_suite "unit and integration tests" 900 -m "not browser and not gpu" "$@"
+# The unit/integration tests run as two pytest processes at once, split where the CPU goes: the inference
+# tests (model builds and forward passes: CPU-bound) and the web tier and SDK tests (mostly waiting on
+# sockets, servers and real-time audio; the whole pass in one process: 9m44s wall, 6m52s CPU), so those
+# waits overlap the inference tests' CPU. Each process has its own test database (settings/test.py names it
+# by pid) and its own throwaway services. The web tier's output is printed whole when it ends. The cluster
+# tests (nginx, two daphne, two services; heartbeats and placement with 0.5 s deadlines) run alone after
+# both: beside the model tests at load 4-5 their heartbeats went stale and calls landed unevenly.
+other_log=$(mktemp)
+trap 'rm -f "$other_log"' EXIT
+( status=0
+  run_suite "unit and integration tests: web tier and SDK (all but tests/inference and tests/cluster)" 900 \
+    -m "not browser and not gpu" --ignore=tests/inference --ignore=tests/cluster tests "$@"
+  exit $status ) >"$other_log" 2>&1 &
+other_pid=$!
+run_suite "unit and integration tests: tests/inference" 900 -m "not browser and not gpu" tests/inference "$@"
 # The numerical tests again on other CPU kernels: MKL's processor-independent code branch and ATen's
 # portable (non-SIMD) kernels. Float results differ in their last bits between processors; this pass
 # makes a tolerance tuned to one processor's kernels fail here, not on the next machine. It covers every
@@ -33,6 +47,10 @@ numerical=(tests/inference/models/minicpmo tests/inference/models/mimi tests/inf
 MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default \
   run_suite "numerical tests on MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=default" 900 -m "not browser and not gpu" \
   "${numerical[@]}" "$@"
+echo "=== (waiting for the web-tier tests, started beside tests/inference; their output follows) ==="
+wait "$other_pid" || status=1  # its run_suite set status in the background shell: the exit code carries it
+cat "$other_log"
+run_suite "cluster tests (real topology on loopback)" 600 -m "not browser and not gpu" tests/cluster "$@"
 # One pytest process per browser test file: each file starts its own live servers and browser, so state a
 # file leaves behind (a server's login-failure counts, a slot still held) cannot fail the next one.
 for file in tests/browser/test_*.py; do
