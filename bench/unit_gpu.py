@@ -31,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.stats import summary  # noqa: E402
 from inference.models.minicpmo.audio_encoder import MelFrontEnd  # noqa: E402
 from inference.models.minicpmo.config import MiniCPMOConfig  # noqa: E402
 from inference.models.minicpmo.duplex import DuplexRunner  # noqa: E402
@@ -95,15 +96,7 @@ def speaks(session_index: int, unit: int) -> bool:
 
 
 def stats(values: list[float]) -> dict:
-    if not values:
-        return {"n": 0}
-    a = np.asarray(values)
-    return {
-        "n": len(values),
-        "median_ms": round(float(np.median(a)), 1),
-        "p99_ms": round(float(np.percentile(a, 99)), 1),
-        "max_ms": round(float(a.max()), 1),
-    }
+    return summary(values, suffix="_ms", digits=1, median=True)
 
 
 def tick(runner, sessions, audios, frames, unit: int, indices: list[int]) -> list:

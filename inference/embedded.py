@@ -67,6 +67,16 @@ async def stop() -> None:
         service.stop_worker()
 
 
+def forget_inherited_service() -> None:
+    """Drop a service and configuration inherited through ``fork`` (a test's live server child).
+
+    The parent's service belongs to the parent's threads and loop, and its configuration was read from
+    the parent's environment; the child reads its own ``PARLEY_*`` on its first call instead.
+    """
+    global _service, _config, _starting
+    _service, _config, _starting = None, None, None
+
+
 def _foreign_loop() -> asyncio.AbstractEventLoop | None:
     """The loop the in-process service runs on, when that loop is alive in another thread."""
     if _service is None or not _service.started or _service.usable_here:

@@ -8,6 +8,7 @@ the console directly, a service process publishes it to the Redis registry on ev
 from __future__ import annotations
 
 import dataclasses
+import json
 import socket
 import time
 from collections import deque
@@ -158,7 +159,8 @@ def service_status(
         tick_count=history.count,
         history=tuple(history.points),
         recent_tick_ms=tuple(round(v, 3) for v in stats.recent_tick_ms),
-        capabilities={**dataclasses.asdict(service.capabilities), "extra": dict(service.capabilities.extra)},
+        # JSON's shapes (lists, not tuples): the same value a reader gets back from the registry.
+        capabilities=json.loads(json.dumps(dataclasses.asdict(service.capabilities))),
         sessions=tuple(sessions),
     )
 

@@ -32,6 +32,11 @@ def _child_setup(database_name: str) -> None:
     from asgiref.sync import SyncToAsync
     from django.conf import settings
 
+    from inference import embedded
+
+    # An inference service (and its config) an earlier test made in the parent would answer in the
+    # child with the parent's engine, whatever env this server was started with.
+    embedded.forget_inherited_service()
     SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
     # New connections (one per executor thread) are made from settings.DATABASES. The inherited
     # main-thread connection is left alone: closing it would close the parent's socket too.

@@ -7,21 +7,16 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 import torch
+
+from bench.stats import summary
 
 GiB = 1024**3
 FRAME_MS = 80.0
 
 
 def stats(times_ms: list[float]) -> dict:
-    a = np.asarray(times_ms)
-    return {
-        "median": round(float(np.median(a)), 3),
-        "p99": round(float(np.percentile(a, 99)), 3),
-        "max": round(float(a.max()), 3),
-        "n": len(a),
-    }
+    return summary(times_ms, digits=3, median=True)
 
 
 def log(*args) -> None:

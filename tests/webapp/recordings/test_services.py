@@ -85,19 +85,23 @@ def test_an_unreachable_bucket_is_retried_then_failed_keeping_the_raw_chunks(
 
 
 @pytest.fixture
-def celery_worker_on_redis(redis_server):
-    """A real Celery worker (in a thread of this process, sharing the test database) on a real Redis broker."""
-    from celery.contrib.testing.worker import start_worker
-
+def celery_on_redis(redis_server):
+    """Celery pointed at a real Redis broker (not eager); the test starts the worker when it wants one."""
     saved = {key: celery_app.conf[key] for key in ("broker_url", "task_always_eager")}
     forget_broker_state()
     celery_app.conf.update(broker_url=redis_server.url, task_always_eager=False)
     try:
-        with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
-            yield
+        yield
     finally:
         forget_broker_state()
         celery_app.conf.update(saved)
+
+
+def a_celery_worker():
+    """A real Celery worker in a thread of this process (it shares the test database)."""
+    from celery.contrib.testing.worker import start_worker
+
+    return start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=10)
 
 
 def forget_broker_state() -> None:
@@ -109,17 +113,19 @@ def forget_broker_state() -> None:
 
 
 def test_post_processing_runs_on_a_celery_worker_through_redis(
-    celery_worker_on_redis, media_dir, recorder, make_recording
+    celery_on_redis, media_dir, recorder, make_recording
 ):
     recording = make_recording(session_id="sess_worker")
     record_raw_call(recorder, "sess_worker", steps=15)
-    # The consumer's path: close -> on_commit -> queued on the broker, not run inline.
+    # The consumer's path: close -> on_commit -> queued on the broker, not run inline. No worker runs
+    # yet, so the recording must still wait (with a worker already up, it could be mid-processing here).
     services.recording_close(session_id="sess_worker", reason="client_close")
     recording.refresh_from_db()
-    assert recording.status == Recording.Status.RECORDING  # queued, not done inline
-    deadline = time.monotonic() + 60
-    while recording.status != Recording.Status.READY:
-        assert time.monotonic() < deadline, recording.status
-        time.sleep(0.05)
-        recording.refresh_from_db()
+    assert recording.status == Recording.Status.RECORDING
+    with a_celery_worker():  # the queued task waits on Redis for the worker that starts now
+        deadline = time.monotonic() + 60
+        while recording.status != Recording.Status.READY:
+            assert time.monotonic() < deadline, recording.status
+            time.sleep(0.05)
+            recording.refresh_from_db()
     assert recording.files and recording.progress == 1.0
