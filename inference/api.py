@@ -16,7 +16,16 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from inference import embedded
-from inference.contracts import Mode, ParleyError, SessionEvent, SessionRequest, TurnDetection, VoiceRef, WorkerSnapshot
+from inference.contracts import (
+    ChatMessage,
+    Mode,
+    ParleyError,
+    SessionEvent,
+    SessionRequest,
+    TurnDetection,
+    VoiceRef,
+    WorkerSnapshot,
+)
 from inference.registry import admission_stopped_error
 from inference.status import ServiceStatus, SessionStatus
 
@@ -74,7 +83,12 @@ class SessionHandle(Protocol):
 
     async def clear_input(self) -> None: ...
     async def create_response(self) -> None:
-        """Half-duplex: answer now (conversation_already_has_active_response while one runs)."""
+        """Half-duplex: answer now; chat: answer the conversation, taking a slot (or queueing) until the reply
+        ends. conversation_already_has_active_response while one runs."""
+
+    async def add_chat_item(self, message: ChatMessage) -> None:
+        """Chat: add a message to the conversation. unsupported_mode outside chat, message_too_large,
+        invalid_image, invalid_audio, invalid_value (an empty message)."""
 
     async def close(self, reason: str = "client_close") -> None:
         """End the session now; the slot is freed once the engine confirms cleanup."""

@@ -25,6 +25,7 @@ from typing import Any
 from inference import transport_auth, wire
 from inference.config import InferenceConfig
 from inference.contracts import (
+    ChatMessage,
     Closed,
     EngineCapabilities,
     ErrorEvent,
@@ -137,6 +138,9 @@ class RemoteSessionHandle:
 
     async def create_response(self) -> None:
         await self._call("create_response")
+
+    async def add_chat_item(self, message: ChatMessage) -> None:
+        await self._call("add_chat_item", message=wire.chat_message_to_dict(message))
 
     async def close(self, reason: str = "client_close") -> None:
         if not self._closed:

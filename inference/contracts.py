@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 __all__ = [
     "AudioOut",
+    "ChatMessage",
     "Closed",
     "CloseReason",
     "Decision",
@@ -119,6 +120,27 @@ TURN_DETECTION_LIMITS: dict[str, tuple[float, float]] = {
 }
 
 
+# Chat messages (conversation.item.create): the size limit of one message, checked by the session.
+MAX_CHAT_TEXT_CHARS = 8_000
+MAX_CHAT_ITEM_BYTES = 512 * 1024  # text (UTF-8), image and audio of one message together
+MAX_CHAT_AUDIO_S = 30.0
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One message of a chat conversation: text and, for the user, optionally one image and one audio clip."""
+
+    role: Literal["user", "assistant"]
+    text: str = ""
+    image: bytes | None = None  # JPEG or PNG
+    audio: bytes | None = None  # pcm16 little-endian mono at ``audio_rate``
+    audio_rate: int = 16_000
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.text.encode("utf-8", "surrogatepass")) + len(self.image or b"") + len(self.audio or b"")
+
+
 # ---- events the web tier receives from a session handle ------------------------------------
 
 
@@ -199,7 +221,7 @@ class ResponseStarted:
 @dataclass(frozen=True)
 class ResponseEnded:
     epoch: int
-    status: Literal["completed", "cancelled", "incomplete"]
+    status: Literal["completed", "cancelled", "incomplete", "failed"]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, get_args
 
-from inference.contracts import CloseReason, Mode, ParleyError, SessionEvent, TurnDetection, VoiceRef
+from inference.contracts import ChatMessage, CloseReason, Mode, ParleyError, SessionEvent, TurnDetection, VoiceRef
 from inference.outbox import Outbox
 
 if TYPE_CHECKING:
@@ -77,6 +77,9 @@ class LocalHandle:
 
     async def create_response(self) -> None:
         self._current().create_response()
+
+    async def add_chat_item(self, message: ChatMessage) -> None:
+        self._current().add_chat_item(message)
 
     async def close(self, reason: str = "client_close") -> None:
         """End the session; a handle that was replaced or already closed does nothing."""

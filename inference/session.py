@@ -209,6 +209,7 @@ class DialogueSession(TurnModes):
             samples = self._resampler.process(samples)
         self._positions.input_rate = rate
         if not self.audio_started:
+            self._check_streaming_mode()
             self.audio_started = True
             self._open_slot()
         assert self.slot is not None
@@ -262,8 +263,7 @@ class DialogueSession(TurnModes):
             self.attachment.outbox.drop_epoch_before(self.epoch)
         if self.audio_started and self.slot is not None:
             self._worker.cancel(self.slot)
-        if self.turns is not None:
-            self.turns.response_cancelled()
+        self._modes_cancelled()
 
     def force_listen(self) -> None:
         if self.caps.family != "unit":
@@ -289,8 +289,7 @@ class DialogueSession(TurnModes):
         self._timers.cancel_all()
         if self.recording is not None:
             self.recording.finish(reason)
-        if self.turns is not None:
-            self.turns.close()
+        self._modes_closed()
         if self.attachment is not None:
             self.attachment.outbox.put(Closed(reason))
             self._retire(self.attachment)

@@ -15,11 +15,12 @@ import numpy as np
 
 from inference.config import InferenceConfig
 from inference.contracts import EngineCapabilities
-from inference.engines.base import SlotConfig, SlotTurn
+from inference.engines.base import ChatRequest, SlotConfig, SlotTurn
 from inference.outbox import Outbox
 from inference.recording.policy import RecordingPolicy
 from inference.recording.recorder import SessionRecording
 from inference.worker import SlotCounters, SlotListener, WorkerStats
+from inference.worker_chats import ChatListener
 
 if TYPE_CHECKING:
     from inference.session import DialogueSession
@@ -41,6 +42,9 @@ class SlotDriver(Protocol):
     def force_listen(self, slot: int) -> None: ...
     def set_image(self, slot: int, image: bytes) -> None: ...
     def set_turn(self, slot: int, turn: SlotTurn) -> None: ...
+    def chat(
+        self, slot: int, request: ChatRequest, listener: ChatListener, loop: asyncio.AbstractEventLoop
+    ) -> None: ...
     def push(self, slot: int, samples: np.ndarray) -> bool: ...
     def stats(self) -> WorkerStats: ...
     def take_slot_counters(self, slot: int) -> SlotCounters: ...
@@ -49,6 +53,7 @@ class SlotDriver(Protocol):
 class Admission(Protocol):
     """The slot pool, as a session asks it for its queue position and gives its slot back (``SlotPool``)."""
 
+    def request(self, session) -> None: ...  # a session, or a chat response (inference.turns.chat)
     def tell_position(self, session: DialogueSession) -> None: ...
     def release(self, session: DialogueSession, slot: int | None, held_s: float = 0.0) -> None: ...
 

@@ -158,6 +158,8 @@ class Connection:
                 turn_detection=wire.turn_detection_from_dict(args.get("turn_detection")),
                 max_response_s=seconds if isinstance(seconds, int) and not isinstance(seconds, bool) else None,
             )
+        if op == "add_chat_item":
+            return handle.add_chat_item(wire.chat_message_from_dict(args.get("message")))
         if op == "playback_ack":
             return handle.playback_ack(args.get("played_ms"))
         if op == "close":

@@ -14,6 +14,8 @@ connections carry a single ``occupancy`` / ``end_session`` / ``capabilities`` ca
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import dataclasses
 import json
 import struct
@@ -23,6 +25,7 @@ from typing import Any
 from inference.audio import pcm
 from inference.contracts import (
     AudioOut,
+    ChatMessage,
     Closed,
     Decision,
     EngineCapabilities,
@@ -186,6 +189,44 @@ def capabilities_from_dict(obj: dict[str, Any]) -> EngineCapabilities:
     if "modes" in obj:  # JSON has no tuples
         obj = {**obj, "modes": tuple(obj["modes"])}
     return EngineCapabilities(**obj)
+
+
+def chat_message_to_dict(message: ChatMessage) -> dict[str, Any]:
+    def b64(data: bytes | None) -> str | None:
+        return None if data is None else base64.b64encode(data).decode("ascii")
+
+    return {
+        "role": message.role,
+        "text": message.text,
+        "image": b64(message.image),
+        "audio": b64(message.audio),
+        "audio_rate": message.audio_rate,
+    }
+
+
+def chat_message_from_dict(obj: Any) -> ChatMessage:
+    """A chat message from a peer; the session checks its content (sizes, image, audio) itself."""
+    if (
+        not isinstance(obj, dict)
+        or obj.get("role") not in ("user", "assistant")
+        or not isinstance(obj.get("text"), str)
+    ):
+        raise ParleyError("a chat message needs a role and text", code="invalid_value", param="item")
+    rate = obj.get("audio_rate", 16_000)
+    if not isinstance(rate, int) or isinstance(rate, bool):
+        raise ParleyError("audio_rate must be an integer", code="invalid_value", param="audio_rate")
+
+    def unb64(value: Any, param: str) -> bytes | None:
+        if value is None:
+            return None
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError, TypeError):
+            raise ParleyError(f"{param} is not valid base64", code="invalid_value", param=param) from None
+
+    return ChatMessage(
+        obj["role"], obj["text"], unb64(obj.get("image"), "image"), unb64(obj.get("audio"), "audio"), rate
+    )
 
 
 def turn_detection_from_dict(obj: Any) -> TurnDetection | None:

@@ -26,9 +26,10 @@ import numpy as np
 
 from inference.audio.framing import TickAlignedFramer
 from inference.audio.pcm import encode_pcm16_many
-from inference.engines.base import Engine, SlotConfig, SlotInput, SlotOutput, SlotTurn
+from inference.engines.base import ChatRequest, Engine, SlotConfig, SlotInput, SlotOutput, SlotTurn
 from inference.metrics import TimingRing
 from inference.recording.recorder import record_steps
+from inference.worker_chats import ChatJobs, ChatListener
 
 if TYPE_CHECKING:
     from inference.recording.recorder import SessionRecording
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CLOSE_ATTEMPTS = 3
+CHAT_SHARE = 0.5  # of each tick, chat replies may take this much beside duplex calls (all of it when none)
 
 
 class SlotListener(Protocol):
@@ -122,6 +124,7 @@ class EngineWorker:
         self.tick_ms = TimingRing()
         self.ticks = 0
         self.late_ticks = 0
+        self.chats = ChatJobs(engine)
 
     # ---- asyncio side -----------------------------------------------------------------------
 
@@ -166,6 +169,10 @@ class EngineWorker:
 
     def set_image(self, slot: int, image: bytes) -> None:
         self._send("image", slot, image)
+
+    def chat(self, slot: int, request: ChatRequest, listener: ChatListener, loop: asyncio.AbstractEventLoop) -> None:
+        """Chat mode: generate the reply to ``request`` on ``slot`` (held, not opened); pieces go to ``listener``."""
+        self._send("chat", slot, request, listener, loop)
 
     def set_turn(self, slot: int, turn: SlotTurn) -> None:
         """Turn-based sessions: every following unit listens or responds (``free``: the engine decides)."""
@@ -232,9 +239,15 @@ class EngineWorker:
         started = time.perf_counter()
         self._run_commands()
         self._retry_closes()
+        stepped = self._step(started)
+        if self.chats.replies:
+            self.chats.advance(started + self.period_s * (CHAT_SHARE if stepped else 0.95))
+
+    def _step(self, started: float) -> bool:
+        """One engine step over the open slots; False when none is open."""
         open_slots = [s for s in self.slots if s.opened and not s.failed]
         if not open_slots:
-            return
+            return False
         inputs: dict[int, SlotInput] = {}
         for s in open_slots:
             if s.prefilling:
@@ -253,7 +266,7 @@ class EngineWorker:
             for s in open_slots:
                 if s.index in inputs or s.prefilling:
                     self._fail(s, f"engine step failed: {type(exc).__name__}: {exc}")
-            return
+            return True
         step_ms = (time.perf_counter() - started) * 1000.0
         deliveries: dict[asyncio.AbstractEventLoop, list[tuple[Callable[..., None], tuple]]] = {}
         recorded: list[tuple[Any, ...]] = []
@@ -292,6 +305,7 @@ class EngineWorker:
             record_steps(recorded)
         self.ticks += 1
         self.tick_ms.add((time.perf_counter() - started) * 1000.0)
+        return True
 
     def _take_input(self, s: WorkerSlot) -> SlotInput:
         # The framer keeps the frame in phase with this tick and trims a standing queue itself.
@@ -332,6 +346,7 @@ class EngineWorker:
         s.prefill_reported = False
 
     def _cmd_close(self, s: WorkerSlot, on_closed: Callable[[], None], loop) -> None:
+        self.chats.stop(s.index)
         s.pending_close.append(lambda: self._post_to(loop, on_closed))
         s.close_attempts = 0
         self._close_now(s)
@@ -377,6 +392,9 @@ class EngineWorker:
 
     def _cmd_image(self, s: WorkerSlot, image: bytes) -> None:
         s.image = image
+
+    def _cmd_chat(self, s: WorkerSlot, request: ChatRequest, listener: ChatListener, loop) -> None:
+        self.chats.start(s.index, request, listener, loop)
 
     def _cmd_turn(self, s: WorkerSlot, turn: SlotTurn) -> None:
         s.turn = turn

@@ -20,14 +20,14 @@ exactly ``capabilities.input_chunk_samples`` samples at ``capabilities.input_rat
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 # The capabilities and voice types live in the leaf ``inference.contracts``; engines take them from here.
-from inference.contracts import EngineCapabilities, VoiceRef
+from inference.contracts import ChatMessage, EngineCapabilities, VoiceRef
 
 Decision = Literal["listen", "speak"]
 # Turn-based modes (half-duplex, chat) hold a unit engine to a side: "listen" forces every unit to listen,
@@ -68,6 +68,16 @@ class SlotOutput:
     progress: float = 1.0  # prefill progress in [0, 1]
 
 
+@dataclass(frozen=True)
+class ChatRequest:
+    """Chat mode: the whole conversation so far, to be answered by the engine (the slot keeps nothing)."""
+
+    messages: tuple[ChatMessage, ...]
+    persona: str | None = None
+    voice: VoiceRef | None = None
+    max_tokens: int = 128  # the reply's text is cut here
+
+
 class EngineError(Exception):
     """The engine could not do what was asked; the session using the slot must end (engine_failed)."""
 
@@ -100,6 +110,14 @@ class Engine(abc.ABC):
 
     def cancel(self, slot: int) -> None:  # noqa: B027 - optional hook, no-op by default
         """Barge-in: stop the current utterance of ``slot`` (unit engines end their speak turn)."""
+
+    def chat(self, slot: int, request: ChatRequest) -> Iterator[SlotOutput]:
+        """Chat mode: answer ``request`` on ``slot`` (not opened with ``open_slot``), piece by piece.
+
+        The worker advances the iterator between ticks; every piece carries text and audio, the last one
+        ``end_of_turn=True``. Closing the iterator early (a cancelled response) frees what it took.
+        """
+        raise EngineError(f"engine {self.capabilities.engine!r} serves no chat")
 
     def memory_snapshot(self) -> dict[str, float]:
         """Optional device-memory figures for the occupancy view (bytes)."""

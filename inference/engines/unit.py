@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +20,7 @@ import torch
 
 from inference.audio.resample import resample_clip
 from inference.engines.base import (
+    ChatRequest,
     Engine,
     EngineCapabilities,
     EngineError,
@@ -29,6 +30,7 @@ from inference.engines.base import (
     SlotOutput,
 )
 from inference.models.minicpmo.audio_encoder import UNIT_SAMPLES
+from inference.models.minicpmo.chat import ChatReply
 from inference.models.minicpmo.config import CheckpointError, MiniCPMOConfig
 from inference.models.minicpmo.duplex import DuplexRunner, DuplexSession, UnitResult, window_bounds
 from inference.models.minicpmo.fast.runner import FastDuplexRunner
@@ -139,7 +141,7 @@ class UnitEngine(Engine):
             output_rate=OUTPUT_RATE,
             video=True,
             demo_weights=demo,
-            modes=("duplex", "half_duplex"),
+            modes=("duplex", "half_duplex", "chat"),
             extra={
                 "vocoder": vocoder,
                 "memory_s": memory_s,  # the sliding window keeps at least this much audio-only call
@@ -211,6 +213,24 @@ class UnitEngine(Engine):
         state = self._slots.get(slot)
         if state is not None:
             state.end_turn_requested = True
+
+    def chat(self, slot: int, request: ChatRequest) -> Iterator[SlotOutput]:
+        """Chat mode: the reply to ``request`` (``inference.models.minicpmo.chat``), piece by piece."""
+        self._check_slot(slot)
+        if self.runner is None:
+            raise EngineError("warmup() must run before chat()")
+        if slot in self._slots:
+            raise EngineError(f"slot {slot} is open for a call")
+        ref_audio = None
+        if request.voice is not None and request.voice.path is not None:
+            try:
+                ref_audio = load_reference_audio(Path(request.voice.path))
+            except (OSError, ValueError, RuntimeError) as exc:
+                raise EngineError(f"slot {slot}: cannot read voice {request.voice.voice_id!r}: {exc}") from exc
+        prompt = request.persona or DEFAULT_SYSTEM_PROMPT
+        reply = ChatReply(self.runner, self.vocoder, request.messages, request.max_tokens, prompt, ref_audio)
+        for piece in reply.pieces():
+            yield SlotOutput(audio=piece.audio, text=piece.text, end_of_turn=piece.end_of_turn)
 
     # -- the tick ----------------------------------------------------------------------------------------------
 

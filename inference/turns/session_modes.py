@@ -1,15 +1,19 @@
 """The session's side of turn-based modes: ``DialogueSession`` mixes this in (kept out of session.py).
 
-It owns the mode choice and hands half-duplex work to ``HalfDuplex``, acting as its ``TurnHost``.
+It owns the mode choice and hands half-duplex work to ``HalfDuplex`` (acting as its ``TurnHost``) and chat
+to ``Chat`` (its ``ChatHost``). A chat session gives its slot back when it enters chat mode: each response
+takes one from the pool only while it runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING
 
-from inference.contracts import Mode, ParleyError, SessionEvent, TurnDetection
+from inference.contracts import ChatMessage, Mode, ParleyError, SessionEvent, TurnDetection
 from inference.engines.base import SlotTurn
+from inference.turns.chat import MAX_RESPONSE_S_LIMIT, Chat
 from inference.turns.half_duplex import HalfDuplex
 
 if TYPE_CHECKING:
@@ -21,6 +25,7 @@ class TurnModes:
 
     mode: Mode = "duplex"
     turns: HalfDuplex | None = None
+    chat: Chat | None = None
 
     def set_mode(
         self: DialogueSession,
@@ -38,13 +43,43 @@ class TurnModes:
             )
         if mode != self.mode and self.audio_started:
             raise ParleyError("the mode is fixed once audio has started", code="mode_update_unsupported", param="mode")
+        if self.mode == "chat" and mode != "chat":
+            raise ParleyError("a chat session stays in chat mode", code="mode_update_unsupported", param="mode")
         if mode == "chat":
-            raise ParleyError("chat mode is not served yet", code="unsupported_mode", param="mode")
+            self._enter_chat(max_response_s)
         if mode == "half_duplex":
             turns = self.turns or HalfDuplex(self, self.loop, self.caps.input_rate)
             turns.configure(detection, max_response_s)  # raises before anything changed
             self.turns = turns
         self.mode = mode
+
+    def _enter_chat(self: DialogueSession, max_response_s: int | None) -> None:
+        if max_response_s is not None and not 1 <= max_response_s <= MAX_RESPONSE_S_LIMIT:
+            raise ParleyError(
+                f"max_response_s must lie in [1, {MAX_RESPONSE_S_LIMIT}]", code="invalid_value", param="max_response_s"
+            )
+        self._require_admitted()
+        if self.chat is None:
+            self.chat = Chat(self, self._admission, self._worker, self.loop)
+            if self.slot is not None:  # the slot goes back to the pool until a response needs one
+                self._admission.release(self, self.slot)
+                self.slot = None
+        if max_response_s is not None:
+            self.chat.max_response_s = max_response_s
+
+    def _chat(self: DialogueSession) -> Chat:
+        self._require_admitted()
+        if self.chat is None or self.mode != "chat":
+            raise ParleyError(
+                "conversation items are taken in chat mode only; set session.duplex.mode to chat",
+                code="unsupported_mode",
+                param="mode",
+            )
+        self.last_activity = time.monotonic()
+        return self.chat
+
+    def add_chat_item(self: DialogueSession, message: ChatMessage) -> None:
+        self._chat().add(message)
 
     def _half_duplex(self: DialogueSession) -> HalfDuplex:
         self._require_admitted()
@@ -59,6 +94,9 @@ class TurnModes:
         self._half_duplex().clear()
 
     def create_response(self: DialogueSession) -> None:
+        if self.mode == "chat":
+            self._chat().create_response()
+            return
         turns = self._half_duplex()
         if not self.audio_started:
             raise ParleyError("nothing to answer: no audio has been sent yet", code="input_audio_buffer_commit_empty")
@@ -69,6 +107,27 @@ class TurnModes:
         if self.mode != "half_duplex" or self.turns is None or self.turns.detection is None:
             return None
         return dataclasses.asdict(self.turns.detection)
+
+    def _check_streaming_mode(self: DialogueSession) -> None:
+        if self.mode == "chat":
+            raise ParleyError(
+                "a chat session takes audio inside conversation items, not as a stream",
+                code="unsupported_mode",
+                param="mode",
+            )
+
+    def _modes_cancelled(self: DialogueSession) -> None:
+        """``response.cancel`` (or barge-in), after the session moved to a new epoch."""
+        if self.turns is not None:
+            self.turns.response_cancelled()
+        if self.chat is not None:
+            self.chat.cancelled()
+
+    def _modes_closed(self: DialogueSession) -> None:
+        if self.turns is not None:
+            self.turns.close()
+        if self.chat is not None:
+            self.chat.close()
 
     # ---- TurnHost ---------------------------------------------------------------------------------
 

@@ -1,0 +1,156 @@
+"""Chat mode through the facade, on a stub engine that answers with the conversation it was given.
+
+The slot is held only while a response runs: a chat session between messages leaves it free for a duplex
+caller, and a response asked for while a call holds the only slot waits for it. Bad input is a typed error
+and the session goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import io
+
+import numpy as np
+import pytest
+
+from inference import api
+from inference.contracts import (
+    MAX_CHAT_TEXT_CHARS,
+    AudioOut,
+    ChatMessage,
+    ParleyError,
+    Queued,
+    Ready,
+    ResponseEnded,
+    ResponseStarted,
+    SessionRequest,
+    TextOut,
+)
+from inference.engines.base import ChatRequest, SlotOutput
+from inference.engines.echo import EchoEngine
+from tests.inference.event_helpers import EventReader
+
+
+class ChattyEcho(EchoEngine):
+    """Echo, plus chat: each reply is two pieces naming the messages it was asked to answer."""
+
+    def __init__(self, num_slots: int = 1):
+        super().__init__(num_slots, delay_frames=0)
+        self.capabilities = dataclasses.replace(self.capabilities, modes=("duplex", "chat"))
+        self.requests: list[tuple[int, ChatRequest]] = []
+
+    def chat(self, slot, request):
+        self.requests.append((slot, request))
+        said = "|".join(f"{m.role}:{m.text}" for m in request.messages)
+        yield SlotOutput(audio=np.full(240, 0.25, np.float32), text=f"[{said}]")
+        yield SlotOutput(audio=np.full(240, 0.5, np.float32), text=" done", end_of_turn=True)
+
+
+def png() -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 10, 10)).save(out, format="PNG")
+    return out.getvalue()
+
+
+async def chat_session(user: str):
+    handle = await api.open_session(SessionRequest(user_key=user))
+    reader = EventReader(handle)
+    assert isinstance(await reader.until(Ready, 5), Ready)
+    await handle.set_mode(mode="chat", turn_detection=None, max_response_s=2)
+    return handle, reader
+
+
+async def reply(reader: EventReader, started: ResponseStarted | None = None) -> tuple[str, int, str]:
+    started = started or await reader.until(ResponseStarted, 10)
+    ended = await reader.until(ResponseEnded, 10)
+    assert ended.epoch == started.epoch
+    text = "".join(e.text for e in reader.seen if isinstance(e, TextOut) and e.epoch == started.epoch)
+    audio = [e for e in reader.seen if isinstance(e, AudioOut) and e.epoch == started.epoch]
+    assert audio and all(e.pcm16 for e in audio)
+    return text, len(audio), ended.status
+
+
+async def slot_states() -> list[str]:
+    """The slots' states once no close is still being confirmed by the worker."""
+    for _ in range(200):
+        states = [s.state for s in (await api.occupancy())[0].slots]
+        if "closing" not in states:
+            return states
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"a slot stays closing: {states}")
+
+
+async def test_a_conversation_is_answered_and_the_slot_is_free_between_messages(facade):
+    engine = ChattyEcho(1)
+    await facade(engine_instance=engine, slots=1, queue_max=2)
+    handle, reader = await chat_session("chat-user")
+    assert await slot_states() == ["free"]  # entering chat mode gave the slot back
+    await handle.add_chat_item(ChatMessage("user", "hello", image=png()))
+    await handle.create_response()
+    text, _, status = await reply(reader)
+    assert (text, status) == ("[user:hello] done", "completed")
+    assert engine.requests[0][1].max_tokens == 20  # max_response_s 2: about ten ids a second
+    # A second message continues the conversation, the reply included.
+    await handle.add_chat_item(ChatMessage("user", "again"))
+    await handle.create_response()
+    text, _, _ = await reply(reader)
+    assert text == "[user:hello|assistant:[user:hello] done|user:again] done"
+
+    # Between messages a duplex caller gets the only slot at once ...
+    caller = await api.open_session(SessionRequest(user_key="duplex-caller"))
+    caller_events = EventReader(caller)
+    assert isinstance(await caller_events.until(Ready, 5), Ready)
+    # ... and a response asked for meanwhile waits for it, then runs once the call ends.
+    await handle.add_chat_item(ChatMessage("user", "third"))
+    await handle.create_response()
+    started = await reader.until(ResponseStarted, 5)
+    assert isinstance(await reader.until(Queued, 5), Queued)
+    assert len(engine.requests) == 2
+    await caller.close()
+    text, _, status = await reply(reader, started)
+    assert status == "completed" and text.endswith("|user:third] done")
+    assert await slot_states() == ["free"]
+    await handle.close()
+
+
+async def test_bad_chat_input_is_a_typed_error_and_the_session_goes_on(facade):
+    await facade(engine_instance=ChattyEcho(1), slots=1)
+    handle = await api.open_session(SessionRequest(user_key="chat-bad"))
+    reader = EventReader(handle)
+    await reader.until(Ready, 5)
+
+    async def refused(call, code: str) -> None:
+        with pytest.raises(ParleyError) as caught:
+            await call
+        assert caught.value.code == code, caught.value
+
+    await refused(handle.add_chat_item(ChatMessage("user", "not chat yet")), "unsupported_mode")
+    await handle.set_mode(mode="chat", turn_detection=None)
+    await refused(handle.create_response(), "conversation_empty")
+    await refused(handle.add_chat_item(ChatMessage("user", "x", image=b"GIF89a not an image")), "invalid_image")
+    broken = png()[:40]  # a PNG header and nothing after it
+    await refused(handle.add_chat_item(ChatMessage("user", "x", image=broken)), "invalid_image")
+    await refused(handle.add_chat_item(ChatMessage("user", "x" * (MAX_CHAT_TEXT_CHARS + 1))), "message_too_large")
+    await refused(handle.add_chat_item(ChatMessage("user", "x", audio=b"\x00" * 3)), "invalid_audio")
+    await refused(handle.append_audio(b"\x00\x00" * 480, encoding="pcm16", rate=24_000), "unsupported_mode")
+    await refused(handle.set_mode(mode="duplex", turn_detection=None), "mode_update_unsupported")
+    # The session goes on: a good message gets its reply; a second response.create while it runs is refused.
+    await handle.add_chat_item(ChatMessage("user", "fine"))
+    await handle.create_response()
+    await refused(handle.create_response(), "conversation_already_has_active_response")
+    text, _, _ = await reply(reader)
+    assert text == "[user:fine] done"
+    await handle.close()
+
+
+async def test_a_duplex_only_engine_refuses_chat(facade):
+    await facade(engine="echo", slots=1)
+    handle = await api.open_session(SessionRequest(user_key="chat-echo"))
+    await EventReader(handle).until(Ready, 5)
+    with pytest.raises(ParleyError) as caught:
+        await handle.set_mode(mode="chat", turn_detection=None)
+    assert caught.value.code == "unsupported_mode"
+    await handle.close()
