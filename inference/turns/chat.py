@@ -163,12 +163,13 @@ class Chat:
             )
         response = _Response(self, self.host.next_epoch())
         self.response = response
+        self.host.emit(ResponseStarted(response.epoch))  # before a Queued the request may send
         try:
             self._pool.request(response)  # a free slot: admitted at once; else queued (or resource_exhausted)
         except ParleyError:
             self.response = None
+            self.host.emit(ResponseEnded(response.epoch, "failed"))
             raise
-        self.host.emit(ResponseStarted(response.epoch))
 
     def cancelled(self) -> None:
         """``response.cancel``: the session already moved to a new epoch."""

@@ -44,8 +44,8 @@ from inference.contracts import (
     TurnCommitted,
 )
 from webapp.accounts import revocation
+from webapp.conversations import chat_items, services
 from webapp.conversations import protocol as p
-from webapp.conversations import services
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
 from webapp.conversations.turn_events import TurnEvents
 from webapp.conversations.turn_settings import turn_update
@@ -188,8 +188,10 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             case p.InputAudioBufferClear() if self.view.mode == "half_duplex":
                 await handle.clear_input()
                 await self._emit([self.events.event("input_audio_buffer.cleared")])
-            case p.ResponseCreate() if self.view.mode == "half_duplex":
+            case p.ResponseCreate() if self.view.mode in ("half_duplex", "chat"):
                 await handle.create_response()
+            case p.ConversationItemCreate():
+                await self._chat_item(event)
             case p.InputAudioBufferCommit():  # a duplex model listens continuously: nothing to commit
                 await self._emit(
                     [self.events.event("input_audio_buffer.committed", previous_item_id=None, item_id=new_id("item"))]
@@ -227,6 +229,15 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             raise p.ProtocolError("unsupported_input", f"The {caps.engine} engine takes no images.", param="image")
         image = p.decode_base64(event.image, code="invalid_image", param="image", event_id=event.event_id)
         await self.handle.append_image(image)  # the facade checks for JPEG/PNG
+
+    async def _chat_item(self, event: p.ConversationItemCreate) -> None:
+        if self.view.mode != "chat":
+            raise p.ProtocolError(
+                "unsupported_mode", "Conversation items are taken in chat mode only.", param="session.duplex.mode"
+            )
+        message, item = chat_items.chat_message(event, self.view)
+        await self.handle.add_chat_item(message)  # type: ignore[union-attr] - set while events arrive
+        await self._emit(self.events.add_message_item(item))
 
     async def _session_update(self, event: p.SessionUpdate) -> None:
         """Validate everything first, then apply: a rejected update changes nothing."""

@@ -180,6 +180,14 @@ class InputImageAppend(_Event):
     image: str
 
 
+class ConversationItemCreate(_Event):
+    """Chat mode: a message for the conversation; its content is checked by ``chat_items``."""
+
+    type: Literal["conversation.item.create"]
+    item: dict[str, Any]
+    previous_item_id: CleanText | None = Field(default=None, max_length=MAX_EVENT_ID_CHARS)
+
+
 class ResponseCreate(_Event):
     type: Literal["response.create"]
 
@@ -215,6 +223,7 @@ ClientEvent = Annotated[
     | InputAudioBufferCommit
     | InputAudioBufferClear
     | InputImageAppend
+    | ConversationItemCreate
     | ResponseCreate
     | ResponseCancel
     | ResponseForceListen

@@ -230,6 +230,14 @@ class RealtimeEvents:
         }
         return self.event("conversation.item.added", previous_item_id=previous, item=item)
 
+    def add_message_item(self, item: dict[str, Any]) -> list[Outgoing]:
+        """``conversation.item.added`` then ``conversation.item.done`` for a message the client created (chat)."""
+        previous, self._previous_item_id = self._previous_item_id, item["id"]
+        return [
+            self.event("conversation.item.added", previous_item_id=previous, item=item),
+            self.event("conversation.item.done", previous_item_id=previous, item=item),
+        ]
+
     @property
     def previous_item_id(self) -> str | None:
         return self._previous_item_id

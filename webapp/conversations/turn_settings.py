@@ -49,9 +49,11 @@ def turn_update(config: p.SessionConfig, view: SessionView) -> TurnUpdate | None
     if mode is None and named and settings is not None and serves_half_duplex and view.mode == "duplex":
         mode = "half_duplex"
     target = mode or view.mode
+    if target == "chat":  # no turn detection; max_response_s caps each reply
+        return TurnUpdate(mode, None, max_response_s) if mode is not None or max_response_s is not None else None
     if target != "half_duplex":
         if mode is None:
-            return None  # duplex (or chat) sessions take no turn detection
+            return None  # duplex sessions take no turn detection
         return TurnUpdate(mode, None, None)
     if named:
         detection = None if settings is None else TurnDetection(**settings.model_dump(exclude={"type"}))

@@ -47,3 +47,13 @@ async def test_bad_turn_detection_is_a_typed_error_and_the_session_goes_on(alice
     assert (error["code"], error["param"]) == (code, param)
     await peer.proves_alive()
     await peer.close()
+
+
+async def test_conversation_items_outside_chat_mode_are_refused_and_the_session_goes_on(alice):
+    peer, _ = await ready_peer(alice)
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}
+    await peer.send({"type": "conversation.item.create", "item": item, "event_id": "chat-1"})
+    error = await peer.error()
+    assert (error["code"], error["event_id"]) == ("unsupported_mode", "chat-1")
+    await peer.proves_alive()
+    await peer.close()

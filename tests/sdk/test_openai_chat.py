@@ -1,0 +1,166 @@
+"""The stock ``openai`` SDK holds a chat conversation with the unit engine (tiny MiniCPM-o checkpoint).
+
+Messages go in as ``conversation.item.create`` (text, a PNG as an ``input_image`` data URI, an ``input_audio``
+clip), each answered after ``response.create`` with streamed transcript and audio deltas and ``response.done``.
+The engine slot is held only while a response runs: between messages a duplex caller gets the server's one
+slot at once, and a response asked for meanwhile waits until that call ends. Bad items are typed errors and
+the session goes on. This module starts its own daphne live server running the unit engine.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inference.contracts import MAX_CHAT_TEXT_CHARS
+from tests.browser.conftest import live_server_env
+from tests.live_server import run_live_server
+from tests.sdk.test_openai_half_duplex import collect_until, connect, expect_error, sdk_client
+
+pytestmark = pytest.mark.django_db(transaction=True)
+DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "minicpmo45"
+RATE = 24_000
+
+
+@pytest.fixture(scope="module")
+def chat_server(tmp_path_factory, django_db_setup, django_db_blocker):
+    """One slot, so that a chat session holding it between messages would lock the duplex caller out."""
+    from inference.models.minicpmo.fill import make_checkpoint
+    from inference.models.minicpmo.token2wav.make_assets import make_token2wav_assets
+
+    checkpoint = make_checkpoint(tmp_path_factory.mktemp("minicpmo-chat"), data_dir=DATA_DIR)
+    make_token2wav_assets(checkpoint / "assets" / "token2wav")  # tiny random Token2Wav: the reply is noise
+    env = live_server_env("minicpmo", str(checkpoint), PARLEY_SLOTS="1", PARLEY_QUEUE_MAX="2")
+    with run_live_server(django_db_blocker, env) as server:
+        yield server
+
+
+def png_data_url() -> str:
+    from PIL import Image
+
+    pixels = (np.arange(32 * 24 * 3).reshape(24, 32, 3) * 7 % 256).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
+
+
+def tone_b64(seconds: float) -> str:
+    t = np.arange(int(seconds * RATE)) / RATE
+    return base64.b64encode((0.3 * np.sin(2 * np.pi * 330 * t) * 32767).astype("<i2").tobytes()).decode()
+
+
+def user_item(*parts: dict) -> dict:
+    return {"type": "message", "role": "user", "content": list(parts)}
+
+
+def text(value: str) -> dict:
+    return {"type": "input_text", "text": value}
+
+
+def chat_mode(connection) -> None:
+    connection.send({"type": "session.update", "session": {"duplex": {"mode": "chat", "max_response_s": 2}}})
+    updated = collect_until(connection, "session.updated")[-1].session.model_dump()
+    assert updated["duplex"]["mode"] == "chat" and updated["duplex"]["max_response_s"] == 2
+
+
+def ask(connection, item: dict) -> list:
+    """Add ``item``, ask for a response; every event through ``response.done``."""
+    connection.conversation.item.create(item=item)
+    added = collect_until(connection, "conversation.item.done")
+    assert [e.type for e in added][-2:] == ["conversation.item.added", "conversation.item.done"]
+    connection.response.create()
+    return collect_until(connection, "response.done")
+
+
+def transcript_of(events: list) -> str:
+    return "".join(e.delta for e in events if e.type == "response.output_audio_transcript.delta")
+
+
+def audio_of(events: list) -> np.ndarray:
+    pieces = [base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta"]
+    return np.frombuffer(b"".join(pieces), dtype="<i2").astype(np.float32) / 32768.0
+
+
+def test_sdk_chat_conversation_streams_replies_and_holds_no_slot_between_messages(chat_server):
+    client = sdk_client(chat_server, "sdk-chat")
+    with connect(chat_server, "", client) as connection:
+        created = collect_until(connection, "session.created")[-1]
+        assert "chat" in created.session.model_dump()["duplex"]["capabilities"]["modes"]
+        expect_error(
+            connection, {"type": "conversation.item.create", "item": user_item(text("hi"))}, "unsupported_mode"
+        )
+        chat_mode(connection)
+
+        # A message with an image: a streamed reply, in OpenAI's order.
+        first = ask(
+            connection,
+            user_item(text("What is in this picture?"), {"type": "input_image", "image_url": png_data_url()}),
+        )
+        types = [e.type for e in first]
+        order = [
+            types.index(t)
+            for t in (
+                "response.created",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_audio_transcript.delta",
+                "response.output_audio.done",
+                "response.output_item.done",
+                "response.done",
+            )
+        ]
+        assert order == sorted(order), types
+        assert first[-1].response.status == "completed"
+        assert transcript_of(first).strip()
+        audio = audio_of(first)
+        assert audio.size and float(np.sqrt(np.mean(audio**2))) > 1e-3, "the reply is spoken (noise, not silence)"
+        done_item = first[-1].response.output[0]
+        assert done_item.content[0].transcript == transcript_of(first)
+
+        # Between messages the one slot is free: a duplex caller is admitted at once ...
+        with connect(chat_server, "sdk-chat-duplex-caller") as caller:
+            assert collect_until(caller, "session.created")[-1].session.model_dump()["duplex"]["mode"] == "duplex"
+            # ... and a response asked for meanwhile waits in the queue for it (it continues the conversation,
+            # with an audio clip this time), and runs once the call has ended.
+            connection.conversation.item.create(
+                item=user_item(text("And this sound?"), {"type": "input_audio", "audio": tone_b64(0.6)})
+            )
+            collect_until(connection, "conversation.item.done")
+            connection.response.create()
+            events = collect_until(connection, "session.queued")
+            assert "response.created" in [e.type for e in events]
+            expect_error(connection, {"type": "response.create"}, "conversation_already_has_active_response")
+            caller.send({"type": "session.close"})
+            collect_until(caller, "session.closed")
+        second = collect_until(connection, "response.done")
+        assert second[-1].response.status == "completed" and transcript_of(second).strip()
+
+        # Bad items: typed errors, and the session goes on.
+        not_png = "data:image/png;base64," + base64.b64encode(b"this is not an image").decode()
+        bad = [
+            (user_item(text("x"), {"type": "input_image", "image_url": not_png}), "invalid_image"),
+            (user_item({"type": "input_video", "video": "x"}), "invalid_value"),
+            (user_item(text("x" * (MAX_CHAT_TEXT_CHARS + 1))), "message_too_large"),
+        ]
+        for item, code in bad:
+            expect_error(connection, {"type": "conversation.item.create", "item": item}, code)
+        third = ask(connection, user_item(text("Still there?")))
+        assert third[-1].response.status == "completed"
+        connection.send({"type": "session.close"})
+        collect_until(connection, "session.closed")
+
+
+def test_the_same_conversation_gets_the_same_reply(chat_server):
+    replies = []
+    for name in ("sdk-chat-same-1", "sdk-chat-same-2"):
+        with connect(chat_server, name) as connection:
+            collect_until(connection, "session.created")
+            chat_mode(connection)
+            replies.append(transcript_of(ask(connection, user_item(text("Tell me a story.")))))
+            connection.send({"type": "session.close"})
+            collect_until(connection, "session.closed")
+    assert replies[0] == replies[1] and replies[0].strip()
