@@ -10,7 +10,8 @@ import { hooks, installTap, pushBounded } from "./hooks.js";
 import { decodeAudioFrame, encodeAudioFrame } from "./audio-wire.js";
 import { JitterPlayer, WIRE_RATE } from "./player.js";
 import { LatencyMeter } from "./latency.js";
-import { applyMode, handleModeEvent } from "./modes.js";
+import { bindChat, handleChatEvent } from "./chat.js";
+import { applyMode, chosenMode, handleModeEvent } from "./modes.js";
 import { handleServerEvent, playAgentAudio } from "./server-events.js";
 import { CallUi } from "./ui.js";
 
@@ -59,7 +60,7 @@ export class Call {
     try {
       await resuming;
       await this.ctx.audioWorklet.addModule(new URL("./mic-worklet.js", import.meta.url));
-      await this.openMicrophone();
+      if (chosenMode() !== "chat") await this.openMicrophone(); // chat takes typed messages, no stream
     } catch (err) {
       this.fail(`Microphone unavailable: ${err.message}`);
       return;
@@ -72,7 +73,7 @@ export class Call {
       onStart: (chunk) => this.onChunkScheduled(chunk),
     });
     this.ui.drawOutput(this.player.analyser);
-    if (TAP) await installTap(this.ctx, this.mic.source, this.player.gain);
+    if (TAP && this.mic) await installTap(this.ctx, this.mic.source, this.player.gain);
     hooks.framesSent = 0;
     this.connect();
     this.figuresTimer = setInterval(() => this.refreshFigures(), 500);
@@ -253,6 +254,7 @@ export class Call {
     try {
       handleServerEvent(this, event);
       handleModeEvent(event, this); // the mode picker and the half-duplex speech indicator (modes.js)
+      handleChatEvent(event, this); // chat mode's box and log (chat.js)
     } catch (err) {
       // A malformed event (bad base64, missing fields) is dropped; the call goes on.
       pushBounded(hooks.errors, { code: "client_bad_event", type: event.type, message: String(err) }, 50);
@@ -347,4 +349,5 @@ ui.bind({
   camera: () => call.toggleCamera(),
 });
 ui.bindPersonaPresets();
+bindChat(call);
 ui.showPreview(); // the default engine's banner, before the first call

@@ -1,5 +1,5 @@
-// Turn-taking modes on the call page: the mode picker (duplex, half-duplex) and, in half-duplex, the
-// speech indicator. call.js calls applyMode() on its session.update and handleModeEvent() on every
+// Turn-taking modes on the call page: the mode picker (duplex, half-duplex, chat) and, in half-duplex, the
+// speech indicator (chat's box and log are chat.js's). call.js calls applyMode() on its session.update and handleModeEvent() on every
 // server event; everything else about modes lives here.
 //
 // Half-duplex asks for OpenAI's server_vad with its defaults (threshold 0.5, prefix_padding_ms 300,
@@ -8,7 +8,7 @@
 import { hooks, pushBounded } from "./hooks.js";
 
 const $ = (id) => document.getElementById(id);
-// Tests shorten a half-duplex response with ?max_response_s=N (a Parley extension; default 30 s).
+// Tests shorten a half-duplex or chat response with ?max_response_s=N (a Parley extension; default 30 s).
 const MAX_RESPONSE_S = Number(new URLSearchParams(location.search).get("max_response_s")) || null;
 const SPEECH_LABELS = {
   listening: "Listening",
@@ -43,7 +43,8 @@ export function applyMode(session, resumed) {
   hooks.mode = mode;
   session.duplex = { ...session.duplex, mode };
   if (mode === "half_duplex") session.audio.input.turn_detection = { type: "server_vad" };
-  if (mode === "half_duplex" && MAX_RESPONSE_S) session.duplex.max_response_s = MAX_RESPONSE_S;
+  if (MAX_RESPONSE_S) session.duplex.max_response_s = MAX_RESPONSE_S; // half-duplex and chat
+
   return session;
 }
 
