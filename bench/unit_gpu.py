@@ -11,11 +11,13 @@ device synchronised.
 Reports: listen / speak / omni unit median and p99 for one session (eager and fast); sessions served
 within the 1 s budget by the fast runner with ~40% of units speaking (p99 of the whole tick over >= 60
 ticks); device memory per session; greedy equality (eager vs fast, bf16, 30 units); a torch.profiler
-summary of one 16-session tick.
+summary of one 16-session tick; the native Token2Wav per 1 s unit (the unit's vocoder stage, timed on its
+own: random assets at the published flow / HiFT shapes and tiny ones, 5 and 10 flow steps).
 
 Usage (GPU machine)::
 
     python3 bench/unit_gpu.py --out $OUT/unit-h200.json
+    python3 bench/unit_gpu.py --vocoder-only --out $OUT/token2wav-h200.json
 """
 
 from __future__ import annotations
@@ -176,6 +178,57 @@ def profile_tick(runner, n: int) -> str:
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
 
 
+def vocoder_units(units: int, published_sizes: bool, n_timesteps: int, device: str) -> dict:
+    """The native Token2Wav per 1 s unit (25 codes, as one speaking unit yields), device synchronised.
+
+    Random assets in the published layout (``make_token2wav_assets``): at the published flow / HiFT shapes or
+    tiny. The first 5 units (first-seen shapes, allocator warm-up) are left out of the statistics.
+    """
+    import tempfile
+
+    from inference.models.minicpmo.token2wav.make_assets import make_token2wav_assets
+    from inference.models.minicpmo.vocoder import Token2WavVocoder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        assets = make_token2wav_assets(Path(tmp) / "t2w", published_sizes=published_sizes)
+        vocoder = Token2WavVocoder(assets, device=device, n_timesteps=n_timesteps)
+        sync()
+        t0 = time.perf_counter()
+        state = vocoder.new_state(make_audio(2, 5))
+        sync()
+        prompt_ms = (time.perf_counter() - t0) * 1000
+        rng = np.random.default_rng(0)
+        per_unit, rms = [], []
+        for u in range(units + 5):
+            if u % 20 == 0:
+                vocoder.new_turn(state)  # a turn of 20 s at most: the stream caches stay a real turn's size
+            codes = rng.integers(0, 6561, 25).tolist()
+            sync()
+            t0 = time.perf_counter()
+            audio = vocoder.synthesize(state, codes, end_of_turn=False)
+            sync()
+            if u >= 5:
+                per_unit.append((time.perf_counter() - t0) * 1000)
+                rms.append(float(np.sqrt(np.mean(np.square(audio)))))
+    return {
+        "assets": "random, published flow/HiFT shapes" if published_sizes else "random, tiny",
+        "flow_steps": n_timesteps,
+        "prompt_ms": round(prompt_ms, 1),
+        "unit": stats(per_unit),
+        "audio_rms_min": round(min(rms), 4),
+    }
+
+
+def vocoder_section(units: int, device: str) -> dict:
+    rows = {}
+    for published in (True, False):
+        for steps in (5, 10):
+            row = vocoder_units(units, published, steps, device)
+            rows[f"{'published' if published else 'tiny'}_steps{steps}"] = row
+            print("token2wav", json.dumps(row), flush=True)
+    return {"bench": "native Token2Wav per 1 s unit (25 codes), float32", "rows": rows}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="bench/results/unit-h200.json")
@@ -183,11 +236,23 @@ def main() -> int:
     parser.add_argument("--ticks", type=int, default=64)
     parser.add_argument("--tiny", action="store_true", help="the golden pack's tiny config on this device (smoke)")
     parser.add_argument("--deadline-s", type=float, default=480, help="skip further capacity rows past this")
+    parser.add_argument("--vocoder-units", type=int, default=300, help="units per Token2Wav speed row")
+    parser.add_argument("--vocoder-only", action="store_true", help="only the Token2Wav section (its own results)")
     args = parser.parse_args()
     t_start = time.perf_counter()
     torch.set_grad_enabled(False)
-    sizes = [int(s) for s in args.sessions.split(",")]
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.vocoder_only:
+        result = {
+            "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+            "torch": torch.__version__,
+            "token2wav": vocoder_section(args.vocoder_units, device),
+        }
+        result["wall_s"] = round(time.perf_counter() - t_start, 1)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1))
+        return 0
+    sizes = [int(s) for s in args.sessions.split(",")]
     config = json.loads((DATA / "config.json").read_text()) if args.tiny else REAL_45
     parts = build_model(torch.bfloat16 if device == "cuda" else torch.float32, config, device)
     params = sum(p.numel() for _, m in parts.modules().values() for p in m.parameters())
@@ -252,6 +317,7 @@ def main() -> int:
         result["profile_16_all_speaking"] = profile_tick(fast, min(16, max(sizes))).splitlines()
     except RuntimeError as exc:  # the profiler is optional evidence; the numbers above stand without it
         result["profile_16_all_speaking"] = f"profiler failed: {exc}"
+    result["token2wav"] = vocoder_section(args.vocoder_units, device)  # the unit's last stage, beside the rest
     result["peak_allocated_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2) if device == "cuda" else None
     result["wall_s"] = round(time.perf_counter() - t_start, 1)
     out = Path(args.out)

@@ -239,13 +239,19 @@ def _tokenizer_onnx(path: Path, dims: TinyTokenizer, seed: int) -> None:
     onnx.save(model, str(path))
 
 
-def make_token2wav_assets(out_dir: str | Path, *, seed: int = 1234) -> Path:
-    """Write the five files into ``out_dir`` (created if needed); returns it."""
+def make_token2wav_assets(out_dir: str | Path, *, seed: int = 1234, published_sizes: bool = False) -> Path:
+    """Write the five files into ``out_dir`` (created if needed); returns it.
+
+    ``published_sizes``: the flow decoder and HiFT at the published shapes (``FlowConfig()`` and 512 HiFT
+    channels: what runs per unit, for speed figures); the two prompt-side ONNX models stay tiny either way.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "flow.yaml").write_text(flow_yaml_text(TINY_FLOW))
-    torch.save(random_state_dict(CausalFlow(TINY_FLOW), seed), out / "flow.pt")
-    hift = HiFT(base_channels=TINY_HIFT_CHANNELS, f0_channels=TINY_HIFT_CHANNELS)
+    flow = FlowConfig() if published_sizes else TINY_FLOW
+    (out / "flow.yaml").write_text(flow_yaml_text(flow))
+    torch.save(random_state_dict(CausalFlow(flow), seed), out / "flow.pt")
+    channels = 512 if published_sizes else TINY_HIFT_CHANNELS
+    hift = HiFT(base_channels=channels, f0_channels=channels)
     torch.save(hift_published_dict(random_state_dict(hift, seed + 1)), out / "hift.pt")
     _campplus_onnx(out / "campplus.onnx", seed + 2)
     _tokenizer_onnx(out / "speech_tokenizer_v2_25hz.onnx", TinyTokenizer(), seed + 3)
