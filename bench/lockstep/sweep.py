@@ -18,7 +18,7 @@ from bench.lockstep.codec import (
     time_graphed_mimi,
     time_mimi,
 )
-from bench.lockstep.common import FRAME_MS, GiB, free_memory, log, save
+from bench.lockstep.common import GiB, free_memory, log, save
 from bench.lockstep.fast import (
     check_graph_equals_eager,
     fill_rings_random,
@@ -136,27 +136,3 @@ def run_config(dep_q: int, args, results: dict) -> None:
     free_memory()
     save(results, args.out)
 
-
-def summarize(results: dict) -> dict:
-    """The issue's targets, each with the measured number it is judged on (full context is the worst case)."""
-    out = {}
-    for key, entry in results["configs"].items():
-        ratios = entry.get("ratio_ours_over_reference", {})
-        for B, limit in ((1, 0.5), (64, 0.6)):
-            r = ratios.get(B)
-            if r:
-                out[f"{key}_B{B}_ratio"] = {
-                    "limit": limit,
-                    **r,
-                    "met_fresh": r["fresh"] <= limit,
-                    "met_full_context": r["full"] <= limit,
-                }
-        if "graph_equals_eager" in entry:
-            out[f"{key}_greedy_graph_equals_eager_200_frames"] = all(
-                v["equal"] for mode in entry["graph_equals_eager"].values() for v in mode.values()
-            )
-    rt = results.get("realtime", {})
-    for name in ("B128_full", "B128_30s"):
-        if name in rt:
-            out[f"dep_q16_{name}_p99_ms"] = {"p99": rt[name]["p99"], "limit": FRAME_MS, "met": rt[name]["realtime"]}
-    return out
