@@ -100,8 +100,8 @@ def test_sdk_half_duplex_turns_responses_and_barge_in(unit_server):
         expect_error(connection, _update({"type": "server_vad", "silence_duration_ms": -1}), "invalid_value")
         expect_error(connection, _update({"type": "semantic_vad"}), "unsupported_turn_detection")
         expect_error(
-            connection, {"type": "session.update", "session": {"duplex": {"mode": "chat"}}}, "unsupported_mode"
-        )
+            connection, {"type": "session.update", "session": {"duplex": {"mode": "omni"}}}, "invalid_value"
+        )  # chat is served now (tests/sdk/test_openai_chat.py); an unknown mode is refused
 
         connection.session.update(session=_update({"type": "server_vad"}, max_response_s=3)["session"])
         updated = collect_until(connection, "session.updated")[-1].session.model_dump()
