@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from inference.audio.resample import resample_clip
 from inference.contracts import ChatMessage
 from inference.models.minicpmo.duplex import DuplexRunner, DuplexSession, SpeakRequest
 from inference.models.minicpmo.vision import FrameError, decode_frame
@@ -109,8 +108,11 @@ class ChatReply:
                 raise ChatInputError(str(exc)) from exc
             out += [self._embed([ids.image]), image.to(self._dtype()), self._embed([ids.image_end])]
         if message.audio is not None:
-            samples = np.frombuffer(message.audio, dtype="<i2").astype(np.float32) / 32768.0
-            clip = resample_clip(samples, message.audio_rate, 16_000)
+            clip = np.frombuffer(message.audio, dtype="<i2").astype(np.float32) / 32768.0
+            if message.audio_rate != 16_000:
+                from inference.audio.resample import resample_clip  # soxr, imported only where it is needed
+
+                clip = resample_clip(clip, message.audio_rate, 16_000)
             if clip.size < MIN_AUDIO_SAMPLES:
                 raise ChatInputError("an audio clip must last at least 0.1 s")
             audio = self.parts.audio.embed_reference(clip)
@@ -132,7 +134,7 @@ class ChatReply:
         system.append(self._embed([ids.im_end, *self._text("\n")]))
         messages = [self._message(m) for m in self.messages]
         tail = [self._embed([ids.im_start, *self._text("assistant\n")])]
-        budget = self.parts.config.max_position_embeddings - self.max_tokens - REPLY_MARGIN
+        budget = self.runner.window_max - self.max_tokens - REPLY_MARGIN  # within the runner's cache capacity
         size = lambda group: sum(int(t.shape[0]) for t in group)  # noqa: E731
         while len(messages) > 1 and size(system) + sum(map(size, messages)) + size(tail) > budget:
             messages.pop(0)  # the oldest message goes first; the newest always stays
@@ -151,7 +153,7 @@ class ChatReply:
     @torch.inference_mode()
     def pieces(self) -> Iterator[ChatPiece]:
         llm = self.parts.llm
-        session = DuplexSession(llm_cache=llm.new_cache())
+        session = self.runner.new_session()  # the runner's own caches (static pools on the fast path)
         vocoder_state = self.vocoder.new_state(self.ref_audio)
         prompt = self.prompt()
         hidden = llm.feed(session.llm_cache, torch.cat(prompt.pieces, dim=0))
