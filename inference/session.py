@@ -385,8 +385,8 @@ class DialogueSession(TurnModes):
 
     @property
     def recorded(self) -> bool:
-        """Recorded (or, before the first audio, going to be)."""
-        if self.audio_started:
+        """Recorded (or, before the first audio, going to be); a chat session sends no stream and is not."""
+        if self.audio_started or self.mode == "chat":
             return self.recording is not None
         return self._recording_policy.records(self.record_requested)
 

@@ -19,6 +19,7 @@ from playwright.sync_api import expect
 from tests.browser.conftest import live_server_env
 from tests.browser.pages import hooks, login, wait_for, wait_for_state
 from tests.live_server import run_live_server
+from webapp.recordings.models import Recording
 
 pytestmark = pytest.mark.browser
 
@@ -99,4 +100,5 @@ def test_chat_message_with_an_image_gets_a_streamed_spoken_reply(
 
     page.click("#stop")
     wait_for_state(page, "closed")
+    assert not Recording.objects.filter(session_id=state["sessionId"]).exists()  # chat sends no stream to record
     context.close()

@@ -65,6 +65,7 @@ def chat_mode(connection) -> None:
     connection.send({"type": "session.update", "session": {"duplex": {"mode": "chat", "max_response_s": 2}}})
     updated = collect_until(connection, "session.updated")[-1].session.model_dump()
     assert updated["duplex"]["mode"] == "chat" and updated["duplex"]["max_response_s"] == 2
+    assert updated["duplex"]["record"] is False  # no audio stream: a chat session is not recorded
 
 
 def ask(connection, item: dict) -> list:
