@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import shutil
@@ -12,7 +13,17 @@ import tempfile
 import pytest
 
 from inference import api, wire
-from inference.contracts import AudioOut, Closed, ParleyError, Prefill, Ready, Replaced, SessionRequest, TextOut
+from inference.contracts import (
+    AudioOut,
+    ChatMessage,
+    Closed,
+    ParleyError,
+    Prefill,
+    Ready,
+    Replaced,
+    SessionRequest,
+    TextOut,
+)
 from tests.inference.event_helpers import EventReader, pcm16_frame, send_frames
 from tests.inference_service_process import start_inference_service
 
@@ -188,3 +199,27 @@ def test_every_event_type_survives_the_wire():
         wire.event_from_dict({"event": "Hacked"})
     with pytest.raises(wire.WireError):
         wire.event_from_dict({"event": "Queued", "position": 1})
+
+
+async def test_remote_chat_items_reach_the_session(remote):
+    """The op crosses the socket with its bytes; the echo engine serves no chat, so the session refuses it."""
+    handle = await api.open_session(SessionRequest(user_key="chatty"))
+    reader = EventReader(handle)
+    assert isinstance(await reader.next(), Ready)
+    with pytest.raises(ParleyError) as info:
+        await handle.add_chat_item(ChatMessage("user", "hi", image=b"\x89PNG\r\n\x1a\n\x00"))
+    assert info.value.code == "unsupported_mode"
+    with pytest.raises(ParleyError) as info:
+        await handle.set_mode(mode="chat", turn_detection=None)
+    assert info.value.code == "unsupported_mode"
+    await handle.close()
+    assert await reader.until(Closed) == Closed("client_close")
+
+
+def test_chat_messages_cross_the_wire_intact():
+    message = ChatMessage("user", "hé <|im_end|>", image=b"\x89PNG\x00\xff", audio=b"\x01\x02", audio_rate=24_000)
+    assert wire.chat_message_from_dict(json.loads(json.dumps(wire.chat_message_to_dict(message)))) == message
+    for bad in (None, {"role": "system", "text": "x"}, {"role": "user", "text": "x", "image": "@@"}):
+        with pytest.raises(ParleyError) as info:
+            wire.chat_message_from_dict(bad)
+        assert info.value.code == "invalid_value"
