@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
+import time
 
 import numpy as np
 import pytest
@@ -154,3 +155,36 @@ async def test_a_duplex_only_engine_refuses_chat(facade):
         await handle.set_mode(mode="chat", turn_detection=None)
     assert caught.value.code == "unsupported_mode"
     await handle.close()
+
+
+class LongWinded(ChattyEcho):
+    """A reply of many small pieces (each a little work), so that it is still running when it is cancelled."""
+
+    def chat(self, slot, request):
+        self.requests.append((slot, request))
+        for index in range(2000):
+            time.sleep(0.005)
+            yield SlotOutput(audio=np.full(240, 0.25, np.float32), text=f"{index} ")
+        yield SlotOutput(audio=np.zeros(0, np.float32), end_of_turn=True)
+
+
+async def test_cancel_ends_the_reply_frees_the_slot_and_keeps_what_was_said(facade):
+    engine = LongWinded(1)
+    await facade(engine_instance=engine, slots=1)
+    handle, reader = await chat_session("chat-cancel")
+    await handle.add_chat_item(ChatMessage("user", "talk"))
+    await handle.create_response()
+    started = await reader.until(ResponseStarted, 5)
+    await reader.until(TextOut, 5)
+    await handle.cancel()
+    ended = await reader.until(ResponseEnded, 5)
+    assert (ended.epoch, ended.status) == (started.epoch, "cancelled")
+    assert await slot_states() == ["free"]
+    # The next response hears what the cancelled one had said.
+    await handle.add_chat_item(ChatMessage("user", "go on"))
+    await handle.create_response()
+    await reader.until(TextOut, 5)
+    said = engine.requests[1][1].messages
+    assert [m.role for m in said] == ["user", "assistant", "user"] and said[1].text.startswith("0 "), said
+    await handle.close()
+    assert await slot_states() == ["free"]  # closing mid-reply gives the slot back too
