@@ -82,8 +82,9 @@ class ChatReply:
         vocab = self.parts.config.vocab_size
         added = {int(i) for i in getattr(self.tok, "added_tokens_decoder", {})}
         banned = (added | set(self.parts.bad_token_ids) | {self.ids.tts_pad}) - stops
-        self.banned = torch.tensor(sorted(i for i in banned if 0 <= i < vocab), dtype=torch.long)
-        self.stop_ids = torch.tensor(sorted(i for i in stops if 0 <= i < vocab), dtype=torch.long)
+        device = self.parts.device
+        self.banned = torch.tensor(sorted(i for i in banned if 0 <= i < vocab), dtype=torch.long, device=device)
+        self.stop_ids = torch.tensor(sorted(i for i in stops if 0 <= i < vocab), dtype=torch.long, device=device)
 
     # ---- prompt -------------------------------------------------------------------------------------------
 
@@ -145,9 +146,9 @@ class ChatReply:
 
     def _choose(self, logits: torch.Tensor, first: bool) -> int:
         scores = logits.clone()
-        scores[self.banned.to(scores.device)] = -torch.inf
+        scores[self.banned] = -torch.inf
         if first:  # a reply says something: its first id is never a stop
-            scores[self.stop_ids.to(scores.device)] = -torch.inf
+            scores[self.stop_ids] = -torch.inf
         return int(torch.argmax(scores))  # greedy; ties go to the lowest id
 
     @torch.inference_mode()
