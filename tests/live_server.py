@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from functools import partial
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +18,23 @@ import pytest
 # Larger than the endpoint's own limit, so oversized events reach the consumer and get event_too_large.
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 START_TIMEOUT_S = 30
+MINICPMO_DATA = Path(__file__).resolve().parent / "data" / "minicpmo45"
+
+
+def live_server_env(engine: str, checkpoint: str = "", **extra: str) -> dict[str, str]:
+    """``PARLEY_*`` for a live server's inference service, which runs inside the server process.
+
+    Two slots; a short grace frees slots of tests that failed half-way before the next test. An
+    empty checkpoint or inference URL counts as unset: a developer's shell must not leak in.
+    """
+    return {
+        "PARLEY_ENGINE": engine,
+        "PARLEY_CHECKPOINT": checkpoint,
+        "PARLEY_INFERENCE_URL": "",
+        "PARLEY_SLOTS": "2",
+        "PARLEY_DISCONNECT_GRACE_S": "10",
+        **extra,
+    }
 
 
 def _child_setup(database_name: str) -> None:
@@ -73,3 +91,22 @@ def run_live_server(django_db_blocker, env: Mapping[str, str] | None = None) -> 
     finally:
         proc.terminate()
         proc.join(timeout=10)
+
+
+@contextlib.contextmanager
+def run_unit_live_server(
+    tmp_path_factory, django_db_blocker, *, vocoder: bool = True, **extra_env: str
+) -> Iterator[SimpleNamespace]:
+    """A live server whose inference service runs the unit engine on a fresh tiny MiniCPM-o checkpoint.
+
+    ``vocoder``: with tiny random Token2Wav assets inside the checkpoint (the agent speaks noise); without,
+    the engine's audio is silence of the right length.
+    """
+    from inference.models.minicpmo.fill import make_checkpoint
+    from inference.models.minicpmo.token2wav.make_assets import make_token2wav_assets
+
+    checkpoint = make_checkpoint(tmp_path_factory.mktemp("minicpmo-live"), data_dir=MINICPMO_DATA)
+    if vocoder:
+        make_token2wav_assets(checkpoint / "assets" / "token2wav")
+    with run_live_server(django_db_blocker, live_server_env("minicpmo", str(checkpoint), **extra_env)) as server:
+        yield server

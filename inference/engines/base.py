@@ -64,6 +64,7 @@ class SlotOutput:
     text: str = ""  # transcript delta (the model's own text)
     decision: Decision | None = None  # unit engines: listen or speak this unit
     end_of_turn: bool = False
+    cut_off: bool = False  # chat replies: it ended at the reply's length cap (the response is incomplete)
     prefilling: bool = False  # True while the slot's prefill is still running
     progress: float = 1.0  # prefill progress in [0, 1]
 

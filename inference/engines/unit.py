@@ -230,7 +230,7 @@ class UnitEngine(Engine):
         prompt = request.persona or DEFAULT_SYSTEM_PROMPT
         reply = ChatReply(self.runner, self.vocoder, request.messages, request.max_tokens, prompt, ref_audio)
         for piece in reply.pieces():
-            yield SlotOutput(audio=piece.audio, text=piece.text, end_of_turn=piece.end_of_turn)
+            yield SlotOutput(audio=piece.audio, text=piece.text, end_of_turn=piece.end_of_turn, cut_off=piece.cut_off)
 
     # -- the tick ----------------------------------------------------------------------------------------------
 

@@ -204,8 +204,8 @@ class Chat:
             self.host.emit(TextOut(output.text, response.epoch))
         if pcm16:
             self.host.emit(AudioOut(pcm16, response.epoch))
-        if output.end_of_turn:
-            self._finish(response, "completed")
+        if output.end_of_turn:  # at the length cap: incomplete, as OpenAI says of max_output_tokens
+            self._finish(response, "incomplete" if output.cut_off else "completed")
 
     def _failed(self, response: _Response, message: str) -> None:
         if self.response is response:

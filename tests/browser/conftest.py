@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import Permission
 
-from tests.live_server import run_live_server
+from tests.live_server import live_server_env, run_live_server
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # Words long enough that the looping fake microphone is mostly speech, with natural short gaps.
@@ -96,22 +96,6 @@ def screenshot_dir() -> Path | None:
     path = Path(raw)
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def live_server_env(engine: str, checkpoint: str = "", **extra: str) -> dict[str, str]:
-    """``PARLEY_*`` for a live server's inference service, which runs inside the server process.
-
-    Two slots; a short grace frees slots of tests that failed half-way before the next test. An
-    empty checkpoint or inference URL counts as unset: a developer's shell must not leak in.
-    """
-    return {
-        "PARLEY_ENGINE": engine,
-        "PARLEY_CHECKPOINT": checkpoint,
-        "PARLEY_INFERENCE_URL": "",
-        "PARLEY_SLOTS": "2",
-        "PARLEY_DISCONNECT_GRACE_S": "10",
-        **extra,
-    }
 
 
 # The shared server runs the echo engine. Two slots make the queue reachable with three callers;

@@ -107,8 +107,7 @@ def test_non_staff_get_403_for_the_console_and_its_socket(channels_live_server, 
 @pytest.fixture(scope="module")
 def registry_live_server(django_db_setup, django_db_blocker, redis_server):
     """A live server whose console reads the Redis registry (no inference service of its own)."""
-    from tests.browser.conftest import live_server_env
-    from tests.live_server import run_live_server
+    from tests.live_server import live_server_env, run_live_server
 
     env = live_server_env("echo", PARLEY_REGISTRY_URL=redis_server.url, PARLEY_HEARTBEAT_TIMEOUT_S="5")
     with run_live_server(django_db_blocker, env) as server:

@@ -16,15 +16,13 @@ import soundfile
 from playwright.sync_api import expect
 
 from inference import api
-from tests.browser.conftest import live_server_env
 from tests.browser.pages import hooks, login, wait_for, wait_for_state
-from tests.live_server import run_live_server
+from tests.live_server import run_unit_live_server
 from tests.turn_audio import utterance
 from webapp.recordings.models import Recording
 
 pytestmark = pytest.mark.browser
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "minicpmo45"
 START_TIMEOUT_MS = 90_000
 TURNS_TIMEOUT_MS = 60_000
 SILENCE_S = 4.0
@@ -42,10 +40,7 @@ def fake_mic_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def unit_live_server(tmp_path_factory, django_db_setup, django_db_blocker):
-    from inference.models.minicpmo.fill import make_checkpoint
-
-    checkpoint = make_checkpoint(tmp_path_factory.mktemp("minicpmo-half-duplex"), data_dir=DATA_DIR)
-    with run_live_server(django_db_blocker, live_server_env("minicpmo", str(checkpoint))) as server:
+    with run_unit_live_server(tmp_path_factory, django_db_blocker, vocoder=False) as server:
         yield server
 
 

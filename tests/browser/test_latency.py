@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.browser.conftest import live_server_env
 from tests.browser.latency_probe import (
     MARK_PERIOD_S,
     SWEEPS,
@@ -25,7 +24,7 @@ from tests.browser.latency_probe import (
     write_marked_wav,
 )
 from tests.browser.pages import login
-from tests.live_server import run_live_server
+from tests.live_server import live_server_env, run_live_server
 
 CALL_SECONDS = 30
 # The goal is 200 ms on an idle loopback. On this 2-core machine at load ~1.2 a call measured p95 209-234 ms

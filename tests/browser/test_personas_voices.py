@@ -16,9 +16,8 @@ import pytest
 from playwright.sync_api import expect
 
 from inference.models.moshi.make_checkpoint import make_checkpoint
-from tests.browser.conftest import live_server_env
 from tests.browser.pages import login, wait_for_state
-from tests.live_server import run_live_server
+from tests.live_server import live_server_env, run_live_server
 from webapp.personas.models import Persona, Voice
 
 pytestmark = pytest.mark.browser

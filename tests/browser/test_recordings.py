@@ -11,9 +11,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import live_server_env
 from tests.browser.pages import hooks, login, open_call_page, start_call, wait_for, wait_for_state
-from tests.live_server import run_live_server
+from tests.live_server import live_server_env, run_live_server
 from webapp.recordings.models import Recording
 from webapp.recordings.storage import recordings_storage
 

@@ -10,18 +10,14 @@ This module starts its own daphne live server (the shared one runs the echo engi
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import live_server_env
 from tests.browser.pages import hooks, login, open_call_page, wait_for, wait_for_state
-from tests.live_server import run_live_server
+from tests.live_server import run_unit_live_server
 
 pytestmark = pytest.mark.browser
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "minicpmo45"
 # Loading and warming the model in the server's worker comes before the first unit.
 START_TIMEOUT_MS = 90_000
 UNIT_TIMEOUT_MS = 30_000
@@ -30,12 +26,7 @@ UNIT_TIMEOUT_MS = 30_000
 @pytest.fixture(scope="module")
 def unit_live_server(tmp_path_factory, django_db_setup, django_db_blocker):
     """A daphne live server whose inference service runs the unit engine on a tiny checkpoint."""
-    from inference.models.minicpmo.fill import make_checkpoint
-    from inference.models.minicpmo.token2wav.make_assets import make_token2wav_assets
-
-    checkpoint = make_checkpoint(tmp_path_factory.mktemp("minicpmo-browser"), data_dir=DATA_DIR)
-    make_token2wav_assets(checkpoint / "assets" / "token2wav")  # tiny random Token2Wav: the agent speaks noise
-    with run_live_server(django_db_blocker, live_server_env("minicpmo", str(checkpoint))) as server:
+    with run_unit_live_server(tmp_path_factory, django_db_blocker) as server:  # the agent speaks noise
         yield server
 
 

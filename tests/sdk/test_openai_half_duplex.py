@@ -10,30 +10,24 @@ from __future__ import annotations
 
 import base64
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 from django.contrib.auth import get_user_model
 from openai import OpenAI
 
-from tests.browser.conftest import live_server_env
-from tests.live_server import run_live_server
+from tests.live_server import run_unit_live_server
 from tests.turn_audio import utterance
 from webapp.accounts.services import apikey_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
-DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "minicpmo45"
 RATE = 24_000
 PIECE_S = 0.1
 
 
 @pytest.fixture(scope="module")
 def unit_server(tmp_path_factory, django_db_setup, django_db_blocker):
-    from inference.models.minicpmo.fill import make_checkpoint
-
-    checkpoint = make_checkpoint(tmp_path_factory.mktemp("minicpmo-sdk"), data_dir=DATA_DIR)
-    with run_live_server(django_db_blocker, live_server_env("minicpmo", str(checkpoint))) as server:
+    with run_unit_live_server(tmp_path_factory, django_db_blocker, vocoder=False) as server:
         yield server
 
 

@@ -282,7 +282,8 @@ class RealtimeEvents:
             "object": "realtime.response",
             "id": response.id,
             "status": status,
-            "status_details": None,
+            # An incomplete response stopped at its length cap (max_response_s / the chat reply's id cap).
+            "status_details": {"type": "incomplete", "reason": "max_output_tokens"} if status == "incomplete" else None,
             "output": output,
             "conversation_id": self.view.session_id,
             "output_modalities": ["audio"],

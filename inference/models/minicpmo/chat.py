@@ -16,7 +16,7 @@ the conversation is prefilled afresh for each response, so the slot is held only
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -42,6 +42,7 @@ class ChatPiece:
     text: str
     audio: np.ndarray
     end_of_turn: bool
+    cut_off: bool = False  # the reply ended at its length cap, not at a stop id
 
 
 @dataclass
@@ -164,7 +165,7 @@ class ChatReply:
         sent = ""
         text_ids: list[int] = []
         text_hidden: list[torch.Tensor] = []
-        done = False
+        done = cut_off = False
         while not done:
             token = self._choose(logits, first=not reply)
             if token in self.stops:
@@ -175,7 +176,7 @@ class ChatReply:
                 logits = llm.logits(step_hidden)
                 text_ids.append(token)
                 text_hidden.append(step_hidden)
-                done = len(reply) >= self.max_tokens
+                done = cut_off = len(reply) >= self.max_tokens
             if len(text_ids) < PIECE_TOKENS and not done:
                 continue
             text = self.tok.decode(reply, skip_special_tokens=True)
@@ -183,7 +184,8 @@ class ChatReply:
             if done or not text.endswith("\ufffd"):  # else a character split across ids goes with the next piece
                 delta = text[len(sent) :] if text.startswith(sent) else text
                 sent = text
-            yield self._speak(session, vocoder_state, text_ids, text_hidden, delta, end_of_turn=done)
+            piece = self._speak(session, vocoder_state, text_ids, text_hidden, delta, end_of_turn=done)
+            yield replace(piece, cut_off=cut_off)
             text_ids, text_hidden = [], []
 
     def _speak(

@@ -44,8 +44,9 @@ class ChattyEcho(EchoEngine):
     def chat(self, slot, request):
         self.requests.append((slot, request))
         said = "|".join(f"{m.role}:{m.text}" for m in request.messages)
+        cut_off = request.messages[-1].text == "go on forever"  # as if the reply reached its length cap
         yield SlotOutput(audio=np.full(240, 0.25, np.float32), text=f"[{said}]")
-        yield SlotOutput(audio=np.full(240, 0.5, np.float32), text=" done", end_of_turn=True)
+        yield SlotOutput(audio=np.full(240, 0.5, np.float32), text=" done", end_of_turn=True, cut_off=cut_off)
 
 
 def png() -> bytes:
@@ -113,6 +114,12 @@ async def test_a_conversation_is_answered_and_the_slot_is_free_between_messages(
     await caller.close()
     text, _, status = await reply(reader, started)
     assert status == "completed" and text.endswith("|user:third] done")
+    assert await slot_states() == ["free"]
+    # A reply cut at its length cap ends incomplete (OpenAI's status for max_output_tokens), slot freed.
+    await handle.add_chat_item(ChatMessage("user", "go on forever"))
+    await handle.create_response()
+    _, _, status = await reply(reader)
+    assert status == "incomplete"
     assert await slot_states() == ["free"]
     await handle.close()
 

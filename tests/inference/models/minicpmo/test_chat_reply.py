@@ -60,6 +60,16 @@ def test_reply_is_deterministic_text_and_audio_with_a_cap(runner, vocoder):
     assert len(first) <= -(-24 // PIECE_TOKENS)  # the cap: 24 ids at most, PIECE_TOKENS per piece
 
 
+def test_a_reply_cut_at_its_cap_says_so(runner, vocoder):
+    """``cut_off`` on the last piece exactly when the cap, not a stop id, ended the reply."""
+    messages = [ChatMessage("user", "Tell me a long story.")]
+    free = reply(runner, vocoder, messages, max_tokens=64)
+    capped = reply(runner, vocoder, messages, max_tokens=2)
+    text = "".join(p.text for p in capped)
+    assert capped[-1].cut_off == (text != "".join(p.text for p in free))
+    assert not any(p.cut_off for p in capped[:-1] + free[:-1])
+
+
 def test_history_and_parts_change_the_reply(runner, vocoder):
     plain = reply(runner, vocoder, [ChatMessage("user", "Hello")], max_tokens=8)
     with_image = reply(runner, vocoder, [ChatMessage("user", "Hello", image=png())], max_tokens=8)
