@@ -99,6 +99,9 @@ class SessionRequest:
     persona: str | None = None
     voice: VoiceRef | None = None
     record: bool = True  # the caller's wish; the deployment's PARLEY_RECORD=on|off overrides it
+    # "chat" on an engine that serves it: a new session opens at once in chat mode, taking no slot (each of
+    # its responses takes one); any other value, or an engine without chat, opens as usual.
+    mode: Mode | None = None
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,10 @@ class InferenceService:
         )
         handle = LocalHandle(session, self.config.output_queue_frames)
         session.attachment = handle  # Ready or Queued from the pool goes to this handle
-        self.pool.request(session)  # raises resource_exhausted before anything is registered
+        if request.mode == "chat" and "chat" in self.capabilities.modes:
+            session.admit_for_chat()  # no slot to wait for: each response takes one
+        else:
+            self.pool.request(session)  # raises resource_exhausted before anything is registered
         self.sessions[request.user_key] = session
         logger.info("session.open", extra={"session_id": session.session_id, "state": session.state})
         return handle

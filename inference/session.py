@@ -159,7 +159,7 @@ class DialogueSession(TurnModes):
 
     # ---- pool callbacks -----------------------------------------------------------------------
 
-    def admitted(self, slot: int) -> None:
+    def admitted(self, slot: int | None) -> None:
         self.slot, self.state = slot, "admitted"
         self.admitted_at = time.monotonic()
         self._timers.start("max_duration", self._timeouts.max_session_s, self.close, "max_duration")

@@ -19,6 +19,7 @@ import binascii
 import dataclasses
 import json
 import struct
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from inference.contracts import (
     EngineCapabilities,
     ErrorEvent,
     Metrics,
+    Mode,
     ParleyError,
     Paused,
     Prefill,
@@ -270,7 +272,14 @@ def request_from_dict(obj: Any) -> SessionRequest:
         persona=obj.get("persona"),
         voice=voice_from_dict(obj.get("voice")),
         record=bool(obj.get("record", True)),
+        mode=_mode(obj.get("mode")),
     )
+
+
+def _mode(value: Any) -> Mode | None:
+    if value is None or value in typing.get_args(Mode):
+        return value
+    raise WireError(f"unknown session mode {str(value)[:50]!r}")
 
 
 def snapshot_to_dict(snapshot: WorkerSnapshot) -> dict[str, Any]:

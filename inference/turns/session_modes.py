@@ -67,6 +67,13 @@ class TurnModes:
         if max_response_s is not None:
             self.chat.max_response_s = max_response_s
 
+    def admit_for_chat(self: DialogueSession) -> None:
+        """Open a new session in chat mode (``SessionRequest.mode``): admitted at once, holding no slot."""
+        self.state = "admitted"
+        self._enter_chat(None)
+        self.mode = "chat"
+        self.admitted(None)  # timers and Ready (mode chat), as an admission from the pool
+
     def _chat(self: DialogueSession) -> Chat:
         self._require_admitted()
         if self.chat is None or self.mode != "chat":

@@ -195,7 +195,11 @@ export class Call {
 
   connect() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const query = MODEL ? `?model=${encodeURIComponent(MODEL)}` : "";
+    const params = new URLSearchParams();
+    if (MODEL) params.set("model", MODEL);
+    // A chat call asks for chat at connect (extension): it is admitted at once, holding no engine slot.
+    if (chosenMode() === "chat") params.set("mode", "chat");
+    const query = params.size ? `?${params}` : "";
     const ws = new WebSocket(`${scheme}://${location.host}/v1/realtime${query}`); // the session cookie authenticates
     ws.binaryType = "arraybuffer"; // audio frames (audio-wire.js); a Blob would cost an async read each
     this.ws = ws;

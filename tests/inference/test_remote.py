@@ -216,6 +216,14 @@ async def test_remote_chat_items_reach_the_session(remote):
     assert await reader.until(Closed) == Closed("client_close")
 
 
+def test_the_requested_mode_crosses_the_wire():
+    request = SessionRequest(user_key="u", mode="chat")
+    assert wire.request_from_dict(json.loads(json.dumps(wire.request_to_dict(request)))) == request
+    assert wire.request_from_dict({"user_key": "u"}).mode is None
+    with pytest.raises(wire.WireError):
+        wire.request_from_dict({"user_key": "u", "mode": "telepathy"})
+
+
 def test_chat_messages_cross_the_wire_intact():
     message = ChatMessage("user", "hé <|im_end|>", image=b"\x89PNG\x00\xff", audio=b"\x01\x02", audio_rate=24_000)
     assert wire.chat_message_from_dict(json.loads(json.dumps(wire.chat_message_to_dict(message)))) == message

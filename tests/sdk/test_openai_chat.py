@@ -164,3 +164,31 @@ def test_the_same_conversation_gets_the_same_reply(chat_server):
             connection.send({"type": "session.close"})
             collect_until(connection, "session.closed")
     assert replies[0] == replies[1] and replies[0].strip()
+
+
+def test_a_client_asking_for_chat_at_connect_is_not_queued_behind_a_call(chat_server):
+    """``?mode=chat`` (extension, through the SDK's ``extra_query``): with the one slot held by a duplex call,
+    the chat client is admitted at once in chat mode; only its response waits for the slot."""
+    with connect(chat_server, "sdk-chat-first-caller") as caller:
+        assert collect_until(caller, "session.created")[-1].session.model_dump()["duplex"]["mode"] == "duplex"
+        client = sdk_client(chat_server, "sdk-chat-at-connect")
+        options = {"open_timeout": 180}
+        with client.realtime.connect(
+            model="minicpmo", extra_query={"mode": "chat"}, websocket_connection_options=options
+        ) as connection:
+            opened = collect_until(connection, "session.created")
+            assert "session.queued" not in [e.type for e in opened]
+            assert opened[-1].session.model_dump()["duplex"]["mode"] == "chat"
+            connection.send({"type": "session.update", "session": {"duplex": {"max_response_s": 2}}})
+            collect_until(connection, "session.updated")
+            connection.conversation.item.create(item=user_item(text("Hello?")))
+            collect_until(connection, "conversation.item.done")
+            connection.response.create()
+            assert "response.created" in [e.type for e in collect_until(connection, "session.queued")]
+            caller.send({"type": "session.close"})
+            collect_until(caller, "session.closed")
+            done = collect_until(connection, "response.done")
+            assert_ran_to_its_cap(done[-1].response)
+            assert transcript_of(done).strip()
+            connection.send({"type": "session.close"})
+            collect_until(connection, "session.closed")

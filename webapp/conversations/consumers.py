@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -104,7 +104,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await self._reject(p.ProtocolError("forbidden", "Authentication required: log in or send an API key."))
             await self._close(CloseCode.UNAUTHENTICATED)
             return
-        request = SessionRequest(user_key=str(self.user.pk), model=self.view.model)
+        request = SessionRequest(user_key=str(self.user.pk), model=self.view.model, mode=self._requested_mode())
         try:
             self.handle = await api.open_session(request)
         except ParleyError as exc:
@@ -425,7 +425,14 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             self.socket_closed = True
             await self.close(code=code)
 
-    def _requested_model(self) -> str | None:
+    def _query(self, name: str) -> str:
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-        model = (query.get("model") or [""])[0].strip()
-        return model[:100] or settings.PARLEY_DEFAULT_MODEL
+        return (query.get(name) or [""])[0].strip()
+
+    def _requested_model(self) -> str | None:
+        return self._query("model")[:100] or settings.PARLEY_DEFAULT_MODEL
+
+    def _requested_mode(self) -> Literal["chat"] | None:
+        """``?mode=chat`` (extension): a chat client opens without waiting for a slot; other values are ignored
+        (the mode is then chosen with ``session.update`` as usual)."""
+        return "chat" if self._query("mode") == "chat" else None

@@ -85,6 +85,10 @@ async def slot_states() -> list[str]:
     raise AssertionError(f"a slot stays closing: {states}")
 
 
+async def slot_holders() -> list[str | None]:
+    return [s.user_key for s in (await api.occupancy())[0].slots]
+
+
 async def test_a_conversation_is_answered_and_the_slot_is_free_between_messages(facade):
     engine = ChattyEcho(1)
     await facade(engine_instance=engine, slots=1, queue_max=2)
@@ -121,6 +125,38 @@ async def test_a_conversation_is_answered_and_the_slot_is_free_between_messages(
     _, _, status = await reply(reader)
     assert status == "incomplete"
     assert await slot_states() == ["free"]
+    await handle.close()
+
+
+async def test_a_session_opened_for_chat_takes_no_slot_and_waits_only_for_its_replies(facade):
+    """``SessionRequest(mode="chat")``: admitted at once in chat mode while a duplex call holds the only slot."""
+    engine = ChattyEcho(1)
+    await facade(engine_instance=engine, slots=1, queue_max=1)
+    caller = await api.open_session(SessionRequest(user_key="duplex-first"))
+    assert isinstance(await EventReader(caller).until(Ready, 5), Ready)
+    handle = await api.open_session(SessionRequest(user_key="chat-at-connect", mode="chat"))
+    reader = EventReader(handle)
+    ready = await reader.next()
+    assert isinstance(ready, Ready) and ready.mode == "chat", ready
+    assert not any(isinstance(e, Queued) for e in reader.seen)
+    assert await slot_holders() == ["duplex-first"]  # still the caller's
+    # Its response queues for the slot (the one queue place is free: the chat session did not take it).
+    await handle.add_chat_item(ChatMessage("user", "hello"))
+    await handle.create_response()
+    started = await reader.until(ResponseStarted, 5)
+    assert isinstance(await reader.until(Queued, 5), Queued)
+    await caller.close()
+    text, _, status = await reply(reader, started)
+    assert (text, status) == ("[user:hello] done", "completed")
+    await handle.close()
+
+
+async def test_asking_for_chat_at_connect_on_a_duplex_only_engine_opens_as_usual(facade):
+    await facade(engine="echo", slots=1)
+    handle = await api.open_session(SessionRequest(user_key="chat-hint-echo", mode="chat"))
+    ready = await EventReader(handle).until(Ready, 5)
+    assert ready.mode == "duplex"
+    assert await slot_holders() == ["chat-hint-echo"]
     await handle.close()
 
 
