@@ -174,6 +174,7 @@ class DialogueSession(TurnModes):
     # ---- client requests (through the handle) -------------------------------------------------
 
     def update(self, *, persona: str | None, voice: VoiceRef | None, record: bool | None = None) -> None:
+        self._check_chat_record(record)  # a chat's first message fixes its recording, as audio fixes a call's
         if self.audio_started:
             if record is not None and self._recording_policy.records(record) != self.recorded:
                 raise ParleyError(
@@ -385,8 +386,8 @@ class DialogueSession(TurnModes):
 
     @property
     def recorded(self) -> bool:
-        """Recorded (or, before the first audio, going to be); a chat session sends no stream and is not."""
-        if self.audio_started or self.mode == "chat":
+        """Recorded (or, before the first audio or chat message, going to be)."""
+        if self.audio_started or self.chat_started:
             return self.recording is not None
         return self._recording_policy.records(self.record_requested)
 
@@ -404,6 +405,15 @@ class DialogueSession(TurnModes):
         assert self.slot is not None
         self.state = "prefilling"
         config = SlotConfig(persona=self.persona, voice=self.voice)
+        self._begin_recording()
+        self._worker.open(self.slot, config, self, self.loop, self.recording)
+        self._record("mode", mode=self.mode, turn_detection=self.turn_detection_fields())  # the review names it
+        if self.turns is not None:
+            self._worker.set_turn(self.slot, self.turns.turn)
+        self._apply_freeze()
+
+    def _begin_recording(self) -> None:
+        """At the first audio (or a chat's first message), when the policy and the caller's wish say so."""
         if self._recording_policy.records(self.record_requested):
             self.recording = self._recording_policy.begin(
                 self.session_id,
@@ -411,11 +421,6 @@ class DialogueSession(TurnModes):
                 persona=self.persona,
                 voice=self.voice.voice_id if self.voice is not None else None,
             )
-        self._worker.open(self.slot, config, self, self.loop, self.recording)
-        self._record("mode", mode=self.mode, turn_detection=self.turn_detection_fields())  # the review names it
-        if self.turns is not None:
-            self._worker.set_turn(self.slot, self.turns.turn)
-        self._apply_freeze()
 
     def _apply_freeze(self) -> None:
         if self.slot is not None and self.audio_started and self.state != "closed":

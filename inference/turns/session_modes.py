@@ -11,8 +11,9 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING
 
-from inference.contracts import ChatMessage, Mode, ParleyError, SessionEvent, TurnDetection
+from inference.contracts import AudioOut, ChatMessage, Mode, ParleyError, SessionEvent, TextOut, TurnDetection
 from inference.engines.base import SlotTurn
+from inference.recording.chat_steps import ChatRecording
 from inference.turns.chat import MAX_RESPONSE_S_LIMIT, Chat
 from inference.turns.half_duplex import HalfDuplex
 
@@ -26,6 +27,8 @@ class TurnModes:
     mode: Mode = "duplex"
     turns: HalfDuplex | None = None
     chat: Chat | None = None
+    chat_started = False  # a chat message was added: whether the session is recorded is fixed from then on
+    chat_recording: ChatRecording | None = None
 
     def set_mode(
         self: DialogueSession,
@@ -87,6 +90,22 @@ class TurnModes:
 
     def add_chat_item(self: DialogueSession, message: ChatMessage) -> None:
         self._chat().add(message)
+        if not self.chat_started:  # the chat's recording starts with its first message, as a call's with audio
+            self.chat_started = True
+            self._begin_recording()
+            if self.recording is not None:
+                self.chat_recording = ChatRecording(self.recording, self._recording_policy.meta)
+                self._record("mode", mode=self.mode, turn_detection=None)  # the review names it
+        if self.chat_recording is not None:
+            self.chat_recording.message(message)
+
+    def _check_chat_record(self: DialogueSession, record: bool | None) -> None:
+        if self.chat_started and record is not None and self._recording_policy.records(record) != self.recorded:
+            raise ParleyError(
+                "recording is fixed once the chat's first message was added",
+                code="record_update_unsupported",
+                param="record",
+            )
 
     def _half_duplex(self: DialogueSession) -> HalfDuplex:
         self._require_admitted()
@@ -139,8 +158,16 @@ class TurnModes:
     # ---- TurnHost ---------------------------------------------------------------------------------
 
     def emit(self: DialogueSession, event: SessionEvent) -> None:
-        # Turn events go into the recording too (speech_started at ..., response ended cancelled ...).
-        self._record("turn", event=type(event).__name__, **dataclasses.asdict(event))
+        # Turn events go into the recording too (speech_started at ..., response ended cancelled ...); a chat
+        # reply's text and audio go in as its steps.
+        if isinstance(event, TextOut | AudioOut):
+            if self.chat_recording is not None:
+                if isinstance(event, TextOut):
+                    self.chat_recording.reply_text(event.text)
+                else:
+                    self.chat_recording.reply_audio(event.pcm16)
+        else:
+            self._record("turn", event=type(event).__name__, **dataclasses.asdict(event))
         self._emit(event)
 
     def set_turn(self: DialogueSession, turn: SlotTurn) -> None:

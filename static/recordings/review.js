@@ -255,7 +255,15 @@ function renderTranscript(lines, seek) {
       at.textContent = fmt(line.start);
       const text = document.createElement("span");
       text.textContent = line.text;
-      item.append(at, text);
+      if (line.speaker) {
+        // A chat message (the agent's reply lines carry no speaker).
+        const who = document.createElement("strong");
+        who.textContent = line.speaker === "user" ? "User: " : "Assistant (history): ";
+        item.dataset.speaker = line.speaker;
+        item.append(at, who, text);
+      } else {
+        item.append(at, text);
+      }
       item.addEventListener("click", () => seek(line.start));
       return item;
     }),

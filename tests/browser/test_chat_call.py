@@ -10,6 +10,7 @@ starts its own daphne live server.
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 
 import numpy as np
@@ -94,5 +95,20 @@ def test_chat_message_with_an_image_gets_a_streamed_spoken_reply(
 
     page.click("#stop")
     wait_for_state(page, "closed")
-    assert not Recording.objects.filter(session_id=state["sessionId"]).exists()  # chat sends no stream to record
+    # The conversation is recorded: the review page shows mode chat, the messages and the replies.
+    recording = Recording.objects.get(session_id=state["sessionId"])
+    assert recording.mode == "chat"
+    for _ in range(150):  # the server post-processes it (eager Celery) just after the close
+        recording.refresh_from_db()
+        if recording.status not in (Recording.Status.RECORDING, Recording.Status.PROCESSING):
+            break
+        time.sleep(0.2)
+    assert recording.status == Recording.Status.READY, recording.status_reason
+    page.goto(f"{chat_live_server.url}/recordings/{recording.pk}/")
+    expect(page.locator("dt:text-is('Mode') + dd")).to_have_text("chat")
+    page.wait_for_function("() => window.review && window.review.state === 'ready'", timeout=REPLY_TIMEOUT_MS)
+    user_lines = page.locator('#transcript li[data-speaker="user"]')
+    expect(user_lines.first).to_contain_text("What is in this picture? [image attached]")
+    expect(user_lines.last).to_contain_text("Tell me more.")
+    expect(page.locator("#transcript li[data-line]:not([data-speaker])").first).to_be_visible()  # the replies
     context.close()

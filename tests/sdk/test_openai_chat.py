@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import base64
 import io
+import time
 
 import numpy as np
 import pytest
+import soundfile as sf
 
 from inference.contracts import MAX_CHAT_TEXT_CHARS
 from tests.live_server import run_unit_live_server
 from tests.sdk.test_openai_half_duplex import collect_until, connect, expect_error, sdk_client
+from webapp.recordings.models import Recording
+from webapp.recordings.storage import recordings_storage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 RATE = 24_000
@@ -56,7 +60,7 @@ def chat_mode(connection) -> None:
     connection.send({"type": "session.update", "session": {"duplex": {"mode": "chat", "max_response_s": 2}}})
     updated = collect_until(connection, "session.updated")[-1].session.model_dump()
     assert updated["duplex"]["mode"] == "chat" and updated["duplex"]["max_response_s"] == 2
-    assert updated["duplex"]["record"] is False  # no audio stream: a chat session is not recorded
+    assert updated["duplex"]["record"] is True  # recorded as a call is (the server's policy is auto)
 
 
 def ask(connection, item: dict) -> list:
@@ -145,6 +149,30 @@ def test_sdk_chat_conversation_streams_replies_and_holds_no_slot_between_message
         assert_ran_to_its_cap(third[-1].response)
         connection.send({"type": "session.close"})
         collect_until(connection, "session.closed")
+
+    # The conversation is recorded: mode chat, post-processed to ready, the messages and replies in its
+    # transcript, the replies' audio on the agent channel.
+    row = processed_recording(created.session.id)
+    assert (row.mode, row.status) == ("chat", Recording.Status.READY), row.status_reason
+    said = "".join(row.transcript_text.split())
+    for part in ("What is in this picture? [image attached]", "And this sound? [audio attached]", "Still there?"):
+        assert "".join(part.split()) in said, row.transcript_text
+    for reply in (first, second, third):
+        assert "".join(transcript_of(reply).split()) in said, row.transcript_text
+    with recordings_storage().open(row.files["wav"]) as f:
+        stereo, _ = sf.read(io.BytesIO(f.read()), dtype="float32")
+    assert float(np.sqrt(np.mean(stereo[:, 1] ** 2))) > 1e-3, "the agent channel holds the spoken replies"
+
+
+def processed_recording(session_id: str) -> Recording:
+    """The session's catalogue row once the server's (eager) post-processing has finished with it."""
+    deadline = time.monotonic() + 30
+    while True:
+        row = Recording.objects.filter(session_id=session_id).first()
+        if row is not None and row.status not in (Recording.Status.RECORDING, Recording.Status.PROCESSING):
+            return row
+        assert time.monotonic() < deadline, f"not processed: {row and row.status}"
+        time.sleep(0.2)
 
 
 def assert_ran_to_its_cap(response) -> None:

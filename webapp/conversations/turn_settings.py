@@ -30,8 +30,6 @@ class TurnUpdate:
         )
         if self.max_response_s is not None:
             view.max_response_s = self.max_response_s
-        if view.mode == "chat":
-            view.record = False  # a chat session sends no audio stream: nothing is recorded
 
 
 def turn_update(config: p.SessionConfig, view: SessionView) -> TurnUpdate | None:

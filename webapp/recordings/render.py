@@ -124,6 +124,11 @@ def transcript_lines(raw: RawRecording) -> list[dict[str, Any]]:
         if event.get("k") == "epoch":
             epoch = int(event.get("epoch", epoch + 1))
             continue
+        if event.get("k") == "message":  # a chat message: a line of its own, naming who wrote it
+            start = step_time(raw, int(event.get("step", 0)))
+            lines.append({"start": start, "end": start, "text": _message_text(event), "epoch": epoch,
+                          "speaker": str(event.get("role", "user"))})  # fmt: skip
+            continue
         if event.get("k") != "text" or not isinstance(event.get("text"), str):
             continue
         start = step_time(raw, int(event.get("step", 0)))
@@ -132,6 +137,7 @@ def transcript_lines(raw: RawRecording) -> list[dict[str, Any]]:
         new_line = (
             current is None
             or current["epoch"] != epoch
+            or "speaker" in current
             or start - current["end"] > LINE_GAP_S
             or len(current["text"]) >= LINE_MAX_CHARS
             or current["text"].rstrip().endswith(SENTENCE_END)
@@ -144,6 +150,13 @@ def transcript_lines(raw: RawRecording) -> list[dict[str, Any]]:
     for line in lines:
         line["text"] = line["text"].strip()
     return [line for line in lines if line["text"]]
+
+
+def _message_text(event: dict[str, Any]) -> str:
+    """A chat message's text, saying what was attached (the recording never holds an image's bytes)."""
+    attached = [name for name, on in (("image", event.get("image")), ("audio", event.get("audio_s"))) if on]
+    note = f"[{' and '.join(attached)} attached]" if attached else ""
+    return f"{str(event.get('text') or '').strip()} {note}".strip()
 
 
 def timeline_of(raw: RawRecording, duration_s: float) -> dict[str, Any]:
@@ -163,6 +176,10 @@ def timeline_of(raw: RawRecording, duration_s: float) -> dict[str, Any]:
             open_gap[kind] = {"kind": kind, "t": at, "wall_t": wall}
         elif kind in ("resume", "attach") and (gap := open_gap.pop("pause" if kind == "resume" else "detach", None)):
             markers.append({**gap, "wall_s": round(wall - gap["wall_t"], 2)})
+        elif kind == "message":  # chat: the timeline is the concatenation of the recorded audio
+            markers.append({"kind": "message", "t": at, "role": event.get("role"), "text": _message_text(event)})
+        elif kind == "epoch" and event.get("response"):  # a new response (half-duplex, chat), not a barge-in
+            markers.append({"kind": "response", "t": at, "epoch": event.get("epoch")})
         elif kind == "epoch":
             markers.append(
                 {"kind": "barge_in", "t": at, "epoch": event.get("epoch"), "unplayed_ms": event.get("unplayed_ms")}
