@@ -250,6 +250,9 @@ class Replaced:
 @dataclass(frozen=True)
 class Closed:
     reason: CloseReason
+    # It ended before its recording began (no audio, no chat message): the web tier drops the catalogue row.
+    # Advice for that cleanup, not part of what the close is: left out of equality.
+    nothing_recorded: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

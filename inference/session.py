@@ -292,7 +292,7 @@ class DialogueSession(TurnModes):
             self.recording.finish(reason)
         self._modes_closed()
         if self.attachment is not None:
-            self.attachment.outbox.put(Closed(reason))
+            self.attachment.outbox.put(Closed(reason, nothing_recorded=self.recording is None))
             self._retire(self.attachment)
         self._forget(self)
         self._admission.release(self, self.slot, held_s)

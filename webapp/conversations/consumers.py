@@ -391,7 +391,9 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await database_sync_to_async(services.conversation_close)(
                 session_id=self.view.session_id, reason=event.reason
             )
-            recordings.session_closed(session_id=self.view.session_id, reason=event.reason)
+            recordings.session_closed(
+                session_id=self.view.session_id, reason=event.reason, nothing_recorded=event.nothing_recorded
+            )
         await self._close(_CLOSE_CODE_BY_REASON.get(event.reason, CloseCode.NORMAL))
 
     # ---- sending ------------------------------------------------------------------------------

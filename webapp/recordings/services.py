@@ -65,13 +65,20 @@ def recording_sync(
         Recording.objects.filter(pk=row.pk).update(mode=mode)
 
 
-def recording_close(*, session_id: str, reason: str) -> None:
-    """The session ended: note when and why, and queue its post-processing once this commits."""
+def recording_close(*, session_id: str, reason: str, nothing_recorded: bool = False) -> None:
+    """The session ended: note when and why, and queue its post-processing once this commits.
+
+    ``nothing_recorded``: it ended before its recording began (a call with no audio, a chat with no message):
+    its row goes, instead of a recording that post-processing would fail as missing.
+    """
     from webapp.recordings.tasks import process_recording
 
     with transaction.atomic():
         recording = Recording.objects.select_for_update().filter(session_id=session_id).first()
         if recording is None or recording.ended_at is not None:
+            return
+        if nothing_recorded:
+            recording.delete()
             return
         recording.ended_at = timezone.now()
         recording.close_reason = reason[:30]
@@ -89,7 +96,7 @@ def recording_delete(recording: Recording) -> None:
 _closing: set[asyncio.Task] = set()  # strong references: a task nobody holds may be collected mid-run
 
 
-def session_closed(*, session_id: str, reason: str) -> None:
+def session_closed(*, session_id: str, reason: str, nothing_recorded: bool = False) -> None:
     """The consumer's loop saw the session end: record it and queue post-processing.
 
     Runs as its own task, outside the socket's pump, so a client that hangs up on ``session.closed``
@@ -97,7 +104,9 @@ def session_closed(*, session_id: str, reason: str) -> None:
     post-processing run does not hold up every other consumer's database calls.
     """
     task = asyncio.get_running_loop().create_task(
-        sync_to_async(recording_close, thread_sensitive=False)(session_id=session_id, reason=reason)
+        sync_to_async(recording_close, thread_sensitive=False)(
+            session_id=session_id, reason=reason, nothing_recorded=nothing_recorded
+        )
     )
     _closing.add(task)
     task.add_done_callback(_closing.discard)

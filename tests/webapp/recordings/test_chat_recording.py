@@ -5,6 +5,7 @@ the reply's audio on the agent channel and the message's audio clip on the calle
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 
@@ -91,3 +92,18 @@ async def test_a_chat_conversation_is_recorded_with_its_messages_and_spoken_repl
     kinds = [m["kind"] for m in timeline["markers"]]
     assert kinds.count("message") == 2 and kinds.count("response") == 2 and "barge_in" not in kinds
     assert not (raw_dir / session_id).exists()
+
+
+async def test_a_chat_closed_without_a_message_leaves_no_recording(chatter, raw_dir):
+    peer, created = await ready_peer(chatter)
+    session_id = created["session"]["id"]
+    await peer.send({"type": "session.update", "session": {"duplex": {"mode": "chat"}}})
+    await peer.until("session.updated")
+    await wait_for_status(session_id, Recording.Status.RECORDING)
+    await peer.send({"type": "session.close"})
+    await peer.until("session.closed")
+    for _ in range(100):  # the close is handled in a task of its own, after session.closed is sent
+        if not await database_sync_to_async(Recording.objects.filter(session_id=session_id).exists)():
+            break
+        await asyncio.sleep(0.05)
+    assert not await database_sync_to_async(Recording.objects.filter(session_id=session_id).exists)()

@@ -65,3 +65,18 @@ async def test_duplex_record_false_before_audio_means_no_recording(caller, raw_d
     await peer.send({"type": "session.close"})
     await peer.until("session.closed")
     assert not (raw_dir / session_id).exists() and await status_of(session_id) is None
+
+
+async def test_a_call_closed_before_any_audio_leaves_no_recording(caller, raw_dir):
+    """Nothing was recorded: the row goes, rather than a recording post-processing would fail as missing."""
+    peer, created = await ready_peer(caller)
+    session_id = created["session"]["id"]
+    await wait_for_status(session_id, Recording.Status.RECORDING)  # catalogued while the call could start
+    await peer.send({"type": "session.close"})
+    await peer.until("session.closed")
+    for _ in range(100):  # the close is handled in a task of its own, after session.closed is sent
+        if await status_of(session_id) is None:
+            break
+        await asyncio.sleep(0.05)
+    assert await status_of(session_id) is None
+    assert not (raw_dir / session_id).exists()
