@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from inference.audio import pcm
+from inference.audio.resample import resample_clip
 from inference.contracts import ChatMessage
 from inference.engines.base import SlotOutput
 from inference.recording.recorder import SessionRecording, record_steps
@@ -46,7 +47,7 @@ class ChatRecording:
             clip = pcm.decode(message.audio, "pcm16")
             fields["audio_s"] = round(clip.size / message.audio_rate, 3)
             if message.audio_rate != self.input_rate:
-                clip = _resample(clip, message.audio_rate, self.input_rate)
+                clip = resample_clip(clip, message.audio_rate, self.input_rate)
         self.recording.event("message", **fields)
         if clip is not None and clip.size:
             self._steps(clip, np.zeros(0, np.int16))
@@ -80,8 +81,3 @@ class ChatRecording:
         ]
         record_steps(items)
 
-
-def _resample(samples: np.ndarray, src_rate: int, dst_rate: int) -> np.ndarray:
-    """Linear resampling: enough for a review recording of a clip the engine resampled properly itself."""
-    n = round(samples.size * dst_rate / src_rate)
-    return np.interp(np.arange(n) * (src_rate / dst_rate), np.arange(samples.size), samples).astype(np.float32)
