@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from playwright.sync_api import APIRequestContext, Page
+from playwright.sync_api import APIRequestContext, Page, expect
 
 from tests.browser.conftest import PASSWORD
 
@@ -32,6 +32,16 @@ def start_call(page: Page) -> str:
     page.click("#start")
     wait_for_state(page, "live")
     return hooks(page)["sessionId"]
+
+
+def start_call_in_mode(page: Page, base_url: str, mode: str, shown: str, *, query: str, timeout_ms: int) -> None:
+    """Open the call page (``?query``), pick ``mode`` in the picker, Start, and wait until live in that mode."""
+    page.goto(f"{base_url}/?{query}")
+    expect(page.locator("#mode-row")).to_be_visible()
+    page.select_option("#mode", mode)
+    page.click("#start")
+    wait_for_state(page, "live", timeout_ms=timeout_ms)
+    expect(page.locator("#mode-shown")).to_have_text(shown)
 
 
 def wait_for_state(page: Page, state: str, timeout_ms: int = CALL_TIMEOUT_MS) -> None:

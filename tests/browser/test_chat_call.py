@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.pages import hooks, login, wait_for, wait_for_state
+from tests.browser.pages import hooks, login, start_call_in_mode, wait_for, wait_for_state
 from tests.live_server import run_unit_live_server
 from webapp.recordings.models import Recording
 
@@ -52,12 +52,9 @@ def test_chat_message_with_an_image_gets_a_streamed_spoken_reply(
     page = context.new_page()
     make_user("chatter", staff=True, perms=("view_console",))
     login(page, chat_live_server.url, "chatter")
-    page.goto(f"{chat_live_server.url}/?max_response_s=2")
-    expect(page.locator("#mode-row")).to_be_visible()
-    page.select_option("#mode", "chat")
-    page.click("#start")
-    wait_for_state(page, "live", timeout_ms=START_TIMEOUT_MS)
-    expect(page.locator("#mode-shown")).to_have_text("chat")
+    start_call_in_mode(
+        page, chat_live_server.url, "chat", "chat", query="max_response_s=2", timeout_ms=START_TIMEOUT_MS
+    )
     expect(page.locator("#chat-box")).to_be_visible()
 
     page.fill("#chat-text", "What is in this picture?")

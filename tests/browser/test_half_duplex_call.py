@@ -16,7 +16,7 @@ import soundfile
 from playwright.sync_api import expect
 
 from inference import api
-from tests.browser.pages import hooks, login, wait_for, wait_for_state
+from tests.browser.pages import hooks, login, start_call_in_mode, wait_for, wait_for_state
 from tests.live_server import run_unit_live_server
 from tests.turn_audio import utterance
 from webapp.recordings.models import Recording
@@ -49,12 +49,14 @@ def test_half_duplex_call_one_response_per_utterance(unit_live_server, browser, 
     page = context.new_page()
     make_user("turncaller")
     login(page, unit_live_server.url, "turncaller")
-    page.goto(f"{unit_live_server.url}/?raw=1&max_response_s=2")
-    expect(page.locator("#mode-row")).to_be_visible()
-    page.select_option("#mode", "half_duplex")
-    page.click("#start")
-    wait_for_state(page, "live", timeout_ms=START_TIMEOUT_MS)
-    expect(page.locator("#mode-shown")).to_have_text("half-duplex")
+    start_call_in_mode(
+        page,
+        unit_live_server.url,
+        "half_duplex",
+        "half-duplex",
+        query="raw=1&max_response_s=2",
+        timeout_ms=START_TIMEOUT_MS,
+    )
     expect(page.locator("#speech-indicator")).to_be_visible()
 
     wait_for(page, "p.turns.responses.length >= 2", timeout_ms=TURNS_TIMEOUT_MS)
