@@ -5,7 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
-PYTEST=(.venv/bin/python -m pytest -p no:cacheprovider)
+PYTEST=(.venv/bin/python -m pytest -p no:cacheprovider --durations=10)  # the slowest ten, to see where the time goes
 status=0
 run_suite() {  # name, timeout seconds, pytest args...
   local name=$1 limit=$2; shift 2
