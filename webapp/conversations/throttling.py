@@ -37,21 +37,33 @@ def client_ip(scope: dict) -> str:
 
 # A Redis storage holds an asyncio connection pool, which belongs to the event loop it was made on:
 # one limiter per (loop, URI) for those (daphne runs one loop for its life; a test run makes many).
-# The in-memory storage is loop-free and stays one per process, so that its counts are shared.
+# The in-memory storage stays one per process, so that its counts are shared across loops (a sync caller's
+# async_to_sync runs each call on a loop of its own). Its counts are plain dicts, but its per-key locks and
+# expiry timer bind to the loop that used them: a lock left held on a finished loop would fail every later
+# count with "bound to a different event loop". So when the loop changes, those are made anew here (the
+# library's own unpickling path: ``__getstate__`` drops them, ``__setstate__`` recreates them) and the counts kept.
 _redis_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, MovingWindowRateLimiter]] = (
     weakref.WeakKeyDictionary()
 )
-_memory_limiters: dict[str, MovingWindowRateLimiter] = {}
+_memory_limiters: dict[str, tuple[MovingWindowRateLimiter, weakref.ref[asyncio.AbstractEventLoop]]] = {}
 
 
 def _current() -> MovingWindowRateLimiter:
     uri = settings.PARLEY_RATE_LIMIT_STORAGE
-    redis = uri.startswith("async+redis")
-    limiters = _redis_limiters.setdefault(asyncio.get_running_loop(), {}) if redis else _memory_limiters
-    if uri not in limiters:
-        storage = storage_from_string(uri, implementation="redispy") if redis else storage_from_string(uri)
-        limiters[uri] = MovingWindowRateLimiter(storage)
-    return limiters[uri]
+    loop = asyncio.get_running_loop()
+    if uri.startswith("async+redis"):
+        limiters = _redis_limiters.setdefault(loop, {})
+        if uri not in limiters:
+            limiters[uri] = MovingWindowRateLimiter(storage_from_string(uri, implementation="redispy"))
+        return limiters[uri]
+    if uri not in _memory_limiters:
+        _memory_limiters[uri] = (MovingWindowRateLimiter(storage_from_string(uri)), weakref.ref(loop))
+    limiter, used_on = _memory_limiters[uri]
+    if used_on() is not loop:
+        storage = limiter.storage
+        storage.__setstate__(storage.__getstate__())  # fresh locks and expiry timer on this loop, same counts
+        _memory_limiters[uri] = (limiter, weakref.ref(loop))
+    return limiter
 
 
 async def _retry_after(limiter: MovingWindowRateLimiter, item: RateLimitItem, *identifiers: str) -> int:

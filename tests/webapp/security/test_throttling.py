@@ -133,3 +133,31 @@ async def test_wrong_api_keys_on_the_metrics_endpoint_count_too_and_get_429(infe
         assert int(dict((k.lower(), v) for k, v in locked["headers"])[b"retry-after"]) > 0
         ok = await scrape("198.51.100.11", account.key)
         assert ok["status"] == 200 and b"parley_" in ok["body"]
+
+
+def test_the_in_process_counts_outlive_the_event_loop_that_made_them(settings):
+    """The in-memory storage's key locks bind to the event loop that waited on them (a test's, or a sync caller's
+    throwaway loop). A lock left held there must not break the next loop's counting, nor lose its counts."""
+    import asyncio
+
+    settings.PARLEY_RATE_LIMIT_STORAGE = "async+memory://"
+    settings.PARLEY_KEY_FAILURE_RATE = "2/minute"
+    ip = "198.51.100.23"
+
+    async def count_then_strand_the_locks():
+        await throttling.reset()
+        await throttling.record_key_failure(ip)
+        for lock in list(throttling._current().storage.locks.values()):
+            await lock.acquire()  # held, never released
+            waiter = asyncio.ensure_future(lock.acquire())  # a waiter binds the lock to this loop
+            await asyncio.sleep(0)
+            waiter.cancel()
+
+    async def count_again():
+        await throttling.record_key_failure(ip)  # was: RuntimeError, the lock is bound to another loop
+        return await throttling.key_refusal(ip)
+
+    asyncio.run(count_then_strand_the_locks())
+    refusal = asyncio.run(count_again())
+    assert refusal is not None, "the first loop's count was lost"
+    asyncio.run(throttling.reset())
