@@ -8,6 +8,7 @@ This module starts its own daphne live server and its own fake microphone file.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -68,16 +69,24 @@ def test_half_duplex_call_one_response_per_utterance(unit_live_server, browser, 
     assert len({r["id"] for r in turns["responses"]}) == len(turns["responses"])
     assert hooks(page)["errors"] == []
 
+    # The raw recording's event log has the mode and every turn event. Read while the call runs (the
+    # recorder flushes every 0.5 s): once the call ends, post-processing removes the raw recording.
+    session_id = hooks(page)["sessionId"]
+    deadline = time.monotonic() + 10
+    while True:
+        events = api.read_recording(session_id).events
+        turn_events = [e["event"] for e in events if e["k"] == "turn"]
+        if turn_events.count("TurnCommitted") >= 2 and turn_events.count("ResponseStarted") >= 2:
+            break
+        assert time.monotonic() < deadline, turn_events
+        time.sleep(0.2)
+    assert {"mode": "half_duplex"}.items() <= next(e for e in events if e["k"] == "mode").items()
+
     page.click("#stop")
     wait_for_state(page, "closed")
     # The recording names the mode (the catalogue row; the review page shows it).
-    recording = Recording.objects.get(session_id=hooks(page)["sessionId"])
+    recording = Recording.objects.get(session_id=session_id)
     assert recording.mode == "half_duplex"
     page.goto(f"{unit_live_server.url}/recordings/{recording.pk}/")
     expect(page.locator("dd", has_text="half_duplex")).to_be_visible()
-    # ... and the raw recording's event log has the mode and every turn event.
-    events = api.read_recording(recording.session_id).events
-    assert {"mode": "half_duplex"}.items() <= next(e for e in events if e["k"] == "mode").items()
-    turn_events = [e["event"] for e in events if e["k"] == "turn"]
-    assert turn_events.count("TurnCommitted") >= 2 and turn_events.count("ResponseStarted") >= 2, turn_events
     context.close()
