@@ -52,6 +52,7 @@ from inference.output_jitter import OutputJitter
 from inference.recording.recorder import SessionRecording
 from inference.session_context import Admission, Attachment, SessionContext, SessionTimeouts, SlotDriver
 from inference.session_metrics import session_metrics
+from inference.session_recording import SessionRecordingMixin
 from inference.stream_positions import StreamPositions
 from inference.turns.session_modes import TurnModes
 
@@ -65,7 +66,7 @@ BACKPRESSURE_REPORT_PERIOD_S = 1.0
 IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 
 
-class DialogueSession(TurnModes):
+class DialogueSession(TurnModes, SessionRecordingMixin):
     """One user's session: state, timers, audio framing, and the current connection.
 
     Args:
@@ -384,17 +385,6 @@ class DialogueSession(TurnModes):
             turn_detection=self.turn_detection_fields(),
         )
 
-    @property
-    def recorded(self) -> bool:
-        """Recorded (or, before the first audio or chat message, going to be)."""
-        if self.audio_started or self.chat_started:
-            return self.recording is not None
-        return self._recording_policy.records(self.record_requested)
-
-    def _record(self, kind: str, **fields) -> None:
-        if self.recording is not None:
-            self.recording.event(kind, **fields)
-
     def _require_admitted(self) -> None:
         if self.state == "queued":
             raise ParleyError("the session is still queued for a slot", code="session_not_ready")
@@ -411,16 +401,6 @@ class DialogueSession(TurnModes):
         if self.turns is not None:
             self._worker.set_turn(self.slot, self.turns.turn)
         self._apply_freeze()
-
-    def _begin_recording(self) -> None:
-        """At the first audio (or a chat's first message), when the policy and the caller's wish say so."""
-        if self._recording_policy.records(self.record_requested):
-            self.recording = self._recording_policy.begin(
-                self.session_id,
-                user_key=self.user_key,
-                persona=self.persona,
-                voice=self.voice.voice_id if self.voice is not None else None,
-            )
 
     def _apply_freeze(self) -> None:
         if self.slot is not None and self.audio_started and self.state != "closed":
