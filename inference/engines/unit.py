@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from inference.audio.resample import resample_clip
+from inference.contracts import VoiceRef
 from inference.engines.base import (
     ChatRequest,
     Engine,
@@ -221,12 +222,7 @@ class UnitEngine(Engine):
             raise EngineError("warmup() must run before chat()")
         if slot in self._slots:
             raise EngineError(f"slot {slot} is open for a call")
-        ref_audio = None
-        if request.voice is not None and request.voice.path is not None:
-            try:
-                ref_audio = load_reference_audio(Path(request.voice.path))
-            except (OSError, ValueError, RuntimeError) as exc:
-                raise EngineError(f"slot {slot}: cannot read voice {request.voice.voice_id!r}: {exc}") from exc
+        ref_audio = _voice_audio(slot, request.voice)
         prompt = request.persona or DEFAULT_SYSTEM_PROMPT
         reply = ChatReply(self.runner, self.vocoder, request.messages, request.max_tokens, prompt, ref_audio)
         for piece in reply.pieces():
@@ -237,12 +233,7 @@ class UnitEngine(Engine):
     def _prepare(self, slot: int, state: _UnitSlot) -> SlotOutput:
         assert self.runner is not None
         voice = state.config.voice
-        ref_audio = None
-        if voice is not None and voice.path is not None:
-            try:
-                ref_audio = load_reference_audio(Path(voice.path))
-            except (OSError, ValueError, RuntimeError) as exc:
-                raise EngineError(f"slot {slot}: cannot read voice {voice.voice_id!r}: {exc}") from exc
+        ref_audio = _voice_audio(slot, voice)
         session = self.runner.new_session()
         self.runner.prepare(session, state.config.persona or DEFAULT_SYSTEM_PROMPT, ref_audio)
         state.vocoder = self.vocoder.new_state(ref_audio)
@@ -333,3 +324,13 @@ class UnitEngine(Engine):
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.num_slots:
             raise EngineError(f"slot {slot} out of range 0..{self.num_slots - 1}")
+
+
+def _voice_audio(slot: int, voice: VoiceRef | None) -> np.ndarray | None:
+    """The voice's reference clip (the TTS / vocoder prompt), or None for the built-in one."""
+    if voice is None or voice.path is None:
+        return None
+    try:
+        return load_reference_audio(Path(voice.path))
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise EngineError(f"slot {slot}: cannot read voice {voice.voice_id!r}: {exc}") from exc
