@@ -111,18 +111,30 @@ class RowDecoder:
         x: torch.Tensor,  # [R, T, D] input embeddings
         slot_ids: torch.Tensor,  # [R] long
         starts: torch.Tensor,  # [R] long, first position of each row
-        kv_len: int,  # positions visible to the attention (>= every row's last position + 1)
+        kv_len: int,  # positions visible to the attention (>= every row's last real position + 1)
+        lengths: torch.Tensor | None = None,  # [R] long, real positions of each row (the rest is padding)
     ) -> torch.Tensor:
-        """Final-normed hidden states [R, T, D]; writes each row's keys/values into its slot."""
+        """Final-normed hidden states [R, T, D]; writes each row's keys/values into its slot.
+
+        With ``lengths``, row ``r``'s positions from ``lengths[r]`` on are padding: their keys and values go to
+        the scratch slot, so the session's slot holds exactly what an unpadded run writes. Attention is causal,
+        so a real position never sees padding; padded positions' outputs are garbage, to be ignored.
+        """
         R, T, _ = x.shape
-        positions = starts[:, None] + torch.arange(T, device=x.device)  # [R, T]
+        steps = torch.arange(T, device=x.device)
+        positions = starts[:, None] + steps  # [R, T]
+        slot_rows = slot_ids[:, None].expand(R, T)
+        write_at = positions
+        if lengths is not None:
+            real = steps[None, :] < lengths[:, None]  # [R, T]
+            slot_rows = torch.where(real, slot_rows, pool.scratch)
+            write_at = positions.clamp(max=pool.capacity - 1)  # padding may run past the slot's end
         cos, sin = self.model.rotary_emb(x, positions)  # [R, T, hd]
         cos, sin = cos[:, None], sin[:, None]  # [R, 1, T, hd]
         # Query (r, t) sees key j of its slot iff j <= its own position.
         mask = torch.arange(kv_len, device=x.device)[None, None, :] <= positions[:, :, None]  # [R, T, L]
         # Grouped queries share their KV head: fold the groups into the query axis instead of repeating keys.
         mask = mask[:, None, None].expand(R, 1, self.groups, T, kv_len).reshape(R, 1, self.groups * T, kv_len)
-        slot_rows = slot_ids[:, None].expand(R, T)
         h = x
         for i, layer in enumerate(self.model.layers):
             attn = layer.self_attn
@@ -136,8 +148,8 @@ class RowDecoder:
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             keys, values = pool.keys[i], pool.values[i]
-            keys[slot_rows, :, positions] = k.transpose(1, 2)  # [R, T, H_kv, hd] into [S, H_kv, C, hd]
-            values[slot_rows, :, positions] = v
+            keys[slot_rows, :, write_at] = k.transpose(1, 2)  # [R, T, H_kv, hd] into [S, H_kv, C, hd]
+            values[slot_rows, :, write_at] = v
             ks, vs = keys[slot_ids, :, :kv_len], values[slot_ids, :, :kv_len]  # [R, H_kv, L, hd]
             qg = q.reshape(R, self.kv_heads, self.groups * T, self.head_dim)
             out = F.scaled_dot_product_attention(qg, ks, vs, attn_mask=mask, scale=self.scaling)

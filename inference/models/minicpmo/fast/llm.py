@@ -3,8 +3,8 @@
 A session's cache is a ``SlotCache``: a slot of the pool and its length. The slot goes back to the pool
 when the handle is garbage-collected, so dropping a session frees its place exactly as dropping a
 ``DynamicCache`` frees its tensors (the engine's close_slot relies on that). Multi-position feeds (prompt,
-prefill, finalize) run the same row code eagerly at their exact length; one-token feeds of any number of
-sessions go through ``StepGraphs``.
+prefill, finalize) of any number of sessions go through ``RunGraphs`` (padded to a length bucket); one-token
+feeds through ``StepGraphs``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from inference.models.minicpmo.fast.decoder import KVPool, RowDecoder
-from inference.models.minicpmo.fast.graphs import StepGraphs
+from inference.models.minicpmo.fast.graphs import RunGraphs, StepGraphs
 from inference.models.minicpmo.llm import DuplexLLM
 
 
@@ -55,7 +55,9 @@ class FastLLM:
             vocab=self.llm.lm_head.out_features,
             max_rows=max_rows,
         )
-        self._device = self.llm.lm_head.weight.device
+        self.runs = RunGraphs(
+            self.decoder, self.pool, head=self.llm.lm_head, vocab=self.llm.lm_head.out_features, max_rows=max_rows
+        )
 
     def new_cache(self) -> SlotCache:
         return SlotCache(self.pool)
@@ -74,28 +76,24 @@ class FastLLM:
 
     @torch.inference_mode()
     def feed(self, cache: SlotCache, embeds: torch.Tensor) -> torch.Tensor:
-        """Run embeddings [T, D] at the next positions; returns final-normed hidden [T, D]."""
-        T = embeds.shape[0]
-        self._check_room(cache, T)
-        slot = torch.tensor([cache.slot], device=self._device)
-        start = torch.tensor([cache.length], device=self._device)
-        hidden = self.decoder.forward(self.pool, embeds[None], slot, start, cache.length + T)[0]
-        cache.length += T
-        return hidden
+        """Run embeddings [T, D] at the next positions; returns the final-normed hidden of the last one [1, D].
+
+        (``DuplexLLM.feed`` returns all T rows; every caller reads only ``[-1]``.)
+        """
+        return self.feed_many([cache], [embeds])[0]
 
     @torch.inference_mode()
-    def feed_many(self, caches: Sequence[SlotCache], embeds: torch.Tensor) -> torch.Tensor:
-        """Run ``embeds[r]`` ([T, D], one T for all) at the next positions of ``caches[r]``: hidden [R, T, D]."""
-        T = embeds.shape[1]
-        for cache in caches:
-            self._check_room(cache, T)
-        slots = torch.tensor([c.slot for c in caches], device=self._device)
-        starts = torch.tensor([c.length for c in caches], device=self._device)
-        kv_len = max(c.length for c in caches) + T
-        hidden = self.decoder.forward(self.pool, embeds, slots, starts, kv_len)
-        for cache in caches:
-            cache.length += T
-        return hidden
+    def feed_many(self, caches: Sequence[SlotCache], runs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run ``runs[r]`` ([T_r, D]) at the next positions of ``caches[r]`` in padded, graphed forwards.
+
+        Returns the last position's final-normed hidden [R, D] and float logits [R, V] of each run.
+        """
+        for cache, run in zip(caches, runs, strict=True):
+            self._check_room(cache, run.shape[0])
+        hidden, logits = self.runs.run([c.slot for c in caches], runs, [c.length for c in caches])
+        for cache, run in zip(caches, runs, strict=True):
+            cache.length += run.shape[0]
+        return hidden, logits
 
     @torch.inference_mode()
     def feed_tokens(self, caches: Sequence[SlotCache], tokens: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:

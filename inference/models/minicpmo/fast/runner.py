@@ -7,16 +7,15 @@ one batched decode. A tick of 16 sessions with 6 speaking costs about as many LL
 session, not six times as many.
 
 Prefill: each session's deferred finalize (terminator, ``</unit>``) is fed together with its next unit
-(``<unit>``, frame, audio) as one run of positions, and the sessions whose runs have the same length (all
-audio-only units: 13) go through one batched eager forward. Feeding the close with the next unit is exact
-only while the window does not slide at that close (the next unit must not see what the slide drops), so a
-session about to slide finalizes on its own first.
+(``<unit>``, frame, audio) as one run of positions, and the runs of every session go through one padded,
+graphed forward per length bucket (audio-only units, 13-15 positions, share one). Feeding the close with the
+next unit is exact only while the window does not slide at that close (the next unit must not see what the
+slide drops), so a session about to slide finalizes on its own first.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
 
 import numpy as np
 import torch
@@ -60,8 +59,12 @@ class FastDuplexRunner(DuplexRunner):
         self.fast_llm, self.fast_tts = fast_llm, fast_tts
 
     def capture(self, max_kv: int | None = None) -> int:
-        """Capture the decode graphs up front (CUDA only); returns how many."""
-        return self.fast_llm.graphs.capture_all(max_kv) + self.fast_tts.graphs.capture_all()
+        """Capture up front (CUDA only) the decode graphs, the LLM's audio-unit prefill graphs (T bucket 16) and
+        the TTS condition graphs (16 and 32) for every row bucket; returns how many. Other shapes (omni units,
+        prompts) are captured on first use."""
+        llm, tts = self.fast_llm, self.fast_tts
+        steps = llm.graphs.capture_all(max_kv) + tts.graphs.capture_all()
+        return steps + llm.runs.capture_all([16], max_kv) + tts.runs.capture_all([16, 32])
 
     def session_bytes(self) -> int:
         """Device bytes one session's preallocated LLM and TTS slots take."""
@@ -71,9 +74,10 @@ class FastDuplexRunner(DuplexRunner):
         return DuplexSession(llm_cache=self.fast_llm.new_cache(), tts=self.fast_tts.new_state())
 
     def prefill_many(self, jobs: list[tuple[DuplexSession, np.ndarray, torch.Tensor | None]]) -> None:
-        """``prefill`` for several sessions: per-session encoders, then one LLM forward per run length."""
+        """``prefill`` for several sessions: per-session encoders, then the LLM runs in padded, graphed forwards
+        (one per length bucket)."""
         llm, ids = self.fast_llm, self.ids
-        by_length: dict[int, list[tuple[DuplexSession, torch.Tensor, int]]] = defaultdict(list)
+        runs: list[tuple[DuplexSession, torch.Tensor, int]] = []
         for session, audio, frame_embeds in jobs:
             close: list[int] = []
             if session.pending_finalize is not None:
@@ -90,17 +94,16 @@ class FastDuplexRunner(DuplexRunner):
             pieces.append(audio_embeds.to(self._dtype))
             schema.append(["audio", int(audio_embeds.shape[0])])
             session.last_schema = schema
-            run = torch.cat(pieces)
-            by_length[run.shape[0]].append((session, run, len(close)))
-        for group in by_length.values():
-            sessions = [s for s, _, _ in group]
-            starts = [llm.cache_length(s.llm_cache) for s in sessions]
-            hidden = llm.feed_many([s.llm_cache for s in sessions], torch.stack([r for _, r, _ in group]))
-            logits = llm.logits(hidden[:, -1])  # [R, V]
-            for row, (session, _, closed) in enumerate(group):
-                if closed:
-                    self.close_unit(session, starts[row] + closed, slide=False)
-                session.pending_logits = logits[row]
+            runs.append((session, torch.cat(pieces), len(close)))
+        if not runs:
+            return
+        sessions = [s for s, _, _ in runs]
+        starts = [llm.cache_length(s.llm_cache) for s in sessions]
+        _, logits = llm.feed_many([s.llm_cache for s in sessions], [r for _, r, _ in runs])  # logits [R, V]
+        for row, (session, _, closed) in enumerate(runs):
+            if closed:
+                self.close_unit(session, starts[row] + closed, slide=False)
+            session.pending_logits = logits[row]
 
     def prefill(self, session: DuplexSession, audio: np.ndarray, frame_embeds: torch.Tensor | None = None) -> list:
         self.prefill_many([(session, audio, frame_embeds)])

@@ -1,8 +1,8 @@
 """The MiniCPMTTS head over a static KV pool, decoding the units of several sessions in one batched step.
 
-``generate_units`` is ``MiniCPMTTS.generate_unit`` for many sessions at once: each session's condition is
-fed eagerly at its own length, then every code step feeds all unfinished sessions together (one graph
-replay) and samples them together on the device with the same arithmetic (temperature, repetition penalty
+``generate_units`` is ``MiniCPMTTS.generate_unit`` for many sessions at once: the sessions' conditions are
+fed together (``RunGraphs``: padded to a length bucket), then every code step feeds all unfinished sessions
+together (one graph replay) and samples them together on the device with the same arithmetic (temperature, repetition penalty
 over the unit's last 16 codes, eos masked below ``min_new_codes``, argmax of the softmax). One host read
 per step tells which sessions hit eos.
 """
@@ -16,7 +16,7 @@ import torch
 from torch.nn import functional as F
 
 from inference.models.minicpmo.fast.decoder import KVPool, RowDecoder
-from inference.models.minicpmo.fast.graphs import StepGraphs
+from inference.models.minicpmo.fast.graphs import RunGraphs, StepGraphs
 from inference.models.minicpmo.tts import MAX_NEW_CODES, REPETITION_PENALTY, REPETITION_WINDOW, TEMPERATURE, MiniCPMTTS
 
 
@@ -58,22 +58,15 @@ class FastTTS:
             vocab=tts.cfg.num_audio_tokens,
             max_rows=max_rows,
         )
+        self.runs = RunGraphs(
+            self.decoder, self.pool, head=tts.head_code[0], vocab=tts.cfg.num_audio_tokens, max_rows=max_rows
+        )
 
     def new_state(self) -> FastTTSState:
         return FastTTSState(self.pool)
 
     def condition(self, text_ids: list[int], hidden: torch.Tensor | None) -> torch.Tensor:
         return self.tts.condition(text_ids, hidden)
-
-    @torch.inference_mode()
-    def _prefill(self, state: FastTTSState, condition: torch.Tensor) -> torch.Tensor:
-        T = condition.shape[0]
-        device = condition.device
-        slot = torch.tensor([state.slot], device=device)
-        start = torch.tensor([state.pos], device=device)
-        h = self.decoder.forward(self.pool, condition[None], slot, start, state.pos + T)[0, -1]
-        state.pos += T
-        return self.tts.head_code[0](h).float()
 
     def generate_unit(self, state: FastTTSState, condition: torch.Tensor, min_new_codes: int) -> list[int]:
         return self.generate_units([state], [condition], [min_new_codes])[0]
@@ -86,7 +79,10 @@ class FastTTS:
         n = len(states)
         if n == 0:
             return []
-        logits = torch.stack([self._prefill(s, c) for s, c in zip(states, conditions, strict=True)])  # [n, V]
+        # Every condition in one padded, graphed forward (one per length bucket): last-row logits [n, V].
+        _, logits = self.runs.run([s.slot for s in states], conditions, [s.pos for s in states])
+        for state, condition in zip(states, conditions, strict=True):
+            state.pos += condition.shape[0]
         device = logits.device
         V = logits.shape[1]
         temperature = torch.tensor(TEMPERATURE, dtype=torch.float32)

@@ -12,10 +12,12 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from inference.engines.base import SlotConfig, SlotInput, VoiceRef
 from inference.engines.unit import UnitEngine
 from inference.models.minicpmo.duplex import DuplexRunner
+from inference.models.minicpmo.fast.graphs import T_BUCKETS
 from inference.models.minicpmo.fast.runner import FastDuplexRunner
 from inference.models.minicpmo.fast.streams import RecordedCall, run_calls
 
@@ -96,3 +98,33 @@ def test_full_pool_is_a_clear_error(minicpmo_parts):
         runner.new_session()
     del kept
     runner.new_session()  # the dropped session's slot came back
+
+
+def test_padded_runs_of_mixed_lengths_equal_unpadded_eager_feeds(minicpmo_parts):
+    """Runs of 13, 40 and 150 positions (150: two chunks) share padded forwards; each equals the eager LLM's
+    feed of the same run, the keys land at the real positions only, and nothing past a run is written."""
+    runner = FastDuplexRunner(minicpmo_parts, num_slots=3, capacity=512)
+    llm, eager = runner.fast_llm, minicpmo_parts.llm
+    gen = torch.Generator().manual_seed(0)
+    dim = llm.hidden_size
+    lengths = (13, 40, 150)
+    assert lengths[-1] > T_BUCKETS[-1]
+    prompts = [torch.randn(n, dim, generator=gen) * 0.5 for n in (5, 30, 7)]  # different start positions
+    runs = [torch.randn(n, dim, generator=gen) * 0.5 for n in lengths]
+    caches = [llm.new_cache() for _ in lengths]
+    eager_caches = [eager.new_cache() for _ in lengths]
+    want = []
+    for cache, eager_cache, prompt, run in zip(caches, eager_caches, prompts, runs, strict=True):
+        llm.feed(cache, prompt)
+        eager.feed(eager_cache, prompt)
+        want.append(eager.feed(eager_cache, run)[-1])
+    hidden, logits = llm.feed_many(caches, runs)
+    np.testing.assert_allclose(hidden.numpy(), torch.stack(want).numpy(), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(logits.numpy(), eager.logits(torch.stack(want)).numpy(), rtol=0, atol=1e-4)
+    for cache, eager_cache in zip(caches, eager_caches, strict=True):
+        length = cache.length
+        assert length == eager.cache_length(eager_cache)
+        for layer, eager_layer in zip(llm.pool.keys, eager_cache.layers, strict=True):
+            slot = layer[cache.slot]  # [H_kv, C, hd]
+            np.testing.assert_allclose(slot[:, :length].numpy(), eager_layer.keys[0].numpy(), rtol=0, atol=1e-4)
+            assert not slot[:, length:].any(), "padding wrote into the session's slot"
