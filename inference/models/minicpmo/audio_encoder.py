@@ -275,21 +275,36 @@ class StreamingAudioInput(nn.Module):
         return mel[:, start:stop]
 
     @torch.inference_mode()
+    def unit_mel(self, state: AudioStreamState, samples: np.ndarray) -> tuple[torch.Tensor, bool]:
+        """The host half of a unit: advances the carry and the mel buffer (``state.units`` is left as it is).
+
+        Returns:
+            (the unit's mel frames [80, 102 on the first unit, else 104], whether the encoder cache must be
+            emptied first: the reference resets it before its 1500 learned positions run out, ~29 s).
+        """
+        if samples.shape != (UNIT_SAMPLES,):
+            raise ValueError(f"a unit is {UNIT_SAMPLES} mono samples, got shape {tuple(samples.shape)}")
+        mel = self._unit_mel(state, self._append_audio(state, samples))
+        needed = math.ceil(mel.shape[1] / 2)
+        cached = state.cached_frames
+        return mel, cached > 0 and cached + needed >= self.apm.embed_positions.num_embeddings
+
+    @torch.inference_mode()
+    def unit_stem(self, mel: torch.Tensor, *, first: bool) -> torch.Tensor:
+        """[B, 80, F] mel frames of units (all first units or none) -> their 50 stem frames [B, 50, d]."""
+        x = self.apm.stem(self._to_param(mel))  # [B, 51 or 52, d]
+        return x[:, :-1] if first else x[:, 1:-1]  # drop the context outputs: 50 frames remain
+
+    @torch.inference_mode()
     def embed_unit(self, state: AudioStreamState, samples: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode one unit of 16000 samples for a session.
 
         Returns:
             (embeddings [10, llm_dim], the unit's mel frames [80, F] for inspection).
         """
-        if samples.shape != (UNIT_SAMPLES,):
-            raise ValueError(f"a unit is {UNIT_SAMPLES} mono samples, got shape {tuple(samples.shape)}")
-        mel = self._unit_mel(state, self._append_audio(state, samples))
-        first = state.units == 0
-        x = self.apm.stem(self._to_param(mel[None]))  # [1, 51 or 52, d]
-        x = x[:, :-1] if first else x[:, 1:-1]  # drop the context outputs: 50 frames remain
-        # The reference resets the encoder cache before its 1500 learned positions run out (~29 s).
-        needed = math.ceil(mel.shape[1] / 2)
-        if state.kv is not None and state.cached_frames + needed >= self.apm.embed_positions.num_embeddings:
+        mel, reset = self.unit_mel(state, samples)
+        x = self.unit_stem(mel[None], first=state.units == 0)  # [1, 50, d]
+        if reset:
             state.kv = None
         states, state.kv = self.apm.encode(x, state.kv)
         state.units += 1

@@ -47,14 +47,14 @@ def smallest_at_least(n: int, buckets: Sequence[int]) -> int:
     raise ValueError(f"{n} exceeds the largest bucket {buckets[-1]}")
 
 
-def _upload(rows: list[list[int]], device: torch.device) -> torch.Tensor:
+def upload(rows: list[list[int]], device: torch.device) -> torch.Tensor:
     """Equal-length int lists -> one long tensor on ``device`` in one (pinned, asynchronous) copy."""
     host = torch.tensor(rows, dtype=torch.long)
     host = host.pin_memory() if device.type == "cuda" else host
     return host.to(device, non_blocking=True)
 
 
-class _Graphed:
+class ShapeGraphs:
     """Captured graphs by shape key, sharing one memory pool; ``_launch`` replays (CUDA) or runs (CPU)."""
 
     def __init__(self, pool: KVPool, max_rows: int):
@@ -90,7 +90,7 @@ class _Graphed:
             self._run(*shape)
 
 
-class StepGraphs(_Graphed):
+class StepGraphs(ShapeGraphs):
     """Static buffers and captured graphs of ``head(decoder(embed(tokens)))`` for rows of one position.
 
     Args:
@@ -152,7 +152,7 @@ class StepGraphs(_Graphed):
         rows = smallest_at_least(n, self.row_buckets)
         kv_len = smallest_at_least(max(starts) + 1, self.kv_buckets)
         pad = rows - n
-        packed = _upload(
+        packed = upload(
             [[*tokens, *[0] * pad], [*slots, *[self.pool.scratch] * pad], [*starts, *[0] * pad]], self.tokens.device
         )
         self.tokens[:rows].copy_(packed[0])
@@ -162,7 +162,7 @@ class StepGraphs(_Graphed):
         return self.hidden[:n], self.logits[:n]
 
 
-class RunGraphs(_Graphed):
+class RunGraphs(ShapeGraphs):
     """Static buffers and captured graphs of padded multi-position runs: last position's (hidden, logits).
 
     Args:
@@ -229,7 +229,7 @@ class RunGraphs(_Graphed):
         T = smallest_at_least(max(lengths), T_BUCKETS)
         kv_len = smallest_at_least(max(s + t for s, t in zip(starts, lengths, strict=True)), self.kv_buckets)
         pad = rows - n
-        packed = _upload(
+        packed = upload(
             [[*slots, *[self.pool.scratch] * pad], [*starts, *[0] * pad], [*lengths, *[1] * pad]], self.x.device
         )
         self.slots[:rows].copy_(packed[0])

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from inference.models.minicpmo.duplex import DuplexRunner, DuplexSession, UnitResult, window_bounds
+from inference.models.minicpmo.fast.audio import FastAudio
 from inference.models.minicpmo.fast.llm import FastLLM
 from inference.models.minicpmo.fast.tts import FastTTS
 from inference.models.minicpmo.loading import MiniCPMOParts
@@ -52,40 +53,46 @@ class FastDuplexRunner(DuplexRunner):
         rows = max_rows or num_slots
         fast_llm = FastLLM(parts.llm, num_slots=num_slots, capacity=capacity, max_rows=rows)
         fast_tts = FastTTS(parts.tts, num_slots=num_slots, max_rows=rows)
+        fast_audio = FastAudio(parts.audio, num_slots=num_slots, max_rows=rows)
         window_max, window_target = window_bounds(capacity)
         kwargs.setdefault("window_max", window_max)
         kwargs.setdefault("window_target", window_target)
         super().__init__(dataclasses.replace(parts, llm=fast_llm, tts=fast_tts), **kwargs)
-        self.fast_llm, self.fast_tts = fast_llm, fast_tts
+        self.fast_llm, self.fast_tts, self.fast_audio = fast_llm, fast_tts, fast_audio
 
     def capture(self, max_kv: int | None = None) -> int:
         """Capture up front (CUDA only) the decode graphs, the LLM's audio-unit prefill graphs (T bucket 16) and
-        the TTS condition graphs (16 and 32) for every row bucket; returns how many. Other shapes (omni units,
+        the TTS condition graphs (16 and 32) and the audio encoder's for every row bucket; returns how many. Other shapes (omni units,
         prompts) are captured on first use."""
         llm, tts = self.fast_llm, self.fast_tts
         steps = llm.graphs.capture_all(max_kv) + tts.graphs.capture_all()
-        return steps + llm.runs.capture_all([16], max_kv) + tts.runs.capture_all([16, 32])
+        runs = llm.runs.capture_all([16], max_kv) + tts.runs.capture_all([16, 32])
+        return steps + runs + self.fast_audio.capture_all()
 
     def session_bytes(self) -> int:
         """Device bytes one session's preallocated LLM and TTS slots take."""
         return self.fast_llm.pool.bytes_per_slot() + self.fast_tts.pool.bytes_per_slot()
 
     def new_session(self) -> DuplexSession:
-        return DuplexSession(llm_cache=self.fast_llm.new_cache(), tts=self.fast_tts.new_state())
+        return DuplexSession(
+            llm_cache=self.fast_llm.new_cache(), tts=self.fast_tts.new_state(), audio=self.fast_audio.new_state()
+        )
 
     def prefill_many(self, jobs: list[tuple[DuplexSession, np.ndarray, torch.Tensor | None]]) -> None:
-        """``prefill`` for several sessions: per-session encoders, then the LLM runs in padded, graphed forwards
-        (one per length bucket)."""
+        """``prefill`` for several sessions: one batched, graphed audio encoder forward, then the LLM runs in
+        padded, graphed forwards (one per length bucket)."""
         llm, ids = self.fast_llm, self.ids
+        if not jobs:
+            return
         runs: list[tuple[DuplexSession, torch.Tensor, int]] = []
-        for session, audio, frame_embeds in jobs:
+        units = self.fast_audio.embed_units([s.audio for s, _, _ in jobs], [a for _, a, _ in jobs])  # [n, 10, D]
+        for (session, _, frame_embeds), audio_embeds in zip(jobs, units, strict=True):
             close: list[int] = []
             if session.pending_finalize is not None:
                 close = self.finalize_ids(session)
                 if llm.cache_length(session.llm_cache) + len(close) > self.window_max:
                     self.finalize(session)  # the window slides here: close on its own, as the eager path does
                     close = []
-            audio_embeds, _ = self.parts.audio.embed_unit(session.audio, np.asarray(audio, dtype=np.float32))
             pieces = [llm.embed_ids([*close, ids.unit])]
             schema: list = [ids.unit]
             if frame_embeds is not None:
@@ -95,8 +102,6 @@ class FastDuplexRunner(DuplexRunner):
             schema.append(["audio", int(audio_embeds.shape[0])])
             session.last_schema = schema
             runs.append((session, torch.cat(pieces), len(close)))
-        if not runs:
-            return
         sessions = [s for s, _, _ in runs]
         starts = [llm.cache_length(s.llm_cache) for s in sessions]
         _, logits = llm.feed_many([s.llm_cache for s in sessions], [r for _, r, _ in runs])  # logits [R, V]

@@ -16,7 +16,9 @@ import torch
 
 from inference.engines.base import SlotConfig, SlotInput, VoiceRef
 from inference.engines.unit import UnitEngine
+from inference.models.minicpmo.audio_encoder import AudioStreamState
 from inference.models.minicpmo.duplex import DuplexRunner
+from inference.models.minicpmo.fast.audio import FastAudio
 from inference.models.minicpmo.fast.graphs import T_BUCKETS
 from inference.models.minicpmo.fast.runner import FastDuplexRunner
 from inference.models.minicpmo.fast.streams import RecordedCall, run_calls
@@ -128,3 +130,24 @@ def test_padded_runs_of_mixed_lengths_equal_unpadded_eager_feeds(minicpmo_parts)
             slot = layer[cache.slot]  # [H_kv, C, hd]
             np.testing.assert_allclose(slot[:, :length].numpy(), eager_layer.keys[0].numpy(), rtol=0, atol=1e-4)
             assert not slot[:, length:].any(), "padding wrote into the session's slot"
+
+
+def test_batched_static_encoder_equals_the_eager_streaming_encoder(minicpmo_parts, minicpmo_data_dir):
+    """Two sessions 5 units apart through one batched encoder forward per tick for 36 s: a first unit beside
+    later ones, every kv bucket, and the cache restart before the 1500 learned positions run out."""
+    audio = np.load(minicpmo_data_dir / "turnclose10" / "user_audio.npy").astype(np.float32)
+    rng = np.random.default_rng(1)
+    units = [
+        audio[(u % 10) * 16000 : (u % 10 + 1) * 16000] + rng.normal(0, 1e-3, 16000).astype(np.float32)
+        for u in range(36)
+    ]
+    fast = FastAudio(minicpmo_parts.audio, num_slots=2, max_rows=2)
+    states, eager_states = [fast.new_state(), fast.new_state()], [AudioStreamState(), AudioStreamState()]
+    for tick in range(36):
+        live = [k for k, lag in enumerate((0, 5)) if tick >= lag]
+        got = fast.embed_units([states[k] for k in live], [units[tick - 5 * k] for k in live])
+        for row, k in enumerate(live):
+            want, _ = minicpmo_parts.audio.embed_unit(eager_states[k], units[tick - 5 * k])
+            np.testing.assert_allclose(got[row].numpy(), want.numpy(), rtol=0, atol=1e-4, err_msg=f"tick {tick}")
+            assert states[k].cached_frames == eager_states[k].cached_frames
+    assert states[0].cached_frames == (36 - 29) * 50  # restarted once, before unit 29
