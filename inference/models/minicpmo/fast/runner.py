@@ -20,8 +20,17 @@ import dataclasses
 import numpy as np
 import torch
 
-from inference.models.minicpmo.duplex import DuplexRunner, DuplexSession, UnitResult, window_bounds
+from inference.models.minicpmo.duplex import (
+    LENGTH_PENALTY,
+    TEXT_REPETITION_PENALTY,
+    TEXT_REPETITION_WINDOW,
+    DuplexRunner,
+    DuplexSession,
+    UnitResult,
+    window_bounds,
+)
 from inference.models.minicpmo.fast.audio import FastAudio
+from inference.models.minicpmo.fast.graphs import upload
 from inference.models.minicpmo.fast.llm import FastLLM
 from inference.models.minicpmo.fast.tts import FastTTS
 from inference.models.minicpmo.loading import MiniCPMOParts
@@ -59,6 +68,7 @@ class FastDuplexRunner(DuplexRunner):
         kwargs.setdefault("window_target", window_target)
         super().__init__(dataclasses.replace(parts, llm=fast_llm, tts=fast_tts), **kwargs)
         self.fast_llm, self.fast_tts, self.fast_audio = fast_llm, fast_tts, fast_audio
+        self._decided: dict[int, tuple[float, int, int]] = {}  # id(session) -> (margin, raw id, chosen id)
 
     def capture(self, max_kv: int | None = None) -> int:
         """Capture up front (CUDA only) the decode graphs, the LLM's audio-unit prefill graphs (T bucket 16) and
@@ -117,6 +127,8 @@ class FastDuplexRunner(DuplexRunner):
     def generate_many(self, jobs: list[tuple[DuplexSession, bool]], *, generate_audio: bool = True) -> list[UnitResult]:
         """Every session's unit decisions in shared decode steps, then one batched TTS decode."""
         results: list = [None] * len(jobs)
+        # Sessions that decide (not forced to listen) get their ids chosen for all rows at once (``_decide``).
+        deciding = [i for i, (s, force) in enumerate(jobs) if not (force or s.generate_count < self.force_listen_count)]
         steps = [self.generate_steps(session, force_listen=force) for session, force in jobs]
         waiting: dict[int, int] = {}  # job -> id it wants fed
 
@@ -126,6 +138,10 @@ class FastDuplexRunner(DuplexRunner):
             except StopIteration as done:
                 results[i] = done.value
 
+        if deciding:
+            pending = [jobs[i][0].pending_logits for i in deciding]
+            if all(p is not None for p in pending):
+                self._decide([jobs[i][0] for i in deciding], torch.stack(pending))
         for i in range(len(jobs)):
             advance(i, None)
         while waiting:
@@ -133,9 +149,13 @@ class FastDuplexRunner(DuplexRunner):
             hidden, logits = self.fast_llm.feed_tokens(
                 [jobs[i][0].llm_cache for i in order], [waiting.pop(i) for i in order]
             )
+            hidden = hidden.clone()  # rows are kept as TTS input past this step's buffers; logits are read at once
+            rows = [row for row, i in enumerate(order) if i in deciding]
+            if rows:
+                self._decide([jobs[order[row]][0] for row in rows], logits[rows])
             for row, i in enumerate(order):
-                # hidden rows are kept as TTS input past this step's buffers: copy; logits are read at once.
-                advance(i, (hidden[row].clone(), logits[row]))
+                advance(i, (hidden[row], logits[row]))
+        self._decided.clear()
         speaking = [i for i, (_, speak) in enumerate(results) if speak is not None and generate_audio]
         if speaking:
             plans = [self.speak_begin(jobs[i][0], results[i][1]) for i in speaking]
@@ -146,6 +166,46 @@ class FastDuplexRunner(DuplexRunner):
                 results[i][0].tts_codes = unit_codes
                 self.speak_end(jobs[i][0], results[i][1])
         return [result for result, _ in results]
+
+    def _decide(self, sessions: list[DuplexSession], logits: torch.Tensor) -> None:
+        """``DuplexRunner._decode``'s arithmetic for the rows of ``logits`` [R, V] at once, read back in one copy.
+
+        The same elementwise operations on the same float32 values, so the chosen ids and margins are those of
+        the per-session decode; ``_decode`` then only books them.
+        """
+        top2 = torch.topk(logits, 2, dim=-1).values  # [R, 2]
+        raw = torch.argmax(logits, dim=-1)
+        scores = logits.clone()
+        scores[:, self.banned] = -torch.inf
+        seen_rows, seen_ids = [], []
+        for r, session in enumerate(sessions):
+            history = set(session.generated_tokens[-TEXT_REPETITION_WINDOW:])
+            seen_rows += [r] * len(history)
+            seen_ids += sorted(history)
+        if seen_ids:
+            index = upload([seen_rows, seen_ids], scores.device)
+            seen = torch.zeros_like(scores, dtype=torch.bool)
+            seen[index[0], index[1]] = True
+            scores = torch.where(seen, scores / TEXT_REPETITION_PENALTY, scores)
+        eos = scores[:, self.ids.turn_eos]
+        scores[:, self.ids.turn_eos] = torch.where(eos > 0, eos / LENGTH_PENALTY, eos * LENGTH_PENALTY)
+        chosen = torch.argmax(scores, dim=-1)  # first maximum: ties go to the lowest id
+        margins = (top2[:, 0] - top2[:, 1]).tolist()
+        ids = torch.stack([raw, chosen]).tolist()
+        for r, session in enumerate(sessions):
+            self._decided[id(session)] = (margins[r], ids[0][r], ids[1][r])
+
+    def _decode(self, session: DuplexSession, logits: torch.Tensor, margins: list[float]) -> int:
+        """The id ``_decide`` chose for this session's current logits (the eager decode when none was)."""
+        decided = self._decided.pop(id(session), None)
+        if decided is None:
+            return super()._decode(session, logits, margins)
+        margin, raw, chosen = decided
+        margins.append(margin)
+        if raw == self.ids.chunk_eos:
+            return raw
+        session.generated_tokens.append(chosen)
+        return chosen
 
     @property
     def _dtype(self) -> torch.dtype:
