@@ -236,7 +236,7 @@ def main() -> int:
     parser.add_argument("--ticks", type=int, default=64)
     parser.add_argument("--tiny", action="store_true", help="the golden pack's tiny config on this device (smoke)")
     parser.add_argument("--deadline-s", type=float, default=480, help="skip further capacity rows past this")
-    parser.add_argument("--vocoder-units", type=int, default=300, help="units per Token2Wav speed row")
+    parser.add_argument("--vocoder-units", type=int, default=300, help="units per Token2Wav row (0: none)")
     parser.add_argument("--vocoder-only", action="store_true", help="only the Token2Wav section (its own results)")
     args = parser.parse_args()
     t_start = time.perf_counter()
@@ -317,7 +317,8 @@ def main() -> int:
         result["profile_16_all_speaking"] = profile_tick(fast, min(16, max(sizes))).splitlines()
     except RuntimeError as exc:  # the profiler is optional evidence; the numbers above stand without it
         result["profile_16_all_speaking"] = f"profiler failed: {exc}"
-    result["token2wav"] = vocoder_section(args.vocoder_units, device)  # the unit's last stage, beside the rest
+    if args.vocoder_units > 0:  # the unit's last stage, beside the rest (0: left out, measured on its own)
+        result["token2wav"] = vocoder_section(args.vocoder_units, device)
     result["peak_allocated_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2) if device == "cuda" else None
     result["wall_s"] = round(time.perf_counter() - t_start, 1)
     out = Path(args.out)
