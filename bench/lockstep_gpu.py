@@ -6,6 +6,8 @@ Two runs live here (the pieces are in ``bench/lockstep/``):
   until allocation fails; fp8 vs bf16 KV on identical weights (divergence, agreement, text-logit KL) with each
   format's capacity and step times; and the serving path itself, ``LockstepEngine`` under ``EngineWorker`` with
   128 in-process callers at full context, against the bare graphed loop;
+- ``--paged``: goal 4 of issue 13 (``bench/lockstep/paged.py``): paged == contiguous, the page table's cost,
+  and callers coming and going with a stated mix of call lengths through ``LockstepEngine`` on a paged pool;
 - ``--legacy``: issue 5's sweep (``bench/lockstep/sweep.py``): B in {1, 8, 32, 64, 128, max} for dep_q 16 and 8,
   graph == eager, profiles, Mimi, bare real-time ticks.
 
@@ -16,6 +18,7 @@ carried wheel).
 Usage (on the H200):
     PYTHONPATH=/tmp/site:. python3 bench/lockstep_gpu.py --out bench/results/lockstep-h200.json
     PYTHONPATH=/tmp/site:. python3 bench/lockstep_gpu.py --legacy --ticks 30 --out ...
+    python3 bench/lockstep_gpu.py --paged --sections equal cost churn --out ...
 """
 
 from __future__ import annotations
@@ -80,11 +83,15 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="bench/results/lockstep-h200.json")
     p.add_argument("--legacy", action="store_true", help="issue 5's sweep instead of issue 13's round")
+    p.add_argument("--paged", action="store_true", help="issue 13's goal 4: paged KV (no reference needed)")
+    p.add_argument("--page", type=int, default=128, help="paged: frames per KV page")
+    p.add_argument("--slots", type=int, default=320, help="paged: slots (and the largest graph bucket)")
+    p.add_argument("--horizon-s", type=float, default=10.0, help="paged: admission's guaranteed growth")
     p.add_argument(
         "--sections",
         nargs="+",
         default=["ref", "serving", "kv", "equal", "capacity"],
-        help="round: ref, serving, kv, kvfloor, equal, capacity",
+        help="round: ref, serving, kv, kvfloor, equal, capacity; paged: equal, cost, churn",
     )
     p.add_argument("--dep-q", type=int, nargs="+", default=[16, 8])
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64, 128])
@@ -117,7 +124,11 @@ def main() -> int:
     except ImportError:
         results["triton"] = None
     results["copy_TBps_read_plus_write"] = copy_bandwidth()
-    if args.legacy:
+    if args.paged:
+        from bench.lockstep.paged import run_paged
+
+        run_paged(args, results)
+    elif args.legacy:
         from bench.lockstep.sweep import run_config
 
         results["configs"] = {}

@@ -46,6 +46,7 @@ class SlotPool(Generic[A]):
         self._last_position: dict[int, int] = {}  # id(session) -> position last told
         self._notify_timer: asyncio.TimerHandle | None = None
         self._mean_session_s = DEFAULT_SESSION_S
+        self._admit_epoch, self._admitted_in_epoch = -1, 0  # admissions since the worker last counted memory
 
     @property
     def num_slots(self) -> int:
@@ -57,13 +58,14 @@ class SlotPool(Generic[A]):
     def request(self, session: A) -> None:
         """Admit ``session`` to a free slot, or queue it; raise resource_exhausted when the queue is full."""
         free = self.free_slots()
-        if free and not self.queue:
+        if free and not self.queue and self._memory_admits():
             self._assign(free[0], session)
             return
         if len(self.queue) >= self.queue_max:
             detail = "queueing is disabled" if self.queue_max == 0 else f"the queue is full ({self.queue_max} waiting)"
+            busy = f"all {self.num_slots} slots are busy" if not free else "the model's memory is taken by live calls"
             raise ParleyError(
-                f"all {self.num_slots} slots are busy and {detail}; try again later",
+                f"{busy} and {detail}; try again later",
                 code="resource_exhausted",
                 error_type="rate_limit_error",
             )
@@ -104,14 +106,31 @@ class SlotPool(Generic[A]):
     def _slot_freed(self, slot: int) -> None:
         """The single dispatch point: the engine confirmed cleanup, so the head of the queue gets the slot."""
         self.closing.discard(slot)
+        self._admit_queued()
+        self._notify_positions()
+
+    def _admit_queued(self) -> None:
         free = self.free_slots()
-        while free and self.queue:
+        while free and self.queue and self._memory_admits():
             session = self.queue.popleft()
             self._last_position.pop(id(session), None)
             self._assign(free.pop(0), session)
-        self._notify_positions()
+
+    def _memory_admits(self) -> bool:
+        """Whether the engine's memory takes one more session, counting those admitted since it last said.
+
+        The worker publishes its count after every tick and close (``EngineWorker.admission``); sessions
+        admitted since then are not in it yet, so they are subtracted here.
+        """
+        epoch, count = self.worker.admission
+        if count is None:
+            return True
+        if epoch != self._admit_epoch:
+            self._admit_epoch, self._admitted_in_epoch = epoch, 0
+        return self._admitted_in_epoch < count
 
     def _assign(self, slot: int, session: A) -> None:
+        self._admitted_in_epoch += 1
         self.owners[slot] = session
         session.admitted(slot)
 
@@ -130,7 +149,9 @@ class SlotPool(Generic[A]):
             self._notify_timer = self.loop.call_later(QUEUE_NOTIFY_PERIOD_S, self._periodic)
 
     def _periodic(self) -> None:
-        """At least every 3 s every queued session hears its position again."""
+        """At least every 3 s every queued session hears its position again (and memory that freed up without
+        a call ending, as live calls reach their full context, lets the head of the queue in)."""
         self._notify_timer = None
+        self._admit_queued()
         if self.queue:
             self._notify_positions(force_ids={id(s) for s in self.queue})

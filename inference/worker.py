@@ -124,6 +124,9 @@ class EngineWorker:
         self.tick_ms = TimingRing()
         self.ticks = 0
         self.late_ticks = 0
+        # (epoch, engine.admissible_sessions()) as of the last tick or close, read by the pool on the loop;
+        # one tuple assignment, so the pool never sees an epoch with another epoch's count
+        self.admission: tuple[int, int | None] = (0, None)
         self.chats = ChatJobs(engine)
 
     # ---- asyncio side -----------------------------------------------------------------------
@@ -240,6 +243,7 @@ class EngineWorker:
         self._run_commands()
         self._retry_closes()
         stepped = self._step(started)
+        self._publish_admission()
         if self.chats.replies:
             self.chats.advance(started + self.period_s * (CHAT_SHARE if stepped else 0.95))
 
@@ -365,9 +369,18 @@ class EngineWorker:
         s.listener, s.loop, s.image, s.force_listen, s.recording = None, None, None, False, None
         s.turn = "free"
         s.inbox.reset()  # the next session's stream starts at position 0
+        self._publish_admission()  # the slot's memory is back before the pool hears of the free slot
         confirmations, s.pending_close = s.pending_close, []
         for confirm in confirmations:
             confirm()
+
+    def _publish_admission(self) -> None:
+        try:
+            count = self.engine.admissible_sessions()
+        except Exception:  # noqa: BLE001 - a failing estimate must not stop the tick; admit by slots alone
+            logger.exception("engine.admissible_sessions failed")
+            count = None
+        self.admission = (self.admission[0] + 1, count)
 
     def _retry_closes(self) -> None:
         for s in self.slots:

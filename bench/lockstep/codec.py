@@ -94,7 +94,7 @@ def realtime_ticks(
     """
     ls = gl.lockstep
     c = ls.config
-    ls.lengths[:B] = fill
+    ls.set_passes(range(B), [fill] * B)
     slot_ids = torch.arange(B, device="cuda")
     joiner = torch.tensor([B], device="cuda")
     if prefill_per_tick:
@@ -107,10 +107,10 @@ def realtime_ticks(
         t = time.perf_counter()
         codes = gm.encode(pcm, slot_ids)  # [B, 8]
         forced, mask = live_forced(c, codes)
-        tok, _ = gl.step(slot_ids, forced, mask)
+        tok, _ = gl.step(slot_ids, forced, mask, slots=range(B))
         out = gm.decode(tok[:, 1:9].clamp(0, 2047), slot_ids)
         for _ in range(prefill_per_tick):
-            gl.step(joiner, pf_forced, pf_mask)
+            gl.step(joiner, pf_forced, pf_mask, slots=[B])
         out.cpu()
         if i >= 3:
             times.append((time.perf_counter() - t) * 1e3)

@@ -36,15 +36,15 @@ def time_ours(gl: GraphedLockstep, batch_sizes: list[int], fills: dict[str, int]
         slot_ids = torch.arange(B, device="cuda")
         res = {}
         for name, fill in fills.items():
-            ls.lengths[:B] = fill
+            ls.set_passes(range(B), [fill] * B)
             codes = torch.randint(0, 2048, (B, 8), device="cuda")
             forced, mask = live_forced(c, codes)
             for _ in range(warmup):
-                gl.step(slot_ids, forced, mask)[0].cpu()
+                gl.step(slot_ids, forced, mask, slots=range(B))[0].cpu()
             times = []
             for _ in range(ticks):
                 t = time.perf_counter()
-                tok, _ = gl.step(slot_ids, forced, mask)
+                tok, _ = gl.step(slot_ids, forced, mask, slots=range(B))
                 tok.cpu()
                 times.append((time.perf_counter() - t) * 1e3)
             res[name] = stats(times)
@@ -100,7 +100,7 @@ def profile_eager_step(ls: FastLockstep, B: int, fill: int) -> dict:
 
     c = ls.config
     slots = torch.arange(B, device="cuda")
-    ls.lengths[:B] = fill
+    ls.set_passes(range(B), [fill] * B)
     forced, mask = live_forced(c, torch.randint(0, 2048, (B, 8), device="cuda"))
     ls.step_eager(slots, forced, mask)
     torch.cuda.synchronize()

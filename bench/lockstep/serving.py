@@ -207,7 +207,7 @@ def serving_report(engine: LockstepEngine, n: int, fill: int, ticks: int, engine
     ls = backend.lockstep
 
     def set_context() -> None:
-        ls.lengths[:n] = fill
+        ls.set_passes(range(n), [fill] * n)
 
     fill_rings(ls)
     out = {"sessions": n, "fill": fill}

@@ -123,3 +123,8 @@ class Engine(abc.ABC):
     def memory_snapshot(self) -> dict[str, float]:
         """Optional device-memory figures for the occupancy view (bytes)."""
         return {}
+
+    def admissible_sessions(self) -> int | None:
+        """How many more sessions memory admits now, besides free slots; None when only slots limit it
+        (engines whose per-session memory grows during a call, like paged KV, ration admission here)."""
+        return None

@@ -32,7 +32,14 @@ from inference.engines.base import (
     SlotInput,
     SlotOutput,
 )
-from inference.engines.lockstep_backends import BACKENDS, USER_CODEBOOKS, LockstepBackend, StepRows, choose_backend
+from inference.engines.lockstep_backends import (
+    BACKENDS,
+    USER_CODEBOOKS,
+    KVPaging,
+    LockstepBackend,
+    StepRows,
+    choose_backend,
+)
 from inference.engines.prefill_cache import DEFAULT_MAX_ENTRIES, PrefillCache, restore_slot, snapshot_slot, start_key
 from inference.models.moshi.config import CheckpointError, CheckpointInfo, read_checkpoint_dir
 from inference.models.moshi.fast.step import FastLockstep
@@ -105,6 +112,7 @@ class LockstepEngine(Engine):
         seed: int = 0,
         backend: str = "auto",
         kv_fp8: bool | None = None,
+        kv_paging: KVPaging | None = None,
         prefill_cache_entries: int = DEFAULT_MAX_ENTRIES,
     ):
         if num_slots < 1:
@@ -125,6 +133,7 @@ class LockstepEngine(Engine):
         self.seed = seed
         self.requested_backend = backend
         self.kv_fp8 = kv_fp8
+        self.kv_paging = kv_paging or KVPaging()
         self.capabilities = self._capabilities()
         self._slots: dict[int, _Slot] = {}
         self.backend: LockstepBackend | None = None
@@ -143,6 +152,11 @@ class LockstepEngine(Engine):
             dtype=config.dtype,
             backend=config.lockstep_backend,
             kv_fp8=KV_DTYPES[getattr(config, "kv_dtype", "auto")],
+            kv_paging=KVPaging(
+                page_frames=config.kv_page_frames,
+                pool_gb=config.kv_pool_gb,
+                admit_horizon_frames=round(config.kv_admit_horizon_s * 1000 / FRAME_MS),
+            ),
         )
 
     @property
@@ -213,7 +227,14 @@ class LockstepEngine(Engine):
         self.detokenizer = TextDetokenizer(self.tokenizer)
         sampling = SamplingConfig.from_lm_gen_config(info.lm_gen_config, greedy=self.greedy)
         backend = choose_backend(
-            self.requested_backend, lm, codec, self.num_slots, sampling, kv_fp8=self.kv_fp8, seed=self.seed
+            self.requested_backend,
+            lm,
+            codec,
+            self.num_slots,
+            sampling,
+            kv_fp8=self.kv_fp8,
+            seed=self.seed,
+            paging=self.kv_paging,
         )
         report(0.7, f"warming up the {backend.name} step")
         backend.warmup()
@@ -249,19 +270,34 @@ class LockstepEngine(Engine):
             except OSError as exc:
                 raise EngineError(f"cannot prepare the session: {exc}") from exc
         snapshot = self.prefill_cache.get(key) if key is not None else None
+        self.backend.reset_slot(slot)
+        if not self.backend.claim_kv(slot):
+            raise EngineError("no KV memory is free for another session; try again when a call ends")
         if snapshot is not None:  # instant start: the state after this very prefill, copied in
-            self.backend.reset_slot(slot)
-            restore_slot(self.backend.state, slot, snapshot)
+            try:
+                restore_slot(self.backend.state, slot, snapshot)
+            except RuntimeError as exc:  # not enough KV pages for the copied context
+                self.backend.release_kv(slot)
+                raise EngineError(f"cannot start the session: {exc}") from exc
             self._slots[slot] = _Slot(prefill=None, prefill_total=0, live=True)
             return
-        prefill, total = self._make_prefill(config)
-        self.backend.reset_slot(slot)
+        try:
+            prefill, total = self._make_prefill(config)
+        except EngineError:
+            self.backend.release_kv(slot)
+            raise
         self._slots[slot] = _Slot(prefill=prefill, prefill_total=total, start_key=key)
 
     def close_slot(self, slot: int) -> None:
-        """Forget the slot; its rows are frozen until the next open resets them."""
+        """Forget the slot and give back its KV pages; its rows are frozen until the next open resets them."""
         self._check_slot(slot)
         self._slots.pop(slot, None)
+        if self.backend is not None:
+            self.backend.release_kv(slot)
+
+    def admissible_sessions(self) -> int | None:
+        """How many more sessions the paged KV admits now (None: only the slot count limits it)."""
+        return None if self.backend is None else self.backend.admissible_sessions()
 
     def _make_prefill(self, config: SlotConfig) -> tuple[Iterator[PrefillFrame] | None, int]:
         assert self.backend is not None

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from inference.models.moshi.config import LMConfig
+from inference.models.moshi.fast.kv import SlotKV
 from inference.models.moshi.fast.step import FastLockstep
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
 from inference.models.moshi.lm import MoshiLM
@@ -39,6 +40,21 @@ logger = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "eager", "fast")
 USER_CODEBOOKS = 8
+
+
+@dataclass(frozen=True)
+class KVPaging:
+    """The fast path's KV layout (``PARLEY_KV_PAGE_FRAMES``, ``PARLEY_KV_POOL_GB``, ``PARLEY_KV_ADMIT_HORIZON_S``).
+
+    Attributes:
+        page_frames: positions per page; 0 = contiguous rings (each slot's whole window up front).
+        pool_gb: device memory of the page pool; 0 = every slot's full window (no overcommit).
+        admit_horizon_frames: admission guarantees every live session this much growth (``PagePool.admissible``).
+    """
+
+    page_frames: int = 0
+    pool_gb: float = 0.0
+    admit_horizon_frames: int = 125
 
 
 @dataclass
@@ -120,6 +136,22 @@ class LockstepBackend(abc.ABC):
         Slots in ``frozen`` (live but paused this tick) keep their codec streams exactly as they were.
         Returns only once the results are on the host (so the caller's wall clock measures the device work).
         """
+
+    def claim_kv(self, slot: int) -> bool:
+        """Reserve the KV that a freshly reset ``slot``'s first pass writes; False when memory is full.
+        Rings allocated up front always have it."""
+        return True
+
+    def release_kv(self, slot: int) -> None:  # noqa: B027 - only paged KV gives anything back
+        """The slot's session ended: give its KV back (the slot stays frozen until the next reset)."""
+
+    def admissible_sessions(self) -> int | None:
+        """How many more sessions the KV memory admits now; None when only the slot count limits it."""
+        return None
+
+    def kv_usage(self) -> dict[str, int]:
+        """Paged KV occupancy (pages in all, free, per page frames, sessions whose context shrank)."""
+        return {}
 
     def slot_state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         """(token ring [K, CT], provided mask [K, CT], model passes since reset) of ``slot``, on the host."""
@@ -242,6 +274,7 @@ class FastBackend(LockstepBackend):
         sampling: decoding settings.
         kv_fp8: fp8 e4m3 KV rings (half the memory; numerics differ from the eager path).
         seed: seeds the fused sampler's per-row RNG counters (CUDA) or the torch sampler's generator (CPU).
+        paging: KV pages and the pool's size (contiguous rings for every slot by default).
     """
 
     name = "fast"
@@ -255,6 +288,7 @@ class FastBackend(LockstepBackend):
         *,
         kv_fp8: bool = False,
         seed: int = 0,
+        paging: KVPaging | None = None,
     ):
         from inference.models.moshi.fast.codec import GraphedMimi
         from inference.models.moshi.fast.graphs import DEFAULT_BUCKETS, GraphedLockstep
@@ -262,7 +296,21 @@ class FastBackend(LockstepBackend):
 
         super().__init__(lm, codec, num_slots)
         self.fast_lm = FastLM(lm)
-        self.lockstep = FastLockstep(self.fast_lm, num_slots, max_rows=num_slots, sampling=sampling, kv_fp8=kv_fp8)
+        self.paging = paging = paging or KVPaging()
+        page_frames = paging.page_frames or None
+        pool_pages = None
+        if page_frames and paging.pool_gb > 0:
+            per_page = SlotKV.bytes_per_slot(lm.config, self.dtype, kv_fp8) * page_frames / lm.config.kv_window
+            pool_pages = max(int(paging.pool_gb * 1e9 // per_page), 1)
+        self.lockstep = FastLockstep(
+            self.fast_lm,
+            num_slots,
+            max_rows=num_slots,
+            sampling=sampling,
+            kv_fp8=kv_fp8,
+            kv_page_size=page_frames,
+            kv_pages=pool_pages,
+        )
         self.state = self.lockstep
         seeds = torch.Generator().manual_seed(seed)
         self.lockstep.seeds.copy_(torch.randint(0, 2**31 - 1, self.lockstep.seeds.shape, generator=seeds))
@@ -300,6 +348,28 @@ class FastBackend(LockstepBackend):
     def restore_token_cache(self, slot: int, cache: torch.Tensor) -> None:
         self.lockstep.restore_token_cache(slot, cache)
 
+    def claim_kv(self, slot: int) -> bool:
+        return self.lockstep.claim_first_page(slot)
+
+    def release_kv(self, slot: int) -> None:
+        self.lockstep.kv.release(slot)
+
+    def admissible_sessions(self) -> int | None:
+        pages = self.lockstep.kv.pages
+        if pages.usable_pages >= self.num_slots * pages.pages_per_slot:
+            return None  # every slot's full window fits: nothing to ration
+        live = [(s, min(self.lockstep.passes[s], pages.window)) for s in range(self.num_slots) if pages.held[s]]
+        return pages.admissible(live, self.paging.admit_horizon_frames)
+
+    def kv_usage(self) -> dict[str, int]:
+        pages = self.lockstep.kv.pages
+        return {
+            "kv_pages": pages.usable_pages,
+            "kv_pages_free": pages.free_pages,
+            "kv_page_frames": pages.page_size,
+            "kv_sessions_shrunk": pages.capped_slots,
+        }
+
     @torch.no_grad()
     def step(self, rows: StepRows, pcm: torch.Tensor | None = None, frozen: Sequence[int] = ()) -> StepResult:
         dev, n_live = self.device, rows.num_live
@@ -317,7 +387,7 @@ class FastBackend(LockstepBackend):
             saved = _save_rows(self.mimi.state, list(frozen)) if frozen else None
             codes = self.mimi.encode(pcm.to(dev).view(n_live, 1, -1), ids[:n_live])  # [n_live, 8]
             forced[:n_live, self._user_columns()] = codes
-        tokens, valid = self.graphed.step(ids, forced, mask, embeddings, use_embeddings)  # buffer views
+        tokens, valid = self.graphed.step(ids, forced, mask, embeddings, use_embeddings, slots=rows.slots)
         pcm_out = None
         if n_live:
             agent = self.agent_codes(tokens[:n_live], valid[:n_live])
@@ -346,6 +416,7 @@ def choose_backend(
     *,
     kv_fp8: bool | None = None,
     seed: int = 0,
+    paging: KVPaging | None = None,
 ) -> LockstepBackend:
     """The one place that picks the stepper: ``auto`` is the fast path (graphed on CUDA, torch twins on CPU).
 
@@ -366,7 +437,7 @@ def choose_backend(
         return EagerBackend(lm, codec, num_slots, sampling, seed=seed)
     if kv_fp8 is None:
         kv_fp8 = device.type == "cuda" and dtype == torch.bfloat16
-    return FastBackend(lm, codec, num_slots, sampling, kv_fp8=kv_fp8, seed=seed)
+    return FastBackend(lm, codec, num_slots, sampling, kv_fp8=kv_fp8, seed=seed, paging=paging)
 
 
 # ---- codec rows of paused slots ------------------------------------------------------------------------

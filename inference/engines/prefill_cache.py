@@ -108,15 +108,15 @@ def snapshot_slot(state: LockstepGen | FastLockstep, slot: int) -> SlotSnapshot:
         values = [state.kv.values[layer, slot, :, :n].clone() for layer in range(state.kv.values.shape[0])]
         return SlotSnapshot(state.cache[slot].clone(), state.provided[slot].clone(), length, keys, values)
     kv = state.kv
-    n = min(length, kv.keys[0].shape[2])
+    n = min(length, kv.window)
     return SlotSnapshot(
         state.cache[slot].clone(),
         state.provided[slot].clone(),
         length,
-        [k[slot, :, :n].clone() for k in kv.keys],
-        [v[slot, :, :n].clone() for v in kv.values],
-        None if kv.key_scales is None else [s[slot, :, :n].clone() for s in kv.key_scales],
-        None if kv.value_scales is None else [s[slot, :, :n].clone() for s in kv.value_scales],
+        kv.read_slot(kv.keys, slot, n),
+        kv.read_slot(kv.values, slot, n),
+        None if kv.key_scales is None else kv.read_slot(kv.key_scales, slot, n),
+        None if kv.value_scales is None else kv.read_slot(kv.value_scales, slot, n),
     )
 
 
@@ -132,11 +132,11 @@ def restore_slot(state: LockstepGen | FastLockstep, slot: int, snapshot: SlotSna
         state.kv.lengths[slot] = snapshot.length
         return
     kv = state.kv
-    for layer, (k, v) in enumerate(zip(snapshot.keys, snapshot.values, strict=True)):
-        kv.keys[layer][slot, :, :n].copy_(k)
-        kv.values[layer][slot, :, :n].copy_(v)
+    if kv.pages.free_pages + len(kv.pages.held[slot]) < kv.pages.pages_for(n):
+        raise RuntimeError(f"not enough free KV pages to restore {n} positions")
+    state.set_passes([slot], [snapshot.length])
+    kv.write_slot(kv.keys, slot, snapshot.keys)
+    kv.write_slot(kv.values, slot, snapshot.values)
     if kv.key_scales is not None and snapshot.key_scales is not None and snapshot.value_scales is not None:
-        for layer, (ks, vs) in enumerate(zip(snapshot.key_scales, snapshot.value_scales, strict=True)):
-            kv.key_scales[layer][slot, :, :n].copy_(ks)
-            kv.value_scales[layer][slot, :, :n].copy_(vs)
-    state.lengths[slot] = snapshot.length
+        kv.write_slot(kv.key_scales, slot, snapshot.key_scales)
+        kv.write_slot(kv.value_scales, slot, snapshot.value_scales)

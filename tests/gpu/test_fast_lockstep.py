@@ -65,6 +65,30 @@ def test_graphed_fast_path_reproduces_the_golden_session_at_1_and_64_slots(tiny)
             assert (tokens[row] == golden).all(), f"B={B} row {row} differs from the golden frames"
 
 
+@pytest.mark.parametrize("fp8", [False, True])
+def test_paged_kv_gives_the_contiguous_tokens_on_the_gpu_kernels(tiny, fp8):
+    """Pages of 64 frames scattered over the pool, slots joining at different times, 360 frames (past the
+    299-frame window): the same greedy tokens as contiguous rings, with one attention launch for both (the
+    same blocks in the same order, so the same sums)."""
+    info, lm = tiny
+    fast_lm = FastLM(lm)
+    fast_lm.attention_launch.update({b: ops.AttentionLaunch(splits=2, block_n=64) for b in (1, 2, 4)})
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    codes = torch.randint(0, 2048, (360, 4, 8), device="cuda", generator=gen)
+    runs = []
+    for page in (None, 64):
+        ls = FastLockstep(fast_lm, num_slots=4, max_rows=4, sampling=GREEDY, kv_fp8=fp8, kv_page_size=page)
+        gl = GraphedLockstep(ls, buckets=(1, 2, 4))
+        gl.capture()
+        out = []
+        for t in range(360):
+            live = [0, 1, 2, 3] if t >= 70 else [0, 2]  # slots 1 and 3 join late: interleaved pages
+            forced, mask = live_forced(info.lm, codes[t, live])
+            out.append(gl.step(torch.tensor(live, device="cuda"), forced, mask, slots=live)[0].cpu())
+        runs.append(out)
+    assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
+
+
 @pytest.mark.parametrize("B", [1, 64])
 def test_graphed_fast_path_equals_native_eager_path_over_200_frames(tiny, B):
     info, lm = tiny
@@ -98,18 +122,19 @@ def test_triton_kernels_match_their_torch_twins(fp8):
     k_ring = torch.zeros(S, H, C, D, device="cuda", dtype=ring_dtype)
     v_ring = torch.zeros_like(k_ring)
     scales = [torch.ones(S, H, C, device="cuda") for _ in range(2)] if fp8 else [None, None]
-    twin = [k_ring.clone(), v_ring.clone()] + ([s.clone() for s in scales] if fp8 else [None, None])
+    kv = ops.KVLayer.contiguous(k_ring, v_ring, *scales)
+    twin = ops.KVLayer.contiguous(k_ring.clone(), v_ring.clone(), *[s.clone() if fp8 else None for s in scales])
     slots = torch.tensor([3, 0, 8, 5, 1], device="cuda")
     for p in range(0, 760, 3):  # wraps the ring
         qkv = torch.randn(R, 3 * H * D, device="cuda", dtype=dt)
         pos = torch.tensor([p, p + 1, p // 2, p // 3, 0], device="cuda")
-        q = ops.rope_kv_write(qkv, k_ring, v_ring, scales[0], scales[1], slots, pos, 10000.0)
-        q_twin = ops.rope_kv_write_torch(qkv, *twin, slots, pos, 10000.0)
+        q = ops.rope_kv_write(qkv, kv, slots, pos, 10000.0)
+        q_twin = ops.rope_kv_write_torch(qkv, twin, slots, pos, 10000.0)
     assert (q.float() - q_twin.float()).abs().max() <= 0.0625
     lengths = torch.tensor([700, 1, 300, 64, 65], device="cuda")
-    reference = ops.decode_attention_torch(q, k_ring, v_ring, scales[0], scales[1], slots, lengths).float()
+    reference = ops.decode_attention_torch(q, kv, slots, lengths).float()
     for launch in (ops.AttentionLaunch(1, 64), ops.AttentionLaunch(4, 128, 8), ops.AttentionLaunch(32, 32)):
-        out = ops.decode_attention(q, k_ring, v_ring, scales[0], scales[1], slots, lengths, launch).float()
+        out = ops.decode_attention(q, kv, slots, lengths, launch).float()
         rel = (out - reference).norm() / reference.norm()
         assert rel < 1e-2, f"{launch}: relative error {rel}"
     x = torch.randn(R, 4096, device="cuda", dtype=dt)

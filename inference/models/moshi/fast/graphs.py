@@ -17,7 +17,7 @@ import torch
 
 from inference.models.moshi.fast.step import FastLockstep
 
-DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 160)
+DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 160, 192, 256, 320)
 
 
 def bucket_for(n: int, buckets: Sequence[int]) -> int:
@@ -82,15 +82,17 @@ class GraphedLockstep:
         forced_mask: torch.Tensor,
         embeddings: torch.Tensor | None = None,
         use_embeddings: torch.Tensor | None = None,
+        slots: Sequence[int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One tick for the n slots in ``slot_ids``; returns (tokens [n, 1 + dep_q], valid [n]) buffer views.
+        """One tick for the n slots in ``slot_ids`` (``slots``: the same as a host list, if the caller has it);
+        returns (tokens [n, 1 + dep_q], valid [n]) buffer views.
 
         The views are overwritten by the next tick: copy them (``.clone()`` or ``.cpu()``) before stepping again.
         """
         ls = self.lockstep
         n = slot_ids.shape[0]
         rows = bucket_for(n, self.buckets)
-        ls.load_rows(slot_ids, forced, forced_mask, embeddings, use_embeddings, pad_to=rows)
+        ls.load_rows(slot_ids, forced, forced_mask, embeddings, use_embeddings, pad_to=rows, slots=slots)
         graph = self.graphs.get(rows)
         if graph is None:  # CPU, or not captured yet: the same function, eagerly
             ls.run_rows(rows)

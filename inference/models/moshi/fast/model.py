@@ -125,18 +125,18 @@ class FastLM:
     def temporal(self, x: torch.Tensor, kv: SlotKV, slot_ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """x [R, d] at positions pos [R] -> hidden [R, d] after ``out_norm``; writes each layer's k/v."""
         c = self.config
-        lengths = torch.clamp(pos + 1, max=c.kv_window)
+        lengths = torch.minimum(pos + 1, kv.windows[slot_ids])
         R = x.shape[0]
-        launch = self.attention_launch.get(R) or default_attention_launch(R, c.num_heads)
+        paged = kv.page_table.shape[1] > 1
+        launch = self.attention_launch.get(R) or default_attention_launch(
+            R, c.num_heads, kv.page_size if paged else None
+        )
         for i, w in enumerate(self.layers):
             h = ops.rmsnorm(x, w.norm1, self.eps)
             qkv = h @ w.in_proj.t()  # [R, 3d]
-            q = ops.rope_kv_write(
-                qkv, kv.keys[i], kv.values[i], kv.key_scale(i), kv.value_scale(i), slot_ids, pos, c.max_period
-            )
-            attn = ops.decode_attention(
-                q, kv.keys[i], kv.values[i], kv.key_scale(i), kv.value_scale(i), slot_ids, lengths, launch
-            )
+            layer = kv.layer(i)
+            q = ops.rope_kv_write(qkv, layer, slot_ids, pos, c.max_period)
+            attn = ops.decode_attention(q, layer, slot_ids, lengths, launch)
             x = torch.addmm(x, attn, w.out_proj_t)
             h = ops.rmsnorm(x, w.norm2, self.eps)
             x = torch.addmm(x, ops.silu_mul(h @ w.gate_in.t()), w.gate_out_t)
@@ -183,9 +183,15 @@ class FastLM:
         return keys, values
 
 
-def default_attention_launch(rows: int, heads: int, target_programs: int = 2048) -> ops.AttentionLaunch:
-    """Power-of-two context splits so that rows x heads x splits is about ``target_programs`` (1..32)."""
+def default_attention_launch(
+    rows: int, heads: int, page_size: int | None = None, target_programs: int = 2048
+) -> ops.AttentionLaunch:
+    """Power-of-two context splits so that rows x heads x splits is about ``target_programs`` (1..32); with
+    pages (``page_size``), a block size that divides a page."""
     splits = 1
     while splits < 32 and rows * heads * splits * 2 <= target_programs:
         splits *= 2
-    return ops.AttentionLaunch(splits=splits)
+    block = ops.AttentionLaunch().block_n
+    while page_size is not None and page_size % block:
+        block //= 2
+    return ops.AttentionLaunch(splits=splits, block_n=block)

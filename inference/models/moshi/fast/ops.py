@@ -81,42 +81,85 @@ def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (xf / scale[..., None]).to(FP8_DTYPE), scale
 
 
-def rope_kv_write_torch(qkv, k_ring, v_ring, k_scale, v_scale, slot_ids, pos, max_period) -> torch.Tensor:
+@dataclass(frozen=True)
+class KVLayer:
+    """One layer's paged KV as the kernels see it (``kv.SlotKV.layer``).
+
+    Attributes:
+        keys, values: [num_pages, H, page_size, D] pools.
+        key_scales, value_scales: [num_pages, H, page_size] fp32 (fp8 pools only, else None).
+        page_table: [S, pages_per_slot] long: physical page of each slot's logical page.
+        windows: [S] long: each slot's ring length.
+        window: the longest ring (the model's ``kv_window``): how far a row's positions can reach.
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    key_scales: torch.Tensor | None
+    value_scales: torch.Tensor | None
+    page_table: torch.Tensor
+    windows: torch.Tensor
+    window: int
+
+    @property
+    def page_size(self) -> int:
+        return self.keys.shape[2]
+
+    @classmethod
+    def contiguous(cls, keys, values, key_scales=None, value_scales=None) -> KVLayer:
+        """Rings [S, H, C, D] with one page per slot: slot s is page s (how tests hand the kernels plain rings)."""
+        S, _, C = keys.shape[:3]
+        table = torch.arange(S, device=keys.device).view(S, 1)
+        windows = torch.full((S,), C, device=keys.device, dtype=torch.long)
+        return cls(keys, values, key_scales, value_scales, table, windows, C)
+
+
+def rope_kv_write_torch(qkv, kv: KVLayer, slot_ids, pos, max_period) -> torch.Tensor:
     R = qkv.shape[0]
-    _, H, C, D = k_ring.shape
+    _, H, P, D = kv.keys.shape
     q, k, v = qkv.view(R, 3, H, D).unbind(1)
     q = rope_torch(q, pos, max_period)
     k = rope_torch(k, pos, max_period)
-    ring_pos = pos % C
-    if k_scale is not None:
+    ring_pos = pos % kv.windows[slot_ids]
+    page = kv.page_table[slot_ids, ring_pos // P]
+    offset = ring_pos % P
+    if kv.key_scales is not None:
         k, ks = quantize_fp8(k)
         v, vs = quantize_fp8(v)
-        k_scale[slot_ids, :, ring_pos] = ks
-        v_scale[slot_ids, :, ring_pos] = vs
-    k_ring[slot_ids, :, ring_pos] = k.to(k_ring.dtype)
-    v_ring[slot_ids, :, ring_pos] = v.to(v_ring.dtype)
+        kv.key_scales[page, :, offset] = ks
+        kv.value_scales[page, :, offset] = vs
+    kv.keys[page, :, offset] = k.to(kv.keys.dtype)
+    kv.values[page, :, offset] = v.to(kv.values.dtype)
     return q
 
 
-def rope_kv_write(qkv, k_ring, v_ring, k_scale, v_scale, slot_ids, pos, max_period) -> torch.Tensor:
-    """qkv [R, 3HD] -> q [R, H, D] after RoPE; k (RoPE'd) and v stored in the slots' rings at ``pos % C``."""
+def rope_kv_write(qkv, kv: KVLayer, slot_ids, pos, max_period) -> torch.Tensor:
+    """qkv [R, 3HD] -> q [R, H, D] after RoPE; k (RoPE'd) and v stored at ring position ``pos % window``."""
     if use_triton(qkv):
-        return _tk.rope_kv_write(qkv, k_ring, v_ring, k_scale, v_scale, slot_ids, pos, max_period)
-    return rope_kv_write_torch(qkv, k_ring, v_ring, k_scale, v_scale, slot_ids, pos, max_period)
+        return _tk.rope_kv_write(qkv, kv, slot_ids, pos, max_period)
+    return rope_kv_write_torch(qkv, kv, slot_ids, pos, max_period)
 
 
 # ---- attention ------------------------------------------------------------------------------------------
 
 
-def decode_attention_torch(q, k_ring, v_ring, k_scale, v_scale, slot_ids, lengths) -> torch.Tensor:
-    """Reference: every row attends to its slot's ring entries ``0 .. lengths[r] - 1`` (order is irrelevant)."""
+def gather_rings(pool: torch.Tensor, kv: KVLayer, slot_ids: torch.Tensor) -> torch.Tensor:
+    """pool [pages, H, P, ...] -> each row's ring in logical order [R, H, window, ...] (pages joined)."""
+    pages = pool[kv.page_table[slot_ids]]  # [R, pages_per_slot, H, P, ...]
+    R, n, H, P = pages.shape[:4]
+    rings = pages.transpose(1, 2).reshape(R, H, n * P, *pages.shape[4:])
+    return rings[:, :, : kv.window]
+
+
+def decode_attention_torch(q, kv: KVLayer, slot_ids, lengths) -> torch.Tensor:
+    """Reference: every row attends to its ring positions ``0 .. lengths[r] - 1`` (order is irrelevant)."""
     R, H, D = q.shape
-    C = k_ring.shape[2]
-    keys = k_ring[slot_ids].to(q.dtype if k_scale is None else torch.float32)  # [R, H, C, D]
-    values = v_ring[slot_ids].to(keys.dtype)
-    if k_scale is not None:
-        keys = (keys * k_scale[slot_ids][..., None]).to(q.dtype)
-        values = (values * v_scale[slot_ids][..., None]).to(q.dtype)
+    C = kv.window
+    keys = gather_rings(kv.keys, kv, slot_ids).to(q.dtype if kv.key_scales is None else torch.float32)
+    values = gather_rings(kv.values, kv, slot_ids).to(keys.dtype)
+    if kv.key_scales is not None:
+        keys = (keys * gather_rings(kv.key_scales, kv, slot_ids)[..., None]).to(q.dtype)
+        values = (values * gather_rings(kv.value_scales, kv, slot_ids)[..., None]).to(q.dtype)
     valid = torch.arange(C, device=q.device).view(1, C) < lengths.view(R, 1)  # [R, C]
     # entries past the window are never used, whatever they hold (like the kernel, which never reads them)
     keys = torch.where(valid[:, None, :, None], keys, torch.zeros((), dtype=keys.dtype))
@@ -135,16 +178,12 @@ class AttentionLaunch:
     stages: int = 2
 
 
-def decode_attention(
-    q, k_ring, v_ring, k_scale, v_scale, slot_ids, lengths, launch: AttentionLaunch | None = None
-) -> torch.Tensor:
+def decode_attention(q, kv: KVLayer, slot_ids, lengths, launch: AttentionLaunch | None = None) -> torch.Tensor:
     """q [R, H, D] -> [R, H * D]; see ``triton_kernels.decode_attention``."""
     if use_triton(q):
         a = launch or AttentionLaunch()
-        return _tk.decode_attention(
-            q, k_ring, v_ring, k_scale, v_scale, slot_ids, lengths, a.splits, a.block_n, a.warps, a.stages
-        )
-    return decode_attention_torch(q, k_ring, v_ring, k_scale, v_scale, slot_ids, lengths)
+        return _tk.decode_attention(q, kv, slot_ids, lengths, a.splits, a.block_n, a.warps, a.stages)
+    return decode_attention_torch(q, kv, slot_ids, lengths)
 
 
 def depformer_attention_torch(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, step: int):

@@ -13,6 +13,7 @@ uses the first b entries, padding rows pointing at the scratch slot.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -67,6 +68,8 @@ class FastLockstep:
         max_rows: the largest batch bucket.
         sampling: decoding settings (``use_sampling=False`` for greedy).
         kv_fp8: store the temporal KV rings in fp8 e4m3 (half the memory and read traffic of bf16).
+        kv_page_size: ring positions per KV page; None for contiguous rings (a slot's whole window at once).
+        kv_pages: physical KV pages in the pool; None for every slot's full window (the pool never runs dry).
         keep_text_logits: also keep each row's text logits of the last pass (``text_logits`` [max_rows,
             text_card] fp32), for measuring what the KV format does to the distribution; off when serving.
     """
@@ -78,6 +81,8 @@ class FastLockstep:
         max_rows: int,
         sampling: SamplingConfig | None = None,
         kv_fp8: bool = False,
+        kv_page_size: int | None = None,
+        kv_pages: int | None = None,
         keep_text_logits: bool = False,
     ):
         c = fast_lm.config
@@ -93,12 +98,13 @@ class FastLockstep:
         K = c.num_codebooks
         self.delays = torch.tensor(c.delays, device=device, dtype=torch.long)
         self.initial = torch.tensor([c.text_card] + [c.card] * c.n_q, device=device, dtype=torch.long)
-        self.kv = SlotKV.allocate(c, num_slots, device, dtype, fp8=kv_fp8)
+        self.kv = SlotKV.allocate(c, num_slots, device, dtype, fp8=kv_fp8, page_size=kv_page_size, num_pages=kv_pages)
         self.scratch_slot = self.kv.scratch_slot
         S = num_slots + 1
         self.cache = torch.full((S, K, self.ct), UNGENERATED, device=device, dtype=torch.long)
         self.provided = torch.zeros((S, K, self.ct), device=device, dtype=torch.bool)
         self.lengths = torch.zeros((S,), device=device, dtype=torch.long)
+        self.passes = [0] * S  # host mirror of ``lengths``: which KV pages each slot needs before its next pass
         self.buffers = StepBuffers.allocate(max_rows, K, c.dim, 1 + c.dep_q, self.scratch_slot, device, dtype)
         self.dep_keys, self.dep_values = fast_lm.allocate_depformer_cache(max_rows)
         self.text_logits = (
@@ -122,6 +128,38 @@ class FastLockstep:
         self.provided[slot].fill_(False)
         self.provided[slot, :, 0] = True
         self.lengths[slot] = 0
+        self.passes[slot] = 0
+        if slot != self.scratch_slot:
+            self.kv.release(slot)
+
+    def claim_first_page(self, slot: int) -> bool:
+        """Give a freshly reset ``slot`` the KV page of its first pass; False when the pool has none free."""
+        self._check_slot(slot)
+        self.kv.grow([slot], [1])
+        return bool(self.kv.pages.held[slot])
+
+    def set_passes(self, slots: Sequence[int], passes: Sequence[int]) -> None:
+        """Declare that ``slots[i]`` has made ``passes[i]`` passes (a restored snapshot, a benchmark's aged
+        sessions): the position counters move and the slot holds the pages its filled ring needs."""
+        for slot in slots:
+            self._check_slot(slot)
+        self.kv.grow(slots, [min(n, self.kv.window) for n in passes])
+        for slot, n in zip(slots, passes, strict=True):
+            self.passes[slot] = n
+        index = torch.tensor(list(slots), dtype=torch.long, device=self.device)
+        self.lengths[index] = torch.tensor(list(passes), dtype=torch.long, device=self.device)
+
+    def prepare_pages(self, slots: Sequence[int]) -> None:
+        """Before a pass over ``slots``: each gets the page its next position is written to (host side).
+
+        Raises:
+            RuntimeError: a slot that holds no page and none is free (``claim_first_page`` at open prevents it).
+        """
+        self.kv.grow(slots, [self.passes[s] + 1 for s in slots])
+        for slot in slots:
+            if not self.kv.pages.held[slot]:
+                raise RuntimeError(f"slot {slot} has no KV page and the pool is empty")
+            self.passes[slot] += 1
 
     def restore_token_cache(self, slot: int, cache: torch.Tensor) -> None:
         """Overwrite the slot's token ring with a voice prompt's saved ring [K, CT]; provided flags are kept."""
@@ -217,8 +255,12 @@ class FastLockstep:
         embeddings: torch.Tensor | None = None,
         use_embeddings: torch.Tensor | None = None,
         pad_to: int | None = None,
+        slots: Sequence[int] | None = None,
     ) -> int:
-        """Copy one tick's inputs for n rows into the static buffers; rows n..pad_to-1 become padding."""
+        """Copy one tick's inputs for n rows into the static buffers; rows n..pad_to-1 become padding.
+
+        ``slots`` is ``slot_ids`` as a host list when the caller has one (no device read to find the pages).
+        """
         n = slot_ids.shape[0]
         rows = pad_to or n
         if not 0 < n <= rows <= self.max_rows:
@@ -230,6 +272,7 @@ class FastLockstep:
             )
         if not slot_ids.is_cuda:  # host inputs are checked here; a bad index inside a graph would kill the context
             self._check_host_rows(slot_ids, forced, forced_mask)
+        self.prepare_pages(slots if slots is not None else slot_ids.tolist())
         b = self.buffers
         b.slot_ids[:n].copy_(slot_ids, non_blocking=True)
         b.slot_ids[n:rows].fill_(self.scratch_slot)

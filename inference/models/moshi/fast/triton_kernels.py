@@ -79,10 +79,13 @@ def _rope_kv_write_kernel(
     v_ring_ptr,
     k_scale_ptr,
     v_scale_ptr,
+    table_ptr,
+    windows_ptr,
     slot_ptr,
     pos_ptr,
     H,
-    C,
+    PAGE,
+    PAGES_PER_SLOT,
     log_max_period,
     D: tl.constexpr,
     HALF: tl.constexpr,
@@ -92,6 +95,9 @@ def _rope_kv_write_kernel(
     head = tl.program_id(1)
     slot = tl.load(slot_ptr + row)
     pos = tl.load(pos_ptr + row)
+    ring_pos = pos % tl.load(windows_ptr + slot)
+    page = tl.load(table_ptr + slot * PAGES_PER_SLOT + ring_pos // PAGE)
+    at = (page * H + head).to(tl.int64) * PAGE + ring_pos % PAGE  # (page, head, offset) in the pool
     i = tl.arange(0, HALF)
     freqs = tl.exp(i.to(tl.float32) * (-log_max_period * 2.0 / D))
     angle = pos.to(tl.float32) * freqs
@@ -110,15 +116,14 @@ def _rope_kv_write_kernel(
     k1 = (kr * sin + ki * cos).to(qkv_ptr.dtype.element_ty).to(tl.float32)
     v0 = tl.load(base + 2 * H * D + 2 * i).to(tl.float32)
     v1 = tl.load(base + 2 * H * D + 2 * i + 1).to(tl.float32)
-    ring_pos = pos % C
-    dst = ((slot * H + head) * C + ring_pos) * D
+    dst = at * D
     if FP8:
         k_amax = tl.maximum(tl.max(tl.maximum(tl.abs(k0), tl.abs(k1)), axis=0), 1e-12)
         v_amax = tl.maximum(tl.max(tl.maximum(tl.abs(v0), tl.abs(v1)), axis=0), 1e-12)
         k_scale = k_amax / 448.0
         v_scale = v_amax / 448.0
-        tl.store(k_scale_ptr + (slot * H + head) * C + ring_pos, k_scale)
-        tl.store(v_scale_ptr + (slot * H + head) * C + ring_pos, v_scale)
+        tl.store(k_scale_ptr + at, k_scale)
+        tl.store(v_scale_ptr + at, v_scale)
         k0 = k0 / k_scale
         k1 = k1 / k_scale
         v0 = v0 / v_scale
@@ -130,33 +135,28 @@ def _rope_kv_write_kernel(
     tl.store(v_ring_ptr + dst + 2 * i + 1, v1.to(ty))
 
 
-def rope_kv_write(
-    qkv: torch.Tensor,
-    k_ring: torch.Tensor,
-    v_ring: torch.Tensor,
-    k_scale: torch.Tensor | None,
-    v_scale: torch.Tensor | None,
-    slot_ids: torch.Tensor,
-    pos: torch.Tensor,
-    max_period: float,
-) -> torch.Tensor:
-    """Apply RoPE to q and k of every row, store k and v at ring position ``pos % C``; return q [R, H, D]."""
+def rope_kv_write(qkv: torch.Tensor, kv, slot_ids: torch.Tensor, pos: torch.Tensor, max_period: float) -> torch.Tensor:
+    """Apply RoPE to q and k of every row, store k and v at ring position ``pos % windows[slot]`` of the slot's
+    pages (``kv`` is an ``ops.KVLayer``); return q [R, H, D]."""
     R = qkv.shape[0]
-    _, H, C, D = k_ring.shape
+    _, H, P, D = kv.keys.shape
     q = torch.empty((R, H, D), device=qkv.device, dtype=qkv.dtype)
-    fp8 = k_scale is not None
+    fp8 = kv.key_scales is not None
     dummy = q  # never read when not fp8
     _rope_kv_write_kernel[(R, H)](
         qkv,
         q,
-        k_ring,
-        v_ring,
-        k_scale if fp8 else dummy,
-        v_scale if fp8 else dummy,
+        kv.keys,
+        kv.values,
+        kv.key_scales if fp8 else dummy,
+        kv.value_scales if fp8 else dummy,
+        kv.page_table,
+        kv.windows,
         slot_ids,
         pos,
         H,
-        C,
+        P,
+        kv.page_table.shape[1],
         math.log(max_period),
         D=D,
         HALF=D // 2,
@@ -173,7 +173,11 @@ def _attend_block(
     v_ring_ptr,
     k_scale_ptr,
     v_scale_ptr,
-    ring,
+    slot_pages_ptr,
+    head,
+    H,
+    PAGE,
+    last_page,
     n0,
     end,
     m_i,
@@ -183,16 +187,22 @@ def _attend_block(
     BLOCK_N: tl.constexpr,
     FP8: tl.constexpr,
 ):
-    """Online-softmax update with ring entries n0 .. n0 + BLOCK_N - 1 (those below ``end``)."""
+    """Online-softmax update with ring positions n0 .. n0 + BLOCK_N - 1 (those below ``end``).
+
+    The block lies inside one page (the launcher checks that blocks divide pages), so one table read
+    places it; past the last page (only in the interpreter's static walk) every entry is masked anyway.
+    """
     d = tl.arange(0, D)
-    n = n0 + tl.arange(0, BLOCK_N)
-    valid = n < end
-    offs = (ring + n)[:, None] * D + d[None, :]
+    j = tl.arange(0, BLOCK_N)
+    valid = n0 + j < end
+    page = tl.load(slot_pages_ptr + tl.minimum(n0 // PAGE, last_page))
+    at = (page * H + head).to(tl.int64) * PAGE + n0 % PAGE + j
+    offs = at[:, None] * D + d[None, :]
     k = tl.load(k_ring_ptr + offs, mask=valid[:, None], other=0.0).to(tl.float32)
     v = tl.load(v_ring_ptr + offs, mask=valid[:, None], other=0.0).to(tl.float32)
     if FP8:
-        k = k * tl.load(k_scale_ptr + ring + n, mask=valid, other=0.0)[:, None]
-        v = v * tl.load(v_scale_ptr + ring + n, mask=valid, other=0.0)[:, None]
+        k = k * tl.load(k_scale_ptr + at, mask=valid, other=0.0)[:, None]
+        v = v * tl.load(v_scale_ptr + at, mask=valid, other=0.0)[:, None]
     s = tl.sum(k * q[None, :], axis=1)
     s = tl.where(valid, s, -float("inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=0))
@@ -212,13 +222,15 @@ def _decode_attention_split_kernel(
     v_ring_ptr,
     k_scale_ptr,
     v_scale_ptr,
+    table_ptr,
     slot_ptr,
     len_ptr,
     acc_ptr,
     m_ptr,
     l_ptr,
     H,
-    C,
+    PAGE,
+    PAGES_PER_SLOT,
     chunk,
     sm_scale,
     D: tl.constexpr,
@@ -232,12 +244,12 @@ def _decode_attention_split_kernel(
     head = tl.program_id(1)
     split = tl.program_id(2)
     slot = tl.load(slot_ptr + row)
-    length = tl.load(len_ptr + row)  # filled ring entries of this slot (<= C): only these are read
+    length = tl.load(len_ptr + row)  # filled ring positions of this slot (<= its window): only these are read
     start = split * chunk
     end = tl.minimum(start + chunk, length)
     d = tl.arange(0, D)
     q = tl.load(q_ptr + (row * H + head) * D + d).to(tl.float32) * sm_scale
-    ring = (slot * H + head).to(tl.int64) * C
+    slot_pages = table_ptr + slot * PAGES_PER_SLOT
     m_i = -float("inf")
     l_i = 0.0
     acc = tl.zeros([D], dtype=tl.float32)
@@ -249,7 +261,11 @@ def _decode_attention_split_kernel(
                 v_ring_ptr,
                 k_scale_ptr,
                 v_scale_ptr,
-                ring,
+                slot_pages,
+                head,
+                H,
+                PAGE,
+                PAGES_PER_SLOT - 1,
                 start + it * BLOCK_N,
                 end,
                 m_i,
@@ -262,7 +278,24 @@ def _decode_attention_split_kernel(
     else:  # the GPU stops at the slot's filled length: an empty or short window costs no reads
         for n0 in range(start, end, BLOCK_N):
             m_i, l_i, acc = _attend_block(
-                q, k_ring_ptr, v_ring_ptr, k_scale_ptr, v_scale_ptr, ring, n0, end, m_i, l_i, acc, D, BLOCK_N, FP8
+                q,
+                k_ring_ptr,
+                v_ring_ptr,
+                k_scale_ptr,
+                v_scale_ptr,
+                slot_pages,
+                head,
+                H,
+                PAGE,
+                PAGES_PER_SLOT - 1,
+                n0,
+                end,
+                m_i,
+                l_i,
+                acc,
+                D,
+                BLOCK_N,
+                FP8,
             )
     part = (row * H + head) * NUM_SPLITS + split
     tl.store(acc_ptr + part * D + d, acc)
@@ -287,10 +320,7 @@ def _decode_attention_combine_kernel(acc_ptr, m_ptr, l_ptr, out_ptr, D: tl.const
 
 def decode_attention(
     q: torch.Tensor,
-    k_ring: torch.Tensor,
-    v_ring: torch.Tensor,
-    k_scale: torch.Tensor | None,
-    v_scale: torch.Tensor | None,
+    kv,
     slot_ids: torch.Tensor,
     lengths: torch.Tensor,
     num_splits: int,
@@ -298,34 +328,43 @@ def decode_attention(
     num_warps: int = 4,
     num_stages: int = 2,
 ) -> torch.Tensor:
-    """Single-query attention of every row over its slot's first ``lengths[r]`` ring entries.
+    """Single-query attention of every row over its slot's first ``lengths[r]`` ring positions (``kv`` is an
+    ``ops.KVLayer``: the slot's pages are found through its page table).
 
     The context is split into ``num_splits`` chunks processed by separate programs (flash-decoding), then
     combined with their log-sum-exp weights, so a batch of 1 still spreads over the whole GPU.
+
+    Raises:
+        ValueError: ``block_n`` does not divide the page size (a block must not span two pages).
 
     Returns:
         [R, H * D] in q's dtype.
     """
     R, H, D = q.shape
-    C = k_ring.shape[2]
+    C = kv.window
+    P, pages_per_slot = kv.keys.shape[2], kv.page_table.shape[1]
+    if pages_per_slot > 1 and P % block_n:
+        raise ValueError(f"attention blocks of {block_n} positions do not divide pages of {P}")
     chunk = triton.cdiv(triton.cdiv(C, num_splits), block_n) * block_n
     acc = torch.empty((R * H * num_splits, D), device=q.device, dtype=torch.float32)
     m = torch.empty((R * H * num_splits,), device=q.device, dtype=torch.float32)
     l_sum = torch.empty_like(m)
-    fp8 = k_scale is not None
+    fp8 = kv.key_scales is not None
     _decode_attention_split_kernel[(R, H, num_splits)](
         q,
-        k_ring,
-        v_ring,
-        k_scale if fp8 else q,
-        v_scale if fp8 else q,
+        kv.keys,
+        kv.values,
+        kv.key_scales if fp8 else q,
+        kv.value_scales if fp8 else q,
+        kv.page_table,
         slot_ids,
         lengths,
         acc,
         m,
         l_sum,
         H,
-        C,
+        P,
+        pages_per_slot,
         chunk,
         1.0 / math.sqrt(D),
         D=D,

@@ -22,14 +22,26 @@ from inference.models.moshi.fast.model import FastLM, default_attention_launch
 logger = logging.getLogger(__name__)
 
 
-def candidate_launches(rows: int, heads: int) -> list[ops.AttentionLaunch]:
+def candidate_launches(rows: int, heads: int, page_size: int | None = None) -> list[ops.AttentionLaunch]:
+    """Launches worth timing; with pages (``page_size``), only blocks that divide a page."""
     base = default_attention_launch(rows, heads).splits
     splits = sorted({s for s in (base, 2 * base, 4 * base) if s <= 32})
+    blocks = (32, 64, 128) if rows < 32 else (64, 128)
+    if page_size is not None:
+        blocks = tuple(b for b in blocks if page_size % b == 0) or (_largest_block(page_size),)
     if rows < 32:  # attention is a small part of a small bucket's tick: a short search
-        grid = itertools.product(splits, (32, 64, 128), (4, 8), (2,))
+        grid = itertools.product(splits, blocks, (4, 8), (2,))
     else:  # at full context the ring read is most of the tick: search pipelining depth too
-        grid = itertools.product(splits, (64, 128), (4, 8), (2, 3, 4))
+        grid = itertools.product(splits, blocks, (4, 8), (2, 3, 4))
     return [ops.AttentionLaunch(splits=s, block_n=b, warps=w, stages=st) for s, b, w, st in grid]
+
+
+def _largest_block(page_size: int) -> int:
+    """The largest power of two up to 128 that divides ``page_size``."""
+    block = 128
+    while page_size % block:
+        block //= 2
+    return block
 
 
 @torch.no_grad()
@@ -43,16 +55,17 @@ def tune_attention(fl: FastLM, kv: SlotKV, buckets: Sequence[int], repeats: int 
         return {}
     c = fl.config
     H, D, C = c.num_heads, c.dim // c.num_heads, c.kv_window
-    slots_available = kv.scratch_slot  # real slots; the scratch slot is left alone
+    paged = kv.page_table.shape[1] > 1
     report = {}
     for rows in buckets:
-        slot_ids = torch.arange(rows, device=kv.keys[0].device) % max(slots_available, 1)
+        layer = _full_windows(kv, rows)
+        slot_ids = torch.arange(rows, device=kv.keys[0].device)
         lengths = torch.full((rows,), C, device=slot_ids.device, dtype=torch.long)
         q = torch.randn(rows, H, D, device=slot_ids.device, dtype=fl.dtype)
         ring_bytes = rows * H * C * (2 * D * kv.keys[0].element_size() + (8 if kv.fp8 else 0))
         best = None
-        for launch in candidate_launches(rows, H):
-            args = (q, kv.keys[0], kv.values[0], kv.key_scale(0), kv.value_scale(0), slot_ids, lengths, launch)
+        for launch in candidate_launches(rows, H, kv.page_size if paged else None):
+            args = (q, layer, slot_ids, lengths, launch)
             try:
                 ops.decode_attention(*args)  # compile
             except Exception:  # noqa: BLE001 - a launch the compiler rejects (e.g. out of shared memory) is skipped
@@ -79,6 +92,16 @@ def tune_attention(fl: FastLM, kv: SlotKV, buckets: Sequence[int], repeats: int 
             "ring_TBps": round(ring_bytes / (best[1] * 1e-3) / 1e12, 2),
         }
     return report
+
+
+def _full_windows(kv: SlotKV, rows: int) -> ops.KVLayer:
+    """Layer 0 as if ``rows`` sessions each held a full window of distinct pages (wrapping round the pool when
+    it is smaller), so the timed read comes from memory, not from a page that sits in L2."""
+    per_slot = kv.page_table.shape[1]
+    usable = kv.pages.usable_pages
+    table = 1 + torch.arange(rows * per_slot, device=kv.page_table.device).view(rows, per_slot) % usable
+    windows = torch.full((rows,), kv.window, device=table.device, dtype=torch.long)
+    return dataclasses.replace(kv.layer(0), page_table=table, windows=windows)
 
 
 @torch.no_grad()

@@ -143,10 +143,10 @@ def test_fp8_quantisation_error_and_windowed_attention_reads_only_filled_entries
     k_ring, v_ring = torch.randn(S, H, C, D), torch.randn(S, H, C, D)
     q = torch.randn(2, H, D)
     slots, lengths = torch.tensor([1, 2]), torch.tensor([5, 16])
-    out = ops.decode_attention(q, k_ring, v_ring, None, None, slots, lengths)
+    out = ops.decode_attention(q, ops.KVLayer.contiguous(k_ring, v_ring), slots, lengths)
     poisoned = k_ring.clone()
     poisoned[1, :, 5:] = float("nan")  # beyond slot 1's window: must never be read
-    again = ops.decode_attention(q, poisoned, v_ring, None, None, slots, lengths)
+    again = ops.decode_attention(q, ops.KVLayer.contiguous(poisoned, v_ring), slots, lengths)
     assert torch.equal(out, again)
     scores = q[0][:, None, :] @ k_ring[1, :, :5].transpose(1, 2) / D**0.5  # [H, 1, 5]
     manual = (torch.softmax(scores, dim=-1) @ v_ring[1, :, :5])[:, 0]
@@ -154,5 +154,5 @@ def test_fp8_quantisation_error_and_windowed_attention_reads_only_filled_entries
     # the same rings stored in fp8 with per-vector scales give nearly the same attention
     k8, ks = ops.quantize_fp8(k_ring)
     v8, vs = ops.quantize_fp8(v_ring)
-    out8 = ops.decode_attention(q, k8, v8, ks, vs, slots, lengths)
+    out8 = ops.decode_attention(q, ops.KVLayer.contiguous(k8, v8, ks, vs), slots, lengths)
     assert ((out8 - out).norm() / out.norm()) < 0.05

@@ -1,0 +1,167 @@
+"""Paged KV of the fast path: the page bookkeeping, paged == contiguous token for token, a dry pool, admission.
+
+The tiny PersonaPlex checkpoint has a 299-frame window, so pages of 16 frames give each slot 19 pages and a
+run of 360 passes wraps every ring; the torch twins of the kernels run here (the Triton kernels' own paged
+reads are checked against these twins in ``test_kernels_interpreted``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from inference.engines.base import EngineError, SlotConfig
+from inference.engines.lockstep import LockstepEngine
+from inference.engines.lockstep_backends import KVPaging
+from inference.engines.prefill_cache import restore_slot, snapshot_slot
+from inference.models.moshi.config import read_checkpoint_dir
+from inference.models.moshi.fast.kv import SlotKV
+from inference.models.moshi.fast.model import FastLM
+from inference.models.moshi.fast.pages import TRASH_PAGE, PagePool
+from inference.models.moshi.fast.session import live_forced
+from inference.models.moshi.fast.step import FastLockstep
+from inference.models.moshi.gen import SamplingConfig
+from inference.models.moshi.loading import load_lm
+
+DATA = Path(__file__).resolve().parents[3] / "data" / "personaplex"
+GREEDY = SamplingConfig(use_sampling=False)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    info = read_checkpoint_dir(DATA / "ckpt")
+    return info, load_lm(info.moshi_weights, info.lm)
+
+
+def _run(ls: FastLockstep, info, codes: torch.Tensor, slots: list[int]) -> list[torch.Tensor]:
+    """Greedy passes of ``slots`` together over ``codes`` [T, n, 8]; the tokens of every pass."""
+    out = []
+    for t in range(codes.shape[0]):
+        tokens, _ = ls.step_eager(torch.tensor(slots), *live_forced(info.lm, codes[t]))
+        out.append(tokens.clone())
+    return out
+
+
+# ---- the bookkeeping ----------------------------------------------------------------------------------
+
+
+def test_pages_are_given_as_the_context_grows_and_all_come_back():
+    pool = PagePool(num_pages=1 + 10, page_size=16, window=40, num_slots=3)
+    assert pool.pages_per_slot == 3 and pool.free_pages == 10
+    assert [c.index for c in pool.grow(0, 1)] == [0]
+    assert pool.grow(0, 16) == []  # still inside its first page
+    assert [(c.index, c.page) for c in pool.grow(0, 17)] == [(1, 2)]
+    assert len(pool.grow(1, 40)) == 3 and len(pool.grow(1, 500)) == 0  # a wrapped ring needs no more
+    assert pool.free_pages == 10 - 5 and TRASH_PAGE not in pool.held[0] + pool.held[1]
+    back = pool.release(1)
+    assert [c.page for c in back] == [TRASH_PAGE] * 3 and pool.free_pages == 8 and pool.held[1] == []
+
+
+def test_a_dry_pool_shrinks_the_ring_of_the_call_that_grows_and_drops_nobody():
+    pool = PagePool(num_pages=1 + 4, page_size=16, window=64, num_slots=2)
+    pool.grow(0, 48)  # 3 pages
+    pool.grow(1, 1)  # the last page
+    assert pool.free_pages == 0
+    assert pool.grow(0, 49) == []  # wants its 4th page: none left
+    assert pool.windows[0] == 48 and pool.capped_slots == 1  # its ring is now the 3 pages it holds
+    pool.release(0)
+    assert pool.windows[0] == 64 and pool.free_pages == 3  # the next session in slot 0 starts whole
+
+
+def test_admission_keeps_every_live_call_growing_for_the_horizon():
+    pool = PagePool(num_pages=1 + 12, page_size=10, window=60, num_slots=8)
+    # nobody live: each new session needs 2 pages for a 20-frame horizon, 12 free -> 6 sessions
+    assert pool.admissible([], horizon_positions=20) == 6
+    for slot in range(3):
+        pool.grow(slot, 5)
+    live = [(slot, 5) for slot in range(3)]
+    # 3 live at 5 positions (1 page each) will need 2 more pages each within 20 frames: 9 - 6 = 3 spare
+    assert pool.admissible(live, horizon_positions=20) == 1
+    assert pool.admissible(live, horizon_positions=200) == 0
+    pool.grow(0, 60)  # slot 0 reached its full window: it owes nothing more
+    assert pool.free_pages == 4 and pool.admissible([(0, 60), (1, 5), (2, 5)], horizon_positions=20) == 0
+    pool.release(1)
+    assert pool.admissible([(0, 60), (2, 5)], horizon_positions=20) == 1
+
+
+# ---- the step on pages -----------------------------------------------------------------------------------
+
+
+def test_paged_rings_give_the_contiguous_tokens_through_wraparound(tiny):
+    info, lm = tiny
+    fast_lm = FastLM(lm)
+    T, slots = 360, [0, 1, 2]  # past the 299-frame window
+    codes = torch.randint(0, 2048, (T, 3, 8), generator=torch.Generator().manual_seed(5))
+    contiguous = FastLockstep(fast_lm, num_slots=3, max_rows=3, sampling=GREEDY)
+    paged = FastLockstep(fast_lm, num_slots=3, max_rows=3, sampling=GREEDY, kv_page_size=16)
+    assert paged.kv.page_table.shape == (4, 19) and contiguous.kv.page_table.shape == (4, 1)
+    # slot 2 starts 50 passes late, so the slots' pages interleave in the pool in no tidy order
+    want = _run(contiguous, info, codes[:50, :2], [0, 1]) + _run(contiguous, info, codes[50:], slots)
+    got = _run(paged, info, codes[:50, :2], [0, 1]) + _run(paged, info, codes[50:], slots)
+    assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+    held = [paged.kv.pages.held[s] for s in slots]
+    assert [len(h) for h in held] == [19, 19, 19] and len(set(sum(held, []))) == 57
+    assert any(b - a != 1 for a, b in zip(held[0], held[0][1:], strict=False))  # a ring's pages are not side by side
+
+
+def test_a_call_whose_ring_shrank_keeps_running_and_its_neighbour_is_untouched(tiny):
+    info, lm = tiny
+    fast_lm = FastLM(lm)
+    codes = torch.randint(0, 2048, (360, 2, 8), generator=torch.Generator().manual_seed(6))
+    alone = FastLockstep(fast_lm, num_slots=1, max_rows=1, sampling=GREEDY)
+    expected = _run(alone, info, codes[:, 1:], [0])
+    # 21 pages of 16: slot 1 fills its whole 299-frame ring (19 pages), then slot 0 joins with 2 pages left
+    ls = FastLockstep(fast_lm, num_slots=2, max_rows=2, sampling=GREEDY, kv_page_size=16, kv_pages=21)
+    first = _run(ls, info, codes[:300, 1:], [1])
+    both = _run(ls, info, torch.stack([codes[300:, 0], codes[300:, 1]], dim=1), [0, 1])
+    assert ls.kv.pages.free_pages == 0 and ls.kv.pages.capped_slots == 1
+    assert ls.kv.pages.windows[0] == int(ls.kv.windows[0]) == 32  # slot 0 went on over a 32-frame ring
+    assert all(bool((t[0] >= 0).all()) for t in both[20:])  # and it produced frames throughout
+    # slot 1 had its pages before the pool ran dry: exactly what it gives alone, all 360 frames
+    got = first + [t[1:] for t in both]
+    assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+
+
+def test_a_snapshot_of_a_paged_slot_restores_into_other_pages(tiny):
+    info, lm = tiny
+    ls = FastLockstep(FastLM(lm), num_slots=3, max_rows=3, sampling=GREEDY, kv_page_size=16)
+    codes = torch.randint(0, 2048, (70, 1, 8), generator=torch.Generator().manual_seed(7))
+    _run(ls, info, codes[:40], [0])
+    snap = snapshot_slot(ls, 0)
+    _run(ls, info, codes[:10], [1])  # slot 1 takes pages, so slot 2's restored pages are others than slot 0's
+    restore_slot(ls, 2, snap)
+    assert set(ls.kv.pages.held[2]).isdisjoint(ls.kv.pages.held[0])
+    after_0 = _run(ls, info, codes[40:], [0])
+    after_2 = _run(ls, info, codes[40:], [2])
+    assert all(torch.equal(a, b) for a, b in zip(after_0, after_2, strict=True))
+
+
+# ---- the engine --------------------------------------------------------------------------------------
+
+
+def test_the_engine_rations_sessions_by_kv_memory_and_gives_it_back_on_close(tiny):
+    info, _ = tiny
+    page_bytes = SlotKV.bytes_per_slot(info.lm, torch.float32, fp8=False) * 16 / info.lm.kv_window
+    engine = LockstepEngine(
+        DATA / "ckpt",
+        num_slots=4,
+        greedy=True,
+        prefill_cache_entries=0,
+        kv_paging=KVPaging(page_frames=16, pool_gb=6.5 * page_bytes / 1e9, admit_horizon_frames=32),
+    )
+    engine.warmup()
+    pages = engine.backend.lockstep.kv.pages
+    assert pages.usable_pages == 6
+    assert engine.admissible_sessions() == 3  # 2 pages each for a 32-frame horizon from nothing
+    engine.open_slot(0, SlotConfig())
+    engine.open_slot(1, SlotConfig())
+    assert pages.free_pages == 4 and engine.admissible_sessions() == 1  # both owe 1 more page: 2 spare
+    pages.grow(3, 64)  # a session in slot 3 took the rest
+    with pytest.raises(EngineError, match="no KV memory"):  # refused with a clear error, nothing crashes
+        engine.open_slot(2, SlotConfig())
+    engine.close_slot(0)
+    assert pages.held[0] == [] and pages.free_pages == 1 and engine.admissible_sessions() == 0
+    engine.close_slot(1)
+    assert engine.admissible_sessions() == 1
