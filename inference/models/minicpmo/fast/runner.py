@@ -71,12 +71,12 @@ class FastDuplexRunner(DuplexRunner):
         self._decided: dict[int, tuple[float, int, int]] = {}  # id(session) -> (margin, raw id, chosen id)
 
     def capture(self, max_kv: int | None = None) -> int:
-        """Capture up front (CUDA only) the decode graphs, the LLM's audio-unit prefill graphs (T bucket 16) and
-        the TTS condition graphs (16 and 32) and the audio encoder's for every row bucket; returns how many. Other shapes (omni units,
-        prompts) are captured on first use."""
+        """Capture up front (CUDA only), for every row bucket: the decode steps, the LLM prefills of audio units
+        (T bucket 16) and omni units (128), the TTS conditions (16, 32) and the audio encoder; returns how many.
+        Other shapes (prompts, longer conditions) are captured on first use."""
         llm, tts = self.fast_llm, self.fast_tts
         steps = llm.graphs.capture_all(max_kv) + tts.graphs.capture_all()
-        runs = llm.runs.capture_all([16], max_kv) + tts.runs.capture_all([16, 32])
+        runs = llm.runs.capture_all([16, 128], max_kv) + tts.runs.capture_all([16, 32])
         return steps + runs + self.fast_audio.capture_all()
 
     def session_bytes(self) -> int:
