@@ -86,7 +86,6 @@ def main() -> int:
     p.add_argument("--paged", action="store_true", help="issue 13's goal 4: paged KV (no reference needed)")
     p.add_argument("--page", type=int, default=128, help="paged: frames per KV page")
     p.add_argument("--slots", type=int, default=320, help="paged: slots (and the largest graph bucket)")
-    p.add_argument("--horizon-s", type=float, default=10.0, help="paged: admission's guaranteed growth")
     p.add_argument(
         "--sections",
         nargs="+",

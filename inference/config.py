@@ -47,8 +47,9 @@ class InferenceConfig:
             With pages, a session holds KV only for the context it has reached, so short calls leave room
             for more sessions than full contexts would fit (``inference/models/moshi/fast/pages.py``).
         kv_pool_gb: device memory for the paged KV pool; 0 = every slot's full context (never overcommitted).
-        kv_admit_horizon_s: with an overcommitted pool, a session is admitted only if every live one could
-            still grow this long with the pages free now (otherwise it waits in the queue).
+        kv_mean_call_s: the call length admission plans for when the pool is smaller than every slot's full
+            context: a session is admitted while the pages calls are expected to hold over their remaining
+            life fit (otherwise it waits in the queue); ``PagePool.admissible``.
         inference_url: None = in-process service; ``unix:///path.sock`` or ``tcp://host:port`` = one remote service.
         registry_url: Redis URL of the service registry: services heartbeat there and the web tier places
             sessions on the least loaded one (takes precedence over ``inference_url`` in the web tier).
@@ -84,7 +85,7 @@ class InferenceConfig:
     kv_dtype: str = "auto"
     kv_page_frames: int = 0
     kv_pool_gb: float = 0.0
-    kv_admit_horizon_s: float = 10.0
+    kv_mean_call_s: float = 180.0
     inference_url: str | None = None
     registry_url: str | None = None
     service_id: str | None = None
@@ -121,8 +122,8 @@ class InferenceConfig:
             raise ConfigError(f"PARLEY_LOCKSTEP_BACKEND must be auto, eager or fast, got {self.lockstep_backend!r}")
         if self.kv_dtype not in ("auto", "fp8", "bf16"):
             raise ConfigError(f"PARLEY_KV_DTYPE must be auto, fp8 or bf16, got {self.kv_dtype!r}")
-        if self.kv_page_frames < 0 or self.kv_pool_gb < 0 or self.kv_admit_horizon_s < 0:
-            raise ConfigError("kv_page_frames, kv_pool_gb and kv_admit_horizon_s must be >= 0")
+        if self.kv_page_frames < 0 or self.kv_pool_gb < 0 or self.kv_mean_call_s <= 0:
+            raise ConfigError("kv_page_frames and kv_pool_gb must be >= 0 and kv_mean_call_s > 0")
         if self.inference_url is not None and not self.inference_url.startswith(("unix://", "tcp://")):
             raise ConfigError(
                 f"PARLEY_INFERENCE_URL must be unix:///path/to.sock or tcp://host:port, got {self.inference_url!r}"

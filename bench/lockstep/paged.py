@@ -38,6 +38,7 @@ from inference.models.moshi.config import LMConfig
 from inference.models.moshi.fast.graphs import GraphedLockstep
 from inference.models.moshi.fast.kv import SlotKV
 from inference.models.moshi.fast.model import FastLM
+from inference.models.moshi.fast.pages import ADMIT_Z
 from inference.models.moshi.fast.session import live_forced
 from inference.models.moshi.fast.step import FastLockstep
 from inference.models.moshi.fast.tuning import tune_attention
@@ -155,7 +156,7 @@ def pool_gb_for(lm: MoshiLM, slots: int, reserve_gib: float) -> float:
     return round((free - mimi_state - reserve_gib * GiB) / 1e9, 2)
 
 
-def churn(lm: MoshiLM, slots: int, page: int, reserve_gib: float, horizon_s: float, ticks: int, warm: int) -> dict:
+def churn(lm: MoshiLM, slots: int, page: int, reserve_gib: float, ticks: int, warm: int) -> dict:
     import sentencepiece as spm
 
     from bench.lockstep.round2 import checkpoint_dir
@@ -163,8 +164,8 @@ def churn(lm: MoshiLM, slots: int, page: int, reserve_gib: float, horizon_s: flo
     from inference.engines.lockstep_backends import KVPaging
 
     pool_gb = pool_gb_for(lm, slots, reserve_gib)
-    paging = KVPaging(page_frames=page, pool_gb=pool_gb, admit_horizon_frames=round(horizon_s * FRAMES_PER_S))
     mix = CallMix(seed=1)
+    paging = KVPaging(page_frames=page, pool_gb=pool_gb, mean_call_frames=round(mix.mean_s * FRAMES_PER_S))
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = checkpoint_dir(Path(tmp))
         engine = LockstepEngine(ckpt, slots, device="cuda", dtype="bfloat16", kv_fp8=True, kv_paging=paging)
@@ -181,14 +182,14 @@ def churn(lm: MoshiLM, slots: int, page: int, reserve_gib: float, horizon_s: flo
             "pool_pages": pages.usable_pages,
             "bytes_per_page": engine.backend.lockstep.kv.bytes_per_page(),
             "contiguous_capacity_same_memory": pages.usable_pages // pages.pages_per_slot,
-            "admit_horizon_s": horizon_s,
+            "admission": f"expected pages over the calls' remaining life + {ADMIT_Z:g} sd within the pool (mean call 180 s)",
             "call_mix": {"mean_s": mix.mean_s, "cap_s": mix.cap_s, "distribution": "exponential, capped"},
             "mean_context_frames_in_progress": round(mix.mean_context_frames(pages.window), 1),
             "warmup_s": warm_s,
             "buckets": sorted(engine.backend.graphed.graphs),
         }
         log(f"   paged engine: {out}")
-        out |= serve_call_mix(engine, mix, paging.admit_horizon_frames, ticks, warm)
+        out |= serve_call_mix(engine, mix, paging.mean_call_frames, ticks, warm)
         log(
             f"   churn: ticks {out['ticks']}, sessions {out['concurrent_sessions']}, shrank {out['sessions_whose_ring_shrank']}"
         )
@@ -197,7 +198,7 @@ def churn(lm: MoshiLM, slots: int, page: int, reserve_gib: float, horizon_s: flo
     return out
 
 
-def serve_call_mix(engine, mix: CallMix, horizon_frames: int, ticks: int, warm: int) -> dict:
+def serve_call_mix(engine, mix: CallMix, mean_call_frames: int, ticks: int, warm: int) -> dict:
     """Callers always waiting, admitted by the engine's memory, staying for ``mix`` call lengths; from the
     mix's steady state. Every tick's time covers closes, opens and ``engine.step``."""
     ls = engine.backend.lockstep
@@ -215,11 +216,11 @@ def serve_call_mix(engine, mix: CallMix, horizon_frames: int, ticks: int, warm: 
             ls.set_passes([s], [age])  # a call in progress: its context so far (random ring contents)
         left[s] = frames_left
 
-    # the steady state: calls in progress, admitted while every live call keeps its growth horizon
+    # the steady state: calls in progress, admitted as long as admission takes them
     while free_slots:
         age, frames_left = mix.in_progress()
         live = [(s, min(ls.passes[s], window)) for s in left]
-        if pages.admissible(live, horizon_frames, new_positions=min(age, window)) < 1:
+        if pages.admissible(live, mean_call_frames, new_positions=min(age, window)) < 1:
             break
         admit(age, frames_left)
     out["initial_sessions"] = len(left)
@@ -297,6 +298,6 @@ def run_paged(args, results: dict) -> None:
             results,
             "churn",
             args.out,
-            lambda: churn(lm, args.slots, args.page, args.reserve_gib, args.horizon_s, args.ticks, 80),
+            lambda: churn(lm, args.slots, args.page, args.reserve_gib, args.ticks, 80),
         )
     results["peak_GiB"] = round(torch.cuda.max_memory_allocated() / GiB, 2)

@@ -155,7 +155,7 @@ class LockstepEngine(Engine):
             kv_paging=KVPaging(
                 page_frames=config.kv_page_frames,
                 pool_gb=config.kv_pool_gb,
-                admit_horizon_frames=round(config.kv_admit_horizon_s * 1000 / FRAME_MS),
+                mean_call_frames=round(config.kv_mean_call_s * 1000 / FRAME_MS),
             ),
         )
 

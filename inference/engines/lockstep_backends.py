@@ -44,17 +44,17 @@ USER_CODEBOOKS = 8
 
 @dataclass(frozen=True)
 class KVPaging:
-    """The fast path's KV layout (``PARLEY_KV_PAGE_FRAMES``, ``PARLEY_KV_POOL_GB``, ``PARLEY_KV_ADMIT_HORIZON_S``).
+    """The fast path's KV layout (``PARLEY_KV_PAGE_FRAMES``, ``PARLEY_KV_POOL_GB``, ``PARLEY_KV_MEAN_CALL_S``).
 
     Attributes:
         page_frames: positions per page; 0 = contiguous rings (each slot's whole window up front).
         pool_gb: device memory of the page pool; 0 = every slot's full window (no overcommit).
-        admit_horizon_frames: admission guarantees every live session this much growth (``PagePool.admissible``).
+        mean_call_frames: the call length admission plans for (``PagePool.admissible``).
     """
 
     page_frames: int = 0
     pool_gb: float = 0.0
-    admit_horizon_frames: int = 125
+    mean_call_frames: int = 2250  # 3 minutes
 
 
 @dataclass
@@ -148,10 +148,6 @@ class LockstepBackend(abc.ABC):
     def admissible_sessions(self) -> int | None:
         """How many more sessions the KV memory admits now; None when only the slot count limits it."""
         return None
-
-    def kv_usage(self) -> dict[str, int]:
-        """Paged KV occupancy (pages in all, free, per page frames, sessions whose context shrank)."""
-        return {}
 
     def slot_state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         """(token ring [K, CT], provided mask [K, CT], model passes since reset) of ``slot``, on the host."""
@@ -359,16 +355,7 @@ class FastBackend(LockstepBackend):
         if pages.usable_pages >= self.num_slots * pages.pages_per_slot:
             return None  # every slot's full window fits: nothing to ration
         live = [(s, min(self.lockstep.passes[s], pages.window)) for s in range(self.num_slots) if pages.held[s]]
-        return pages.admissible(live, self.paging.admit_horizon_frames)
-
-    def kv_usage(self) -> dict[str, int]:
-        pages = self.lockstep.kv.pages
-        return {
-            "kv_pages": pages.usable_pages,
-            "kv_pages_free": pages.free_pages,
-            "kv_page_frames": pages.page_size,
-            "kv_sessions_shrunk": pages.capped_slots,
-        }
+        return pages.admissible(live, self.paging.mean_call_frames)
 
     @torch.no_grad()
     def step(self, rows: StepRows, pcm: torch.Tensor | None = None, frozen: Sequence[int] = ()) -> StepResult:
@@ -404,7 +391,10 @@ class FastBackend(LockstepBackend):
         # FastLM borrows the LM's weights, except two stacked copies (audio embeddings, depformer inputs)
         copies = (self.fast_lm.audio_emb, self.fast_lm.depformer_in)
         weights = sum(p.numel() * p.element_size() for p in (*self.lm.parameters(), *copies))
-        return {"lm_kv_bytes": float(ring), "lm_weight_bytes": float(weights)}
+        pages = kv.pages
+        in_use = (pages.usable_pages - pages.free_pages) * kv.bytes_per_page()
+        # lm_kv_in_use_bytes: what the live calls' pages hold (all of lm_kv_bytes is allocated up front)
+        return {"lm_kv_bytes": float(ring), "lm_kv_in_use_bytes": float(in_use), "lm_weight_bytes": float(weights)}
 
 
 def choose_backend(

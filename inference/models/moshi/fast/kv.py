@@ -18,6 +18,7 @@ half of bf16) plus ``layers x 2 x heads x W`` fp32 scales (25 MB).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,8 @@ import torch
 from inference.models.moshi.config import LMConfig
 from inference.models.moshi.fast.ops import FP8_DTYPE, KVLayer
 from inference.models.moshi.fast.pages import PageChange, PagePool
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -127,6 +130,9 @@ class SlotKV:
         shrunk = [s for s, w in zip(slots, windows_before, strict=True) if self.pages.windows[s] != w]
         if shrunk:
             self.windows[shrunk] = torch.tensor([self.pages.windows[s] for s in shrunk]).to(self.windows)
+            # degraded, not dropped: these calls attend over a shorter past from now on (admission should make
+            # this rare; a steady trickle means PARLEY_KV_MEAN_CALL_S is below the real call length)
+            logger.warning("kv.pool_dry_ring_shrank", extra={"slots": shrunk, "windows": self.windows[shrunk].tolist()})
 
     def release(self, slot: int) -> None:
         """The slot's session ended (or restarts): its pages go back to the pool."""

@@ -9,7 +9,8 @@ valid, because a row reads only the first ``min(passes, window)`` positions of i
 
 When the pool runs dry, a live call is never dropped: the slot that needs a page keeps the pages it has and
 its ring *shrinks* to them (``windows[slot]``), so from then on it attends over a shorter context, oldest
-frames overwritten first, like a model with a smaller window. Admission (``admissible``) keeps that rare.
+frames overwritten first, like a model with a smaller window. Admission (``admissible``), which counts the
+memory calls are expected to hold over their remaining life, keeps that rare.
 
 Contiguous rings are the special case ``page_size == window``: one page per slot, given at its first pass.
 Nothing here touches the device; ``SlotKV`` copies the changes into its page table.
@@ -19,7 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 TRASH_PAGE = 0
+ADMIT_Z = 3.0  # admission's margin, in standard deviations of the expected pages in use
+ADMIT_STEPS = 24  # admission looks ahead over one window in this many steps (10 s each for a 4-minute window)
 
 
 @dataclass(frozen=True)
@@ -101,19 +106,42 @@ class PagePool:
         self.windows[slot] = self.window
         return changes
 
-    def admissible(self, live: list[tuple[int, int]], horizon_positions: int, new_positions: int = 0) -> int:
-        """How many more sessions fit: every live session and the new ones can grow for ``horizon_positions``
-        more positions with the pages free now, even if no call ends meanwhile.
+    def admissible(
+        self,
+        live: list[tuple[int, int]],
+        mean_call_positions: float,
+        new_positions: int = 0,
+        z: float = ADMIT_Z,
+    ) -> int:
+        """How many more sessions fit, by the memory the calls are expected to hold over their remaining life.
+
+        Call lengths are taken as exponential with mean ``mean_call_positions`` (so a call of any age has that
+        much still to go on average). At each future moment t (in 24 steps up to a full window) a live session at
+        p positions is still there with probability ``exp(-t / mean)`` and then holds the pages of
+        ``min(p + t, window)``; the expected pages of all live sessions plus k new ones, plus ``z`` standard
+        deviations of that sum, must stay within the pool at every t, and the new ones' first pages must be free
+        now. Counting only what calls hold now would let fresh calls (one page each) in until their growth
+        overran the pool; counting every call at its full window is the contiguous capacity. Measured on the
+        H200 (bench/notes/lockstep-gpu.md): with a 2 sd margin the pool still ran dry after about 80 s at ~250
+        calls, hence 3.
 
         Args:
             live: (slot, filled ring positions) of every live session.
-            horizon_positions: how far ahead growth is guaranteed; calls ending in that time free their pages,
-                which is what lets more sessions in than full contexts fit.
+            mean_call_positions: the expected call length, in positions (frames).
             new_positions: positions a new session starts with (a restored context; 0 for a fresh call).
+            z: the margin in standard deviations of the expected total (shrunk rings become rare, not impossible).
         """
-        owed = 0
-        for slot, positions in live:
-            reach = min(positions + horizon_positions, self.windows[slot])
-            owed += max(self.pages_for(reach) - len(self.held[slot]), 0)
-        per_new = max(self.pages_for(new_positions + horizon_positions), 1)
-        return max((self.free_pages - owed) // per_new, 0)
+        t = np.linspace(0.0, self.window, ADMIT_STEPS + 1)[:, None]  # [T, 1]
+        alive = np.exp(-t / max(mean_call_positions, 1.0))
+        positions = np.array([p for _, p in live], dtype=np.float64).reshape(1, -1)
+        # a call whose ring shrank counts at its full window: its shortfall is memory owed, and admitting on
+        # the pages it gave up would shrink more calls
+        held = np.ceil(np.minimum(positions + t, self.window) / self.page_size)  # [T, N] pages if still there
+        mean = (alive * held).sum(axis=1)
+        var = (alive * (1.0 - alive) * held**2).sum(axis=1)
+        new_mean = alive[:, 0] * np.ceil(np.minimum(new_positions + t[:, 0], self.window) / self.page_size)
+        room = self.usable_pages - mean - z * np.sqrt(var)
+        later = new_mean > 0
+        fits = np.floor(room[later] / new_mean[later]).min() if later.any() else np.inf
+        first = max(self.pages_for(new_positions + 1), 1)
+        return int(max(min(fits, self.free_pages // first), 0))

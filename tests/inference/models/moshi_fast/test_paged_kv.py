@@ -70,20 +70,47 @@ def test_a_dry_pool_shrinks_the_ring_of_the_call_that_grows_and_drops_nobody():
     assert pool.windows[0] == 64 and pool.free_pages == 3  # the next session in slot 0 starts whole
 
 
-def test_admission_keeps_every_live_call_growing_for_the_horizon():
-    pool = PagePool(num_pages=1 + 12, page_size=10, window=60, num_slots=8)
-    # nobody live: each new session needs 2 pages for a 20-frame horizon, 12 free -> 6 sessions
-    assert pool.admissible([], horizon_positions=20) == 6
-    for slot in range(3):
-        pool.grow(slot, 5)
-    live = [(slot, 5) for slot in range(3)]
-    # 3 live at 5 positions (1 page each) will need 2 more pages each within 20 frames: 9 - 6 = 3 spare
-    assert pool.admissible(live, horizon_positions=20) == 1
-    assert pool.admissible(live, horizon_positions=200) == 0
-    pool.grow(0, 60)  # slot 0 reached its full window: it owes nothing more
-    assert pool.free_pages == 4 and pool.admissible([(0, 60), (1, 5), (2, 5)], horizon_positions=20) == 0
-    pool.release(1)
-    assert pool.admissible([(0, 60), (2, 5)], horizon_positions=20) == 1
+def test_admission_counts_what_calls_will_hold_over_their_remaining_life():
+    pool = PagePool(num_pages=1 + 60, page_size=10, window=60, num_slots=100)
+    # calls that never end will each hold a full window (6 pages): the contiguous capacity, 60 / 6
+    assert pool.admissible([], mean_call_positions=1e12) == 10
+    assert pool.admissible([], mean_call_positions=30) == 42  # most short calls end before their window fills
+    assert pool.admissible([], 120, new_positions=60) == 10  # a restored full context costs its pages now
+    n = pool.admissible([], 120)
+    assert n == 15
+    for slot in range(n):
+        pool.grow(slot, 1)
+    assert pool.free_pages == 45 and pool.admissible([(s, 1) for s in range(n)], 120) == 0  # room now, not later
+    for slot in range(n):  # the same calls 40 frames on: the pool is exactly full, no ring had to shrink
+        pool.grow(slot, 40)
+    assert pool.free_pages == 0 and pool.capped_slots == 0
+    for slot in range(n // 2):  # half of them end
+        pool.release(slot)
+    older = [(s, 40) for s in range(n // 2, n)]
+    assert pool.admissible(older, 120, z=0.0) == 7 > pool.admissible(older, 120) == 0  # 3 sd kept for their growth
+    margin = PagePool(num_pages=1 + 60, page_size=10, window=60, num_slots=10)
+    for slot in range(5):
+        margin.grow(slot, 30)
+    live = [(s, 30) for s in range(5)]
+    assert margin.admissible(live, 120, z=0.0) == 10 > margin.admissible(live, 120) == 5
+
+
+def test_a_call_whose_ring_shrank_still_counts_at_its_full_window():
+    pools = []
+    for shrink in (True, False):
+        pool = PagePool(num_pages=1 + 20, page_size=10, window=60, num_slots=4)
+        for slot, positions in ((0, 60), (2, 60), (1, 40), (3, 40)):
+            pool.grow(slot, positions)
+        if shrink:
+            pool.grow(1, 41)  # the pool is dry: slot 1's ring stops at 40
+        pool.release(0)
+        pool.release(2)
+        pools.append(pool)
+    shrunk, whole = pools
+    assert shrunk.windows[1] == 40 and whole.windows[1] == 60 and shrunk.free_pages == whole.free_pages == 12
+    # the pages it could not get are owed, not spare: admission sees the same as for a call that grew normally
+    live = [(1, 40), (3, 40)]
+    assert shrunk.admissible(live, 60, z=0.0) == whole.admissible(live, 60, z=0.0) == 5
 
 
 # ---- the step on pages -----------------------------------------------------------------------------------
@@ -149,19 +176,23 @@ def test_the_engine_rations_sessions_by_kv_memory_and_gives_it_back_on_close(tin
         num_slots=4,
         greedy=True,
         prefill_cache_entries=0,
-        kv_paging=KVPaging(page_frames=16, pool_gb=6.5 * page_bytes / 1e9, admit_horizon_frames=32),
+        kv_paging=KVPaging(page_frames=16, pool_gb=6.5 * page_bytes / 1e9, mean_call_frames=40),
     )
     engine.warmup()
     pages = engine.backend.lockstep.kv.pages
     assert pages.usable_pages == 6
-    assert engine.admissible_sessions() == 3  # 2 pages each for a 32-frame horizon from nothing
+    empty = engine.admissible_sessions()
+    live = []
+    assert empty == pages.admissible(live, 40) >= 2
     engine.open_slot(0, SlotConfig())
     engine.open_slot(1, SlotConfig())
-    assert pages.free_pages == 4 and engine.admissible_sessions() == 1  # both owe 1 more page: 2 spare
+    assert pages.free_pages == 4 and engine.admissible_sessions() < empty
     pages.grow(3, 64)  # a session in slot 3 took the rest
+    assert engine.admissible_sessions() == 0
     with pytest.raises(EngineError, match="no KV memory"):  # refused with a clear error, nothing crashes
         engine.open_slot(2, SlotConfig())
     engine.close_slot(0)
-    assert pages.held[0] == [] and pages.free_pages == 1 and engine.admissible_sessions() == 0
+    assert pages.held[0] == [] and pages.free_pages == 1
+    pages.release(3)
     engine.close_slot(1)
-    assert engine.admissible_sessions() == 1
+    assert engine.admissible_sessions() == empty  # every page back: as many as at the start
