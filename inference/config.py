@@ -122,8 +122,11 @@ class InferenceConfig:
             raise ConfigError(f"PARLEY_LOCKSTEP_BACKEND must be auto, eager or fast, got {self.lockstep_backend!r}")
         if self.kv_dtype not in ("auto", "fp8", "bf16"):
             raise ConfigError(f"PARLEY_KV_DTYPE must be auto, fp8 or bf16, got {self.kv_dtype!r}")
-        if self.kv_page_frames < 0 or self.kv_pool_gb < 0 or self.kv_mean_call_s <= 0:
-            raise ConfigError("kv_page_frames and kv_pool_gb must be >= 0 and kv_mean_call_s > 0")
+        if self.kv_page_frames < 0 or self.kv_page_frames % 16 or self.kv_pool_gb < 0 or self.kv_mean_call_s <= 0:
+            # attention reads a page in blocks of 16-128 frames that must not span two pages
+            raise ConfigError(
+                "kv_page_frames must be 0 (contiguous) or a multiple of 16, kv_pool_gb >= 0 and kv_mean_call_s > 0"
+            )
         if self.inference_url is not None and not self.inference_url.startswith(("unix://", "tcp://")):
             raise ConfigError(
                 f"PARLEY_INFERENCE_URL must be unix:///path/to.sock or tcp://host:port, got {self.inference_url!r}"

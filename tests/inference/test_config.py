@@ -50,6 +50,9 @@ def test_environment_is_parsed_and_typed():
         {"PARLEY_QUEUE_MAX": "-1"},
         {"PARLEY_PAUSE_TIMEOUT_S": "0"},
         {"PARLEY_INFERENCE_URL": "http://localhost:9000"},
+        {"PARLEY_KV_PAGE_FRAMES": "100"},
+        {"PARLEY_KV_POOL_GB": "-1"},
+        {"PARLEY_KV_MEAN_CALL_S": "0"},
     ],
 )
 def test_bad_values_are_config_errors(env):
@@ -93,7 +96,10 @@ def test_a_service_running_on_another_loop_is_used_there_not_restarted():
         loop.close()
 
 
-@pytest.mark.parametrize(("var", "value"), [("PARLEY_SLOTS", "four"), ("PARLEY_SLOTS", "0"), ("PARLEY_RECORD", "maybe")])
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [("PARLEY_SLOTS", "four"), ("PARLEY_SLOTS", "0"), ("PARLEY_RECORD", "maybe"), ("PARLEY_KV_PAGE_FRAMES", "100")],
+)
 def test_a_bad_value_stops_the_service_naming_the_variable_and_value(var, value, tmp_path):
     import os
     import subprocess
