@@ -15,7 +15,7 @@ Every step is timed on the host around the call plus copying its tokens to the h
 Nothing is installed or downloaded; the reference package must be importable (``pip install --no-deps`` of the
 carried wheel).
 
-Usage (on the H200):
+Usage (on the H200, after ``scripts/gpu-wheels.sh`` here and its install line there):
     PYTHONPATH=/tmp/site:. python3 bench/lockstep_gpu.py --out bench/results/lockstep-h200.json
     PYTHONPATH=/tmp/site:. python3 bench/lockstep_gpu.py --legacy --ticks 30 --out ...
     python3 bench/lockstep_gpu.py --paged --sections equal cost churn --out ...
