@@ -3,7 +3,7 @@
 A slot's ring of ``window`` positions (``LMConfig.kv_window``) is cut into ``pages_per_slot`` logical pages of
 ``page_size`` positions; logical page j holds ring positions ``j * page_size ..``. A slot is given a physical
 page only when its context first reaches that page, and gives them all back when its session ends, so a
-two-minute call holds two fifths of what a full 3000-frame context needs. Physical page 0 is the trash page:
+two-minute call holds half of what a full 3000-frame (4-minute) context needs. Physical page 0 is the trash page:
 unassigned table entries and the scratch slot point there (padding rows write into it; nothing reads it as
 valid, because a row reads only the first ``min(passes, window)`` positions of its own ring).
 

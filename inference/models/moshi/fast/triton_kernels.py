@@ -8,8 +8,10 @@ and can read fp8 (e4m3) rings with a per-(slot, head, position) fp32 scale.
 Layouts (all contiguous):
     qkv      [R, 3 * H * D]        the in_proj output of R rows, q | k | v, each (h d), RoPE pairs interleaved
     q        [R, H, D]             after RoPE
-    rings    [S, H, C, D]          per slot, head and ring position (keys and values separately)
-    scales   [S, H, C] fp32        only for fp8 rings: stored value * scale = the bf16 key / value
+    pools    [P, H, page, D]       per physical page, head and offset (keys and values separately)
+    scales   [P, H, page] fp32     only for fp8 pools: stored value * scale = the bf16 key / value
+    table    [S, pages_per_slot]   int64: the physical page of each slot's logical page (``ops.KVLayer``)
+    windows  [S] int64             each slot's ring length: position p lives at ring position p % windows[slot]
     slot_ids [R] int64             which slot each row belongs to
     pos      [R] int64             this frame's position (= model passes of the slot so far)
 
