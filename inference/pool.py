@@ -46,7 +46,6 @@ class SlotPool(Generic[A]):
         self._last_position: dict[int, int] = {}  # id(session) -> position last told
         self._notify_timer: asyncio.TimerHandle | None = None
         self._mean_session_s = DEFAULT_SESSION_S
-        self._admit_epoch, self._admitted_in_epoch = -1, 0  # admissions since the worker last counted memory
 
     @property
     def num_slots(self) -> int:
@@ -117,20 +116,19 @@ class SlotPool(Generic[A]):
             self._assign(free.pop(0), session)
 
     def _memory_admits(self) -> bool:
-        """Whether the engine's memory takes one more session, counting those admitted since it last said.
+        """Whether the engine's memory takes one more session.
 
-        The worker publishes its count after every tick and close (``EngineWorker.admission``); sessions
-        admitted since then are not in it yet, so they are subtracted here.
+        The worker publishes the engine's count with the slots open in the engine after every tick and close
+        (``EngineWorker.admission``). Sessions admitted here whose slot is not open there yet (just admitted,
+        or waiting for their first audio) hold no memory in that count but will, so they use it up first.
         """
-        epoch, count = self.worker.admission
+        count, opened = self.worker.admission
         if count is None:
             return True
-        if epoch != self._admit_epoch:
-            self._admit_epoch, self._admitted_in_epoch = epoch, 0
-        return self._admitted_in_epoch < count
+        pending = sum(1 for slot, owner in enumerate(self.owners) if owner is not None and slot not in opened)
+        return pending < count
 
     def _assign(self, slot: int, session: A) -> None:
-        self._admitted_in_epoch += 1
         self.owners[slot] = session
         session.admitted(slot)
 

@@ -124,9 +124,10 @@ class EngineWorker:
         self.tick_ms = TimingRing()
         self.ticks = 0
         self.late_ticks = 0
-        # (epoch, engine.admissible_sessions()) as of the last tick or close, read by the pool on the loop;
-        # one tuple assignment, so the pool never sees an epoch with another epoch's count
-        self.admission: tuple[int, int | None] = (0, None)
+        # (engine.admissible_sessions(), the slots open in the engine) as of the last tick or close, read by the
+        # pool on the loop: sessions it admitted whose slot is not open yet are not in the count. One tuple
+        # assignment, so the pool never sees a count with another moment's open slots.
+        self.admission: tuple[int | None, frozenset[int]] = (None, frozenset())
         self.chats = ChatJobs(engine)
 
     # ---- asyncio side -----------------------------------------------------------------------
@@ -380,7 +381,8 @@ class EngineWorker:
         except Exception:  # noqa: BLE001 - a failing estimate must not stop the tick; admit by slots alone
             logger.exception("engine.admissible_sessions failed")
             count = None
-        self.admission = (self.admission[0] + 1, count)
+        opened = frozenset(s.index for s in self.slots if s.opened) if count is not None else frozenset()
+        self.admission = (count, opened)
 
     def _retry_closes(self) -> None:
         for s in self.slots:

@@ -1,7 +1,8 @@
 """The slot pool's second limit: an engine whose memory admits fewer sessions than it has free slots.
 
-The worker publishes ``(epoch, count)`` after every tick and close; the pool admits at most ``count`` sessions
-per epoch, queues the rest, and lets them in on a later close or on its periodic pass once memory frees up.
+The worker publishes ``(count, slots open in the engine)`` after every tick and close; the pool admits while its
+sessions whose slot is not open yet are fewer than ``count``, queues the rest, and lets them in on a later close
+or on its periodic pass once memory frees up.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ class Worker:
 
     def __init__(self, slots: int):
         self.engine = SimpleNamespace(num_slots=slots)
-        self.admission: tuple[int, int | None] = (0, None)
+        self.admission: tuple[int | None, frozenset[int]] = (None, frozenset())
 
-    def publish(self, count: int | None) -> None:
-        self.admission = (self.admission[0] + 1, count)
+    def publish(self, count: int | None, opened: set[int] = frozenset()) -> None:
+        self.admission = (count, frozenset(opened))
 
     def close(self, slot, on_closed, loop) -> None:
         loop.call_soon(on_closed)
@@ -48,12 +49,16 @@ async def test_memory_limits_admission_below_the_free_slots_and_queued_callers_g
     worker.publish(1)  # the engine's memory takes one more session
     first, second, third = Applicant(), Applicant(), Applicant()
     pool.request(first)
-    pool.request(second)  # a free slot, but memory for one only in this epoch: it waits
+    pool.request(second)  # a free slot, but the first session's slot is not open yet: it has the memory
     assert first.slot == 0 and second.slot is None and second.positions == [1]
-    worker.publish(0)  # the next tick: the first session is counted, nothing spare
+    worker.publish(1)  # ticks later the first caller has sent no audio yet: its slot is still not open
+    pool._periodic()
+    assert second.slot is None  # it will need that memory once it starts
+    worker.publish(1, opened={0})  # the first call's slot is open and counted; still room for one...
+    worker.publish(0, opened={0})  # ... until it grew: nothing spare
     pool.request(third)
     assert third.slot is None and third.positions == [2]
-    worker.publish(2)  # live calls reached their full context: memory for two more, without any close
+    worker.publish(2, opened={0})  # live calls reached their full context: memory for two more, without a close
     pool._periodic()
     assert (second.slot, third.slot) == (1, 2)
     pool.stop()
@@ -81,6 +86,9 @@ async def test_a_close_lets_the_head_of_the_queue_in_when_memory_allows():
     live, waiting = Applicant(), Applicant()
     pool.request(live)
     pool.request(waiting)
+    assert waiting.slot is None
+    worker.publish(0, opened={0})  # the live call holds the memory
+    pool._periodic()
     assert waiting.slot is None
     worker.publish(1)  # the worker closed the live call and counted its memory back
     pool.release(live, live.slot)
