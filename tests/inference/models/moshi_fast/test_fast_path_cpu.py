@@ -6,30 +6,19 @@ These run the same ``FastLockstep`` code the GPU graphs capture, with the torch 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from inference.models.moshi.config import read_checkpoint_dir
 from inference.models.moshi.fast import ops
 from inference.models.moshi.fast.graphs import GraphedLockstep, bucket_for
 from inference.models.moshi.fast.model import FastLM, default_attention_launch
 from inference.models.moshi.fast.session import live_forced, prefill_steps_within, run_prefill
 from inference.models.moshi.fast.step import FastLockstep
-from inference.models.moshi.gen import LockstepGen, SamplingConfig
-from inference.models.moshi.loading import load_lm
+from inference.models.moshi.gen import LockstepGen
 from inference.models.moshi.personaplex import build_prefill, load_voice_prompt, voice_frames_from_prompt
-
-DATA = Path(__file__).resolve().parents[3] / "data" / "personaplex"
-GREEDY = SamplingConfig(use_sampling=False)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    info = read_checkpoint_dir(DATA / "ckpt")
-    return info, load_lm(info.moshi_weights, info.lm)
+from tests.inference.models.moshi_fast.tiny_pack import DATA, GREEDY
 
 
 def test_two_slots_replay_the_golden_session_while_a_third_slot_runs_other_audio(tiny):

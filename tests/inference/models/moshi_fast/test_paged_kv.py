@@ -7,8 +7,6 @@ reads are checked against these twins in ``test_kernels_interpreted``).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -16,23 +14,12 @@ from inference.engines.base import EngineError, SlotConfig
 from inference.engines.lockstep import LockstepEngine
 from inference.engines.lockstep_backends import KVPaging
 from inference.engines.prefill_cache import restore_slot, snapshot_slot
-from inference.models.moshi.config import read_checkpoint_dir
 from inference.models.moshi.fast.kv import SlotKV
 from inference.models.moshi.fast.model import FastLM
 from inference.models.moshi.fast.pages import TRASH_PAGE, PagePool
 from inference.models.moshi.fast.session import live_forced
 from inference.models.moshi.fast.step import FastLockstep
-from inference.models.moshi.gen import SamplingConfig
-from inference.models.moshi.loading import load_lm
-
-DATA = Path(__file__).resolve().parents[3] / "data" / "personaplex"
-GREEDY = SamplingConfig(use_sampling=False)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    info = read_checkpoint_dir(DATA / "ckpt")
-    return info, load_lm(info.moshi_weights, info.lm)
+from tests.inference.models.moshi_fast.tiny_pack import DATA, GREEDY
 
 
 def _run(ls: FastLockstep, info, codes: torch.Tensor, slots: list[int]) -> list[torch.Tensor]:
