@@ -15,7 +15,9 @@ needed):
   already in progress, ages drawn length-biased), then runs ``ticks`` ticks back to back; every tick's wall time
   covers departures (``close_slot``), admissions (``open_slot``) and ``engine.step``. Reported: concurrent
   sessions per tick, tick median / p99 / max, late ticks (> 80 ms), pages in use, sessions whose ring had to
-  shrink, and the same memory's capacity as contiguous rings.
+  shrink, and the same memory's capacity as contiguous rings. The loop takes the engine's count itself; how the
+  service's pool and worker pass that count on is tested on the CPU (``test_pool_admission``,
+  ``test_paged_service``).
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from bench.lockstep.common import FRAME_MS, GiB, free_memory, log, stats
 from bench.lockstep.fast import fill_rings_random, time_ours
 from bench.lockstep.serving import FRAME, caller_audio
 from inference.engines.base import SlotConfig, SlotInput
-from inference.models.moshi import fast
 from inference.models.moshi.config import LMConfig
+from inference.models.moshi.fast import ops
 from inference.models.moshi.fast.graphs import GraphedLockstep
 from inference.models.moshi.fast.kv import SlotKV
 from inference.models.moshi.fast.model import FastLM
@@ -101,7 +103,7 @@ class CallMix:
 
 def paged_equals_contiguous(fl: FastLM, B: int, frames: int, page: int) -> dict:
     fl.attention_launch.clear()
-    launch = fast.ops.AttentionLaunch(splits=4, block_n=64)
+    launch = ops.AttentionLaunch(splits=4, block_n=64)
     fl.attention_launch.update({B // 2: launch, B: launch})
     g = torch.Generator(device="cuda").manual_seed(11)
     codes = torch.randint(0, 2048, (frames, B, 8), device="cuda", generator=g)
