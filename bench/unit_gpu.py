@@ -18,6 +18,7 @@ Usage (GPU machine)::
 
     python3 bench/unit_gpu.py --out $OUT/unit-h200.json
     python3 bench/unit_gpu.py --vocoder-only --out $OUT/token2wav-h200.json
+    python3 bench/unit_gpu.py --checkpoint /tmp/ref-ckpt ...   # the reference's weights (unit_reference.py)
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from inference.models.minicpmo.audio_encoder import MelFrontEnd  # noqa: E402
 from inference.models.minicpmo.config import MiniCPMOConfig  # noqa: E402
 from inference.models.minicpmo.duplex import DuplexRunner  # noqa: E402
 from inference.models.minicpmo.fast.runner import FastDuplexRunner  # noqa: E402
-from inference.models.minicpmo.loading import build_parts, load_tokenizer  # noqa: E402
+from inference.models.minicpmo.loading import build_parts, load_model, load_tokenizer  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "minicpmo45"
 BUDGET_MS = 1000.0
@@ -72,12 +73,17 @@ def build_model(dtype: torch.dtype, config: dict, device: str):
         module.to(dtype=dtype).eval()
     parts.tts.bake()
     parts.device, parts.dtype = torch.device(device), dtype
+    keep_speaking(parts)
+    return parts
+
+
+def keep_speaking(parts) -> None:
+    """A speaking unit keeps speaking (see the module docstring): the listen / end rows of lm_head are zeroed."""
     runner = DuplexRunner(parts)
-    with torch.no_grad():  # a speaking unit keeps speaking (see the module docstring)
+    with torch.no_grad():
         w = parts.llm.llm.lm_head.weight
         for tok in (runner.ids.listen, runner.ids.chunk_eos, runner.ids.chunk_tts_eos, runner.ids.turn_eos):
             w[tok].zero_()
-    return parts
 
 
 def sync() -> None:
@@ -235,6 +241,11 @@ def main() -> int:
     parser.add_argument("--sessions", default="8,16,24,32")
     parser.add_argument("--ticks", type=int, default=64)
     parser.add_argument("--tiny", action="store_true", help="the golden pack's tiny config on this device (smoke)")
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="a published-layout checkpoint (e.g. unit_reference.py --save-checkpoint): its weights, not random ones",
+    )
     parser.add_argument("--deadline-s", type=float, default=480, help="skip further capacity rows past this")
     parser.add_argument("--vocoder-units", type=int, default=300, help="units per Token2Wav row (0: none)")
     parser.add_argument("--vocoder-only", action="store_true", help="only the Token2Wav section (its own results)")
@@ -253,8 +264,15 @@ def main() -> int:
         Path(args.out).write_text(json.dumps(result, indent=1))
         return 0
     sizes = [int(s) for s in args.sessions.split(",")]
-    config = json.loads((DATA / "config.json").read_text()) if args.tiny else REAL_45
-    parts = build_model(torch.bfloat16 if device == "cuda" else torch.float32, config, device)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    if args.checkpoint:  # the same weights the reference ran (the speaking rule applied to them as well)
+        parts = load_model(args.checkpoint, device=device, dtype=dtype)
+        keep_speaking(parts)
+        weights = f"checkpoint {args.checkpoint}"
+    else:
+        config = json.loads((DATA / "config.json").read_text()) if args.tiny else REAL_45
+        parts = build_model(dtype, config, device)
+        weights = f"random MiniCPM-o 4.5 at {'the tiny golden-pack' if args.tiny else 'the real'} shapes"
     params = sum(p.numel() for _, m in parts.modules().values() for p in m.parameters())
     print(f"model built: {params / 1e9:.3f} B parameters, {time.perf_counter() - t_start:.0f} s", flush=True)
     eager = DuplexRunner(parts)
@@ -267,7 +285,7 @@ def main() -> int:
     print(f"captured {graphs} graphs in {capture_s:.1f} s", flush=True)
     result: dict = {
         "bench": "unit_gpu",
-        "model": f"random MiniCPM-o 4.5 at {'the tiny golden-pack' if args.tiny else 'the real'} shapes ({params / 1e9:.3f} B parameters), {parts.dtype} on {device}",
+        "model": f"{weights} ({params / 1e9:.3f} B parameters), {parts.dtype} on {device}",
         "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
         "torch": torch.__version__,
         "speaking_rule": "listen units are sent with force_listen; speak units decide freely with the listen, "
