@@ -21,12 +21,13 @@ from inference.models.moshi.personaplex import build_prefill, load_voice_prompt,
 from tests.inference.models.moshi_fast.tiny_pack import DATA, GREEDY
 
 
-def test_two_slots_replay_the_golden_session_while_a_third_slot_runs_other_audio(tiny):
+@pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "paged"])
+def test_two_slots_replay_the_golden_session_while_a_third_slot_runs_other_audio(tiny, page):
     info, lm = tiny
     golden = np.load(DATA / "golden.npy")
     meta = json.loads((DATA / "golden.json").read_text())
     user_codes = torch.from_numpy(np.load(DATA / "user_codes.npy"))
-    ls = FastLockstep(FastLM(lm), num_slots=3, max_rows=4, sampling=GREEDY)
+    ls = FastLockstep(FastLM(lm), num_slots=3, max_rows=4, sampling=GREEDY, kv_page_size=page)
     gl = GraphedLockstep(ls, buckets=(1, 2, 4))  # no CUDA: the same row step, eagerly, padded to the bucket
     prompt = load_voice_prompt(DATA / "voice_prompt.pt", info.lm, ls.ct)
     frames = build_prefill(
