@@ -347,6 +347,10 @@ class FastBackend(LockstepBackend):
     def claim_kv(self, slot: int) -> bool:
         return self.lockstep.claim_first_page(slot)
 
+    def _tick_every_slot_then_reset(self) -> None:
+        with self.lockstep.trash_pages():  # a paged pool may hold fewer pages than there are slots
+            super()._tick_every_slot_then_reset()
+
     def release_kv(self, slot: int) -> None:
         self.lockstep.kv.release(slot)
 

@@ -13,6 +13,7 @@ uses the first b entries, padding rows pointing at the scratch slot.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -105,6 +106,7 @@ class FastLockstep:
         self.provided = torch.zeros((S, K, self.ct), device=device, dtype=torch.bool)
         self.lengths = torch.zeros((S,), device=device, dtype=torch.long)
         self.passes = [0] * S  # host mirror of ``lengths``: which KV pages each slot needs before its next pass
+        self._pages_to_trash = False  # ``trash_pages``: passes take no pages (warm-up over every slot)
         self.buffers = StepBuffers.allocate(max_rows, K, c.dim, 1 + c.dep_q, self.scratch_slot, device, dtype)
         self.dep_keys, self.dep_values = fast_lm.allocate_depformer_cache(max_rows)
         self.text_logits = (
@@ -149,12 +151,27 @@ class FastLockstep:
         index = torch.tensor(list(slots), dtype=torch.long, device=self.device)
         self.lengths[index] = torch.tensor(list(passes), dtype=torch.long, device=self.device)
 
+    @contextlib.contextmanager
+    def trash_pages(self):
+        """Passes inside write the KV of slots that hold no page to the trash page instead of taking pages from
+        the pool: warm-up ticks over every slot must not need a page per slot from a pool sized for fewer
+        calls. The slots' state is garbage afterwards: reset them."""
+        self._pages_to_trash = True
+        try:
+            yield
+        finally:
+            self._pages_to_trash = False
+
     def prepare_pages(self, slots: Sequence[int]) -> None:
         """Before a pass over ``slots``: each gets the page its next position is written to (host side).
 
         Raises:
             RuntimeError: a slot that holds no page and none is free (``claim_first_page`` at open prevents it).
         """
+        if self._pages_to_trash:
+            for slot in slots:
+                self.passes[slot] += 1
+            return
         self.kv.grow(slots, [self.passes[s] + 1 for s in slots])
         for slot in slots:
             if not self.kv.pages.held[slot]:

@@ -183,3 +183,20 @@ def test_the_engine_rations_sessions_by_kv_memory_and_gives_it_back_on_close(tin
     pages.release(3)
     engine.close_slot(1)
     assert engine.admissible_sessions() == empty  # every page back: as many as at the start
+
+
+def test_an_engine_with_fewer_pages_than_slots_warms_up_over_every_slot(tiny):
+    info, _ = tiny
+    page_bytes = SlotKV.bytes_per_slot(info.lm, torch.float32, fp8=False) * 16 / info.lm.kv_window
+    engine = LockstepEngine(
+        DATA / "ckpt",
+        num_slots=6,
+        greedy=True,
+        prefill_cache_entries=0,
+        kv_paging=KVPaging(page_frames=16, pool_gb=2.5 * page_bytes / 1e9, mean_call_frames=40),
+    )
+    engine.warmup()  # its last part ticks all 6 slots: their KV goes to the trash page, not the 2-page pool
+    pages = engine.backend.lockstep.kv.pages
+    assert pages.usable_pages == 2 and pages.free_pages == 2 and engine.backend.lockstep.passes[:6] == [0] * 6
+    engine.open_slot(0, SlotConfig())
+    assert pages.held[0] and pages.free_pages == 1
