@@ -35,26 +35,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.stats import summary  # noqa: E402
+from bench.unit_workload import DATA, REAL_45, make_audio, speaks, sync  # noqa: E402
 from inference.models.minicpmo.audio_encoder import MelFrontEnd  # noqa: E402
 from inference.models.minicpmo.config import MiniCPMOConfig  # noqa: E402
 from inference.models.minicpmo.duplex import DuplexRunner  # noqa: E402
 from inference.models.minicpmo.fast.runner import FastDuplexRunner  # noqa: E402
 from inference.models.minicpmo.loading import build_parts, load_model, load_tokenizer  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "minicpmo45"
 BUDGET_MS = 1000.0
-REAL_45 = {
-    "vocab_size": 151748, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
-    "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "query_num": 64, "image_size": 448, "audio_pool_step": 5,
-    "vision_config": {"hidden_size": 1152, "intermediate_size": 4304, "num_attention_heads": 16,
-                      "num_hidden_layers": 27, "patch_size": 14, "image_size": 980},
-    "audio_config": {"d_model": 1024, "encoder_layers": 24, "encoder_attention_heads": 16, "encoder_ffn_dim": 4096,
-                     "num_mel_bins": 80, "max_source_positions": 1500},
-    "tts_config": {"llm_dim": 4096, "hidden_size": 768, "intermediate_size": 3072, "num_attention_heads": 12,
-                   "num_key_value_heads": 12, "num_hidden_layers": 20, "max_position_embeddings": 4096,
-                   "num_audio_tokens": 6562, "num_text_tokens": 152064, "audio_bos_token_id": 151687},
-}  # fmt: skip
 
 
 def build_model(dtype: torch.dtype, config: dict, device: str):
@@ -84,23 +72,6 @@ def keep_speaking(parts) -> None:
         w = parts.llm.llm.lm_head.weight
         for tok in (runner.ids.listen, runner.ids.chunk_eos, runner.ids.chunk_tts_eos, runner.ids.turn_eos):
             w[tok].zero_()
-
-
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def make_audio(seconds: int, seed: int) -> np.ndarray:
-    speech = np.load(DATA / "turnclose10" / "user_audio.npy").astype(np.float32)
-    rng = np.random.default_rng(seed)
-    reps = -(-seconds * 16000 // speech.shape[0])
-    return np.tile(speech, reps)[: seconds * 16000] + rng.normal(0, 1e-3, seconds * 16000).astype(np.float32)
-
-
-def speaks(session_index: int, unit: int) -> bool:
-    """40% of units speak, staggered across sessions so every tick has about 40% speaking."""
-    return unit >= 3 and (unit + session_index) % 5 in (1, 3)
 
 
 def stats(values: list[float]) -> dict:

@@ -3,7 +3,7 @@
 The reference is the ``MiniCPMO45/`` package of OpenBMB/MiniCPM-o-Demo, imported unmodified at run time from the
 folder given by ``--src`` (``scripts/unit-reference-src.sh`` exports it from a git mirror into the git-ignored
 ``.ref/minicpmo-demo/``; nothing of it is committed here). Its model (``modeling_minicpmo_unified.MiniCPMO``) is
-built from a config at the real 4.5 shapes (the ``REAL_45`` shapes of bench/unit_gpu.py over the other fields of
+built from a config at the real 4.5 shapes (the ``REAL_45`` shapes of bench/unit_workload.py over the other fields of
 tests/data/minicpmo45/config.json) or, with ``--tiny``, at that tiny config, with random weights created directly
 on the target device, then ``.bfloat16().eval()`` on CUDA as the demo worker loads it (float32 on the CPU), with
 ``attn_implementation="sdpa"`` (the demo's "auto" without flash-attn). The tokenizer and processor come from the
@@ -58,7 +58,6 @@ pyyaml, requests, filelock, packaging) is on the image. Then::
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import io
 import json
@@ -73,20 +72,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.stats import summary  # noqa: E402  (numpy only: importable beside the reference's transformers)
+from bench.unit_workload import DATA, REAL_45, make_audio, speaks, sync  # noqa: E402  (numpy and torch only)
 
-DATA = ROOT / "tests" / "data" / "minicpmo45"
 KINDS = ("listen", "speak", "omni_listen", "omni_speak")
 STAGES = ("prefill", "generate", "llm", "tts", "finalize", "unit")
 SYSTEM_PROMPT = "Streaming Omni Conversation."  # the demo DuplexView.prepare default, as bench/unit_gpu.py uses
-
-
-def real_shapes() -> dict:
-    """bench/unit_gpu.py's ``REAL_45`` dict, read from its source (importing it would import Parley's engine)."""
-    tree = ast.parse((ROOT / "bench" / "unit_gpu.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "REAL_45" for t in node.targets):
-            return ast.literal_eval(node.value)
-    raise LookupError("REAL_45 not found in bench/unit_gpu.py")
 
 
 def merged(base: dict, over: dict) -> dict:
@@ -94,24 +84,6 @@ def merged(base: dict, over: dict) -> dict:
     for key, value in over.items():
         out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
-
-
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def make_audio(seconds: int, seed: int) -> np.ndarray:
-    """As bench/unit_gpu.py: the golden pack's user speech, tiled, with a little noise."""
-    speech = np.load(DATA / "turnclose10" / "user_audio.npy").astype(np.float32)
-    rng = np.random.default_rng(seed)
-    reps = -(-seconds * 16000 // speech.shape[0])
-    return np.tile(speech, reps)[: seconds * 16000] + rng.normal(0, 1e-3, seconds * 16000).astype(np.float32)
-
-
-def speaks(unit: int) -> bool:
-    """bench/unit_gpu.py's ``speaks(0, unit)``: 40% of units after the first three."""
-    return unit >= 3 and unit % 5 in (1, 3)
 
 
 def load_checkpoint(model, checkpoint: Path, device: str) -> dict:
@@ -238,7 +210,7 @@ def one_session(model, timer: TtsTimer, audio_units: int, omni_units: int, seed:
         result, generate_ms = timed(
             model.duplex_generate, decode_mode="greedy", temperature=0.7, top_k=20, top_p=0.8,
             listen_prob_scale=1.0, listen_top_k=None, text_repetition_penalty=1.05, text_repetition_window_size=512,
-            length_penalty=1.1, force_listen_override=not speaks(u),
+            length_penalty=1.1, force_listen_override=not speaks(0, u),
         )  # fmt: skip
         tts_ms = timer.ms
         kv = duplex.decoder.get_cache_length()
@@ -278,7 +250,7 @@ def main() -> int:
     if args.checkpoint:
         config = json.loads((args.checkpoint / "config.json").read_text())
     else:
-        config = tiny if args.tiny else merged(tiny, real_shapes())
+        config = tiny if args.tiny else merged(tiny, REAL_45)
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     model, loaded = build_reference(src, config, args.device, dtype, args.checkpoint)
     if loaded:
