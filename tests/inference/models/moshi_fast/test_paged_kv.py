@@ -155,16 +155,20 @@ def test_a_snapshot_of_a_paged_slot_restores_into_other_pages(tiny):
 # ---- the engine --------------------------------------------------------------------------------------
 
 
-def test_the_engine_rations_sessions_by_kv_memory_and_gives_it_back_on_close(tiny):
-    info, _ = tiny
+def paged_engine(info, num_slots: int, pool_pages: float) -> LockstepEngine:
+    """The tiny pack's engine on pages of 16 frames, a pool of about ``pool_pages`` pages, 40-frame calls."""
     page_bytes = SlotKV.bytes_per_slot(info.lm, torch.float32, fp8=False) * 16 / info.lm.kv_window
-    engine = LockstepEngine(
+    return LockstepEngine(
         DATA / "ckpt",
-        num_slots=4,
+        num_slots=num_slots,
         greedy=True,
         prefill_cache_entries=0,
-        kv_paging=KVPaging(page_frames=16, pool_gb=6.5 * page_bytes / 1e9, mean_call_frames=40),
+        kv_paging=KVPaging(page_frames=16, pool_gb=pool_pages * page_bytes / 1e9, mean_call_frames=40),
     )
+
+
+def test_the_engine_rations_sessions_by_kv_memory_and_gives_it_back_on_close(tiny):
+    engine = paged_engine(tiny[0], num_slots=4, pool_pages=6.5)
     engine.warmup()
     pages = engine.backend.lockstep.kv.pages
     assert pages.usable_pages == 6
@@ -186,15 +190,7 @@ def test_the_engine_rations_sessions_by_kv_memory_and_gives_it_back_on_close(tin
 
 
 def test_an_engine_with_fewer_pages_than_slots_warms_up_over_every_slot(tiny):
-    info, _ = tiny
-    page_bytes = SlotKV.bytes_per_slot(info.lm, torch.float32, fp8=False) * 16 / info.lm.kv_window
-    engine = LockstepEngine(
-        DATA / "ckpt",
-        num_slots=6,
-        greedy=True,
-        prefill_cache_entries=0,
-        kv_paging=KVPaging(page_frames=16, pool_gb=2.5 * page_bytes / 1e9, mean_call_frames=40),
-    )
+    engine = paged_engine(tiny[0], num_slots=6, pool_pages=2.5)
     engine.warmup()  # its last part ticks all 6 slots: their KV goes to the trash page, not the 2-page pool
     pages = engine.backend.lockstep.kv.pages
     assert pages.usable_pages == 2 and pages.free_pages == 2 and engine.backend.lockstep.passes[:6] == [0] * 6
