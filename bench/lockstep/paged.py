@@ -163,7 +163,7 @@ def churn(lm: MoshiLM, slots: int, page: int, reserve_gib: float, ticks: int, wa
 
     from bench.lockstep.round2 import checkpoint_dir
     from inference.engines.lockstep import LockstepEngine
-    from inference.engines.lockstep_backends import KVPaging
+    from inference.engines.lockstep_fast_backend import KVPaging
 
     pool_gb = pool_gb_for(lm, slots, reserve_gib)
     mix = CallMix(seed=1)

@@ -13,7 +13,6 @@ and Triton kernels on a GPU, their torch twins on CPU), or the eager ``LockstepG
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,14 +31,9 @@ from inference.engines.base import (
     SlotInput,
     SlotOutput,
 )
-from inference.engines.lockstep_backends import (
-    BACKENDS,
-    USER_CODEBOOKS,
-    KVPaging,
-    LockstepBackend,
-    StepRows,
-    choose_backend,
-)
+from inference.engines.lockstep_backends import BACKENDS, USER_CODEBOOKS, LockstepBackend, StepRows, choose_backend
+from inference.engines.lockstep_fast_backend import KVPaging
+from inference.engines.lockstep_prefill import slot_prefill
 from inference.engines.prefill_cache import DEFAULT_MAX_ENTRIES, PrefillCache, restore_slot, snapshot_slot, start_key
 from inference.models.moshi.config import CheckpointError, CheckpointInfo, read_checkpoint_dir
 from inference.models.moshi.fast.step import FastLockstep
@@ -47,16 +41,8 @@ from inference.models.moshi.gen import LockstepGen, SamplingConfig
 from inference.models.moshi.personaplex import (
     DEFAULT_PERSONA,
     FRAME_SAMPLES,
-    MAX_VOICE_FRAMES,
     PrefillFrame,
     VoicePromptError,
-    build_prefill,
-    iter_voice_frames_from_pcm,
-    load_voice_prompt,
-    persona_tokens,
-    voice_frames_from_codes,
-    voice_frames_from_prompt,
-    voice_pass_count,
 )
 from inference.models.moshi.text import TextDetokenizer
 
@@ -282,7 +268,7 @@ class LockstepEngine(Engine):
             self._slots[slot] = _Slot(prefill=None, prefill_total=0, live=True)
             return
         try:
-            prefill, total = self._make_prefill(config)
+            prefill, total = slot_prefill(self.info.lm, self.tokenizer, self.backend, config)
         except EngineError:
             self.backend.release_kv(slot)
             raise
@@ -298,40 +284,6 @@ class LockstepEngine(Engine):
     def admissible_sessions(self) -> int | None:
         """How many more sessions the paged KV admits now (None: only the slot count limits it)."""
         return None if self.backend is None else self.backend.admissible_sessions()
-
-    def _make_prefill(self, config: SlotConfig) -> tuple[Iterator[PrefillFrame] | None, int]:
-        assert self.backend is not None
-        lm_config = self.info.lm
-        if not lm_config.personaplex:
-            return None, 0  # Moshiko has no system prompt: live from the first tick
-        voice_frames: list[PrefillFrame] = []  # a .pt / .safetensors prompt: ready-made, part of build_prefill
-        streamed: Iterator[PrefillFrame] = iter(())  # a .wav prompt: Mimi-encoded one frame per pass, ahead of it
-        streamed_count = 0
-        path = config.voice.path if config.voice is not None else None
-        try:
-            if path is not None and Path(path).suffix.lower() == ".wav":
-                from inference.models.moshi.audio_prep import load_voice_wav
-
-                pcm = load_voice_wav(path)
-                if len(pcm) > MAX_VOICE_FRAMES * FRAME_SAMPLES:
-                    raise VoicePromptError(f"{path}: voice prompt longer than {MAX_VOICE_FRAMES * FRAME_MS // 1000} s")
-                streamed_count = voice_pass_count(len(pcm))
-                streamed = iter_voice_frames_from_pcm(self.backend.codec, pcm, lm_config)
-            elif path is not None and (codes := _codes_prompt(path)) is not None:  # Mimi codes stored by the webapp
-                if codes.shape[-1] > MAX_VOICE_FRAMES:
-                    raise VoicePromptError(f"{path}: voice prompt longer than {MAX_VOICE_FRAMES * FRAME_MS // 1000} s")
-                voice_frames = voice_frames_from_codes(lm_config, codes)
-            elif path is not None:
-                prompt = load_voice_prompt(path, lm_config, self.backend.ct)
-                voice_frames = voice_frames_from_prompt(lm_config, prompt)
-            ids = persona_tokens(self.tokenizer, config.persona or DEFAULT_PERSONA)
-        except ValueError as exc:  # VoicePromptError, AudioPrepError, LoudnessError, empty persona
-            raise EngineError(f"cannot prepare the session: {exc}") from exc
-        if any(not 0 <= i < lm_config.text_card for i in ids):
-            # a tokenizer larger than the model's text vocabulary; inside a CUDA graph this would kill the context
-            raise EngineError(f"persona token ids must be below the model's text_card {lm_config.text_card}")
-        rest = build_prefill(lm_config, voice=voice_frames, persona_ids=ids).frames
-        return itertools.chain(streamed, rest), streamed_count + len(rest)
 
     # ---- the tick --------------------------------------------------------------------------------
 
@@ -454,15 +406,6 @@ class LockstepEngine(Engine):
         if self.backend is None:
             return {}
         return self.backend.memory_snapshot()
-
-
-def _codes_prompt(path) -> np.ndarray | None:
-    """The Mimi codes of a ``.safetensors`` codes prompt (``inference.voice_prompts``), None for other prompts."""
-    if Path(path).suffix.lower() != ".safetensors":
-        return None
-    from inference.voice_prompts import read_codes_prompt
-
-    return read_codes_prompt(path)
 
 
 __all__ = ["LockstepEngine", "VoicePromptError"]

@@ -3,7 +3,8 @@
 ``LockstepEngine`` decides *what* a tick does (which slots are live, which prefill frame each joining slot
 feeds, which paused slots must stay frozen); a ``LockstepBackend`` does it on the device:
 
-- ``FastBackend``: the fast path of ``inference.models.moshi.fast``: per-slot state stepped over the active rows
+- ``FastBackend`` (``lockstep_fast_backend``, with its KV paging settings): the fast path of
+  ``inference.models.moshi.fast``: per-slot state stepped over the active rows
   only, one CUDA graph per batch bucket, Triton kernels, fp8 KV rings (bf16), graphed batched Mimi. On CPU the
   same objects run their plain-torch twins eagerly. The default on both devices: on this CPU it measured faster
   than the eager path (``bench/lockstep_cpu.py --backend``: 2 sessions p50 12.7 vs 15.1 ms, p99 14.1 vs 17.0 ms;
@@ -22,39 +23,24 @@ calls, because Mimi has no execution mask.
 from __future__ import annotations
 
 import abc
-import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from inference.models.moshi.config import LMConfig
-from inference.models.moshi.fast.kv import SlotKV
 from inference.models.moshi.fast.step import FastLockstep
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
 from inference.models.moshi.lm import MoshiLM
 from inference.models.moshi.mimi import MimiCodec
 from inference.models.moshi.personaplex import SILENCE_TOKENS
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from inference.engines.lockstep_fast_backend import KVPaging
 
 BACKENDS = ("auto", "eager", "fast")
 USER_CODEBOOKS = 8
-
-
-@dataclass(frozen=True)
-class KVPaging:
-    """The fast path's KV layout (``PARLEY_KV_PAGE_FRAMES``, ``PARLEY_KV_POOL_GB``, ``PARLEY_KV_MEAN_CALL_S``).
-
-    Attributes:
-        page_frames: positions per page; 0 = contiguous rings (each slot's whole window up front).
-        pool_gb: device memory of the page pool; 0 = every slot's full window (no overcommit).
-        mean_call_frames: the call length admission plans for (``PagePool.admissible``).
-    """
-
-    page_frames: int = 0
-    pool_gb: float = 0.0
-    mean_call_frames: int = 2250  # 3 minutes
 
 
 @dataclass
@@ -233,7 +219,7 @@ class EagerBackend(LockstepBackend):
         saved = None
         if rows.num_live:
             assert pcm is not None, "live rows need their audio"
-            saved = _save_rows(self.mimi_state, list(frozen)) if frozen else None
+            saved = save_codec_rows(self.mimi_state, list(frozen)) if frozen else None
             frame = torch.zeros(B, 1, self.codec.frame_size)
             frame[live, 0] = pcm
             codes = self.codec.encode_step(frame.to(dev), self.mimi_state)[:, :, 0]  # [B, 8]
@@ -245,7 +231,7 @@ class EagerBackend(LockstepBackend):
             agent = self.agent_codes(out.tokens, out.valid)  # every row: idle rows decode silence
             decoded = self.codec.decode_step(agent[:, :, None], self.mimi_state, validate=False)[:, 0]
             if saved is not None:
-                _restore_rows(self.mimi_state, saved)
+                restore_codec_rows(self.mimi_state, saved)
             pcm_out = decoded[live.to(dev)].cpu()
         index_dev = index.to(dev)
         return StepResult(out.tokens[index_dev].cpu(), out.valid[index_dev].cpu(), pcm_out)
@@ -254,151 +240,6 @@ class EagerBackend(LockstepBackend):
         kv = self.gen.kv.keys.numel() * self.gen.kv.keys.element_size() * 2
         weights = sum(p.numel() * p.element_size() for p in self.lm.parameters())
         return {"lm_kv_bytes": float(kv), "lm_weight_bytes": float(weights)}
-
-
-class FastBackend(LockstepBackend):
-    """The fast path: per-slot state, a row step over the active slots only, graphs and Triton on CUDA.
-
-    Warm-up follows the fast path's recipe: ``FastLM`` -> ``FastLockstep`` -> attention tuning per bucket ->
-    fused-GEMV self-check -> capture of every bucket -> ``GraphedMimi`` capture. On CPU tuning and capture are
-    no-ops and the same ``GraphedLockstep.step`` / ``GraphedMimi`` calls run the torch twins eagerly.
-
-    Args:
-        lm: the loaded model.
-        codec: the Mimi codec on the same device.
-        num_slots: sessions served; a pass has at most this many rows.
-        sampling: decoding settings.
-        kv_fp8: fp8 e4m3 KV rings (half the memory; numerics differ from the eager path).
-        seed: seeds the fused sampler's per-row RNG counters (CUDA) or the torch sampler's generator (CPU).
-        paging: KV pages and the pool's size (contiguous rings for every slot by default).
-    """
-
-    name = "fast"
-
-    def __init__(
-        self,
-        lm: MoshiLM,
-        codec: MimiCodec,
-        num_slots: int,
-        sampling: SamplingConfig,
-        *,
-        kv_fp8: bool = False,
-        seed: int = 0,
-        paging: KVPaging | None = None,
-    ):
-        from inference.models.moshi.fast.codec import GraphedMimi
-        from inference.models.moshi.fast.graphs import DEFAULT_BUCKETS, GraphedLockstep
-        from inference.models.moshi.fast.model import FastLM
-
-        super().__init__(lm, codec, num_slots)
-        self.fast_lm = FastLM(lm)
-        self.paging = paging = paging or KVPaging()
-        page_frames = paging.page_frames or None
-        pool_pages = None
-        if page_frames and paging.pool_gb > 0:
-            per_page = SlotKV.bytes_per_slot(lm.config, self.dtype, kv_fp8) * page_frames / lm.config.kv_window
-            pool_pages = max(int(paging.pool_gb * 1e9 // per_page), 1)
-        self.lockstep = FastLockstep(
-            self.fast_lm,
-            num_slots,
-            max_rows=num_slots,
-            sampling=sampling,
-            kv_fp8=kv_fp8,
-            kv_page_size=page_frames,
-            kv_pages=pool_pages,
-        )
-        self.state = self.lockstep
-        seeds = torch.Generator().manual_seed(seed)
-        self.lockstep.seeds.copy_(torch.randint(0, 2**31 - 1, self.lockstep.seeds.shape, generator=seeds))
-        if self.device.type == "cpu":  # no graphs here, so a private generator is safe (and seeds the session)
-            self.lockstep.generator = torch.Generator().manual_seed(seed)
-        self.graphed = GraphedLockstep(self.lockstep, DEFAULT_BUCKETS)
-        self.mimi = GraphedMimi(codec, num_slots, personaplex=lm.config.personaplex)
-        self.tuning: dict[int, dict] = {}
-        self.fused_gemv = False
-
-    def warmup(self) -> None:
-        from inference.models.moshi.fast.tuning import check_fused_gemv, tune_attention
-
-        self.tuning = tune_attention(self.fast_lm, self.lockstep.kv, self.graphed.buckets)
-        self.fused_gemv = check_fused_gemv(self.fast_lm)
-        self.graphed.capture()  # CUDA: every bucket, on the scratch slot only
-        self.mimi.capture()  # CUDA: encode and decode over all rows; streams fresh afterwards
-        self._tick_every_slot_then_reset()
-        logger.info(
-            "lockstep.fast_ready",
-            extra={"graphs": sorted(self.graphed.graphs), "mimi_graphed": self.mimi_graphed, "fused": self.fused_gemv},
-        )
-
-    @property
-    def mimi_graphed(self) -> bool:
-        return self.mimi._encode_graph is not None and self.mimi._decode_graph is not None
-
-    def reset_slot(self, slot: int) -> None:
-        self.lockstep.reset_slot(slot)
-        self.mimi.reset_slot(slot)
-
-    def reset_codec(self, slot: int) -> None:
-        self.mimi.reset_slot(slot)
-
-    def restore_token_cache(self, slot: int, cache: torch.Tensor) -> None:
-        self.lockstep.restore_token_cache(slot, cache)
-
-    def claim_kv(self, slot: int) -> bool:
-        return self.lockstep.claim_first_page(slot)
-
-    def _tick_every_slot_then_reset(self) -> None:
-        with self.lockstep.trash_pages():  # a paged pool may hold fewer pages than there are slots
-            super()._tick_every_slot_then_reset()
-
-    def release_kv(self, slot: int) -> None:
-        self.lockstep.kv.release(slot)
-
-    def admissible_sessions(self) -> int | None:
-        pages = self.lockstep.kv.pages
-        if pages.usable_pages >= self.num_slots * pages.pages_per_slot:
-            return None  # every slot's full window fits: nothing to ration
-        live = [(s, min(self.lockstep.passes[s], pages.window)) for s in range(self.num_slots) if pages.held[s]]
-        return pages.admissible(live, self.paging.mean_call_frames)
-
-    @torch.no_grad()
-    def step(self, rows: StepRows, pcm: torch.Tensor | None = None, frozen: Sequence[int] = ()) -> StepResult:
-        dev, n_live = self.device, rows.num_live
-        # Slot ids go to the device: the engine only hands over open, distinct slots, so the fast path's host
-        # re-check (and the sync it would take on device-side user codes) is not needed.
-        ids = torch.tensor(rows.slots, dtype=torch.long).to(dev)
-        forced, mask = rows.forced.to(dev), rows.forced_mask.to(dev)
-        embeddings = use_embeddings = None
-        if rows.embeddings is not None and rows.use_embeddings is not None:
-            embeddings = rows.embeddings.to(dev, self.dtype)
-            use_embeddings = rows.use_embeddings.to(dev)
-        saved = None
-        if n_live:
-            assert pcm is not None, "live rows need their audio"
-            saved = _save_rows(self.mimi.state, list(frozen)) if frozen else None
-            codes = self.mimi.encode(pcm.to(dev).view(n_live, 1, -1), ids[:n_live])  # [n_live, 8]
-            forced[:n_live, self._user_columns()] = codes
-        tokens, valid = self.graphed.step(ids, forced, mask, embeddings, use_embeddings, slots=rows.slots)
-        pcm_out = None
-        if n_live:
-            agent = self.agent_codes(tokens[:n_live], valid[:n_live])
-            decoded = self.mimi.decode(agent, ids[:n_live])[:, 0]  # [n_live, frame]
-            if saved is not None:
-                _restore_rows(self.mimi.state, saved)
-            pcm_out = decoded.cpu()
-        return StepResult(tokens.cpu(), valid.cpu(), pcm_out)
-
-    def memory_snapshot(self) -> dict[str, float]:
-        kv = self.lockstep.kv
-        tensors = kv.keys + kv.values + (kv.key_scales or []) + (kv.value_scales or [])
-        ring = sum(t.numel() * t.element_size() for t in tensors)
-        # FastLM borrows the LM's weights, except two stacked copies (audio embeddings, depformer inputs)
-        copies = (self.fast_lm.audio_emb, self.fast_lm.depformer_in)
-        weights = sum(p.numel() * p.element_size() for p in (*self.lm.parameters(), *copies))
-        pages = kv.pages
-        in_use = (pages.usable_pages - pages.free_pages) * kv.bytes_per_page()
-        # lm_kv_in_use_bytes: what the live calls' pages hold (all of lm_kv_bytes is allocated up front)
-        return {"lm_kv_bytes": float(ring), "lm_kv_in_use_bytes": float(in_use), "lm_weight_bytes": float(weights)}
 
 
 def choose_backend(
@@ -429,6 +270,8 @@ def choose_backend(
     name = "fast" if requested == "auto" else requested
     if name == "eager":
         return EagerBackend(lm, codec, num_slots, sampling, seed=seed)
+    from inference.engines.lockstep_fast_backend import FastBackend  # that module builds on this one
+
     if kv_fp8 is None:
         kv_fp8 = device.type == "cuda" and dtype == torch.bfloat16
     return FastBackend(lm, codec, num_slots, sampling, kv_fp8=kv_fp8, seed=seed, paging=paging)
@@ -455,7 +298,7 @@ def _state_tensors(obj, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
             yield from _state_tensors(value, f"{path}.{name}")
 
 
-def _save_rows(state, rows: list[int]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def save_codec_rows(state, rows: list[int]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Copies of the given batch rows of every per-row tensor of a Mimi stream state.
 
     Mimi has no execution mask, so a frozen slot's rows are saved before a batched codec call and put back
@@ -468,7 +311,7 @@ def _save_rows(state, rows: list[int]) -> tuple[torch.Tensor, dict[str, torch.Te
     return index, saved
 
 
-def _restore_rows(state, saved: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> None:
+def restore_codec_rows(state, saved: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> None:
     index, values = saved
     tensors = dict(_state_tensors(state))
     for path, value in values.items():

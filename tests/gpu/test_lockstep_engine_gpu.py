@@ -21,7 +21,7 @@ pytest.importorskip("sentencepiece", reason="the lockstep engine needs sentencep
 
 from inference.engines.base import SlotConfig, SlotInput, VoiceRef  # noqa: E402
 from inference.engines.lockstep import LockstepEngine  # noqa: E402
-from inference.engines.lockstep_backends import FastBackend  # noqa: E402
+from inference.engines.lockstep_fast_backend import FastBackend  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "personaplex"
 TICKS = 40

@@ -16,7 +16,8 @@ import torch
 
 from inference.engines.base import EngineError, SlotConfig, SlotInput, VoiceRef
 from inference.engines.lockstep import LockstepEngine
-from inference.engines.lockstep_backends import EagerBackend, FastBackend, StepRows
+from inference.engines.lockstep_backends import EagerBackend, StepRows
+from inference.engines.lockstep_fast_backend import FastBackend
 from inference.models.moshi.make_checkpoint import make_checkpoint
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "personaplex"

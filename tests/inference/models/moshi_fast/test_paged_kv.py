@@ -12,7 +12,7 @@ import torch
 
 from inference.engines.base import EngineError, SlotConfig
 from inference.engines.lockstep import LockstepEngine
-from inference.engines.lockstep_backends import KVPaging
+from inference.engines.lockstep_fast_backend import KVPaging
 from inference.engines.prefill_cache import restore_slot, snapshot_slot
 from inference.models.moshi.fast.kv import SlotKV
 from inference.models.moshi.fast.model import FastLM
