@@ -123,12 +123,12 @@ class SlotKV:
     def grow(self, slots: Sequence[int], positions: Sequence[int]) -> None:
         """Before a pass: slot ``slots[i]`` gets the pages its first ``positions[i]`` ring positions need."""
         changes = []
-        windows_before = [self.pages.windows[s] for s in slots]
+        capped_before = self.pages.capped_slots
         for slot, n in zip(slots, positions, strict=True):
             changes += self.pages.grow(slot, n)
         self._apply(changes)
-        shrunk = [s for s, w in zip(slots, windows_before, strict=True) if self.pages.windows[s] != w]
-        if shrunk:
+        if self.pages.capped_slots != capped_before:  # rare: only then look for the rings that shrank
+            shrunk = [s for s in slots if self.pages.windows[s] != self.window]
             self.windows[shrunk] = torch.tensor([self.pages.windows[s] for s in shrunk]).to(self.windows)
             # degraded, not dropped: these calls attend over a shorter past from now on (admission should make
             # this rare; a steady trickle means PARLEY_KV_MEAN_CALL_S is below the real call length)
