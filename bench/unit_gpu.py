@@ -19,12 +19,16 @@ Usage (GPU machine)::
     python3 bench/unit_gpu.py --out $OUT/unit-h200.json
     python3 bench/unit_gpu.py --vocoder-only --out $OUT/token2wav-h200.json
     python3 bench/unit_gpu.py --checkpoint /tmp/ref-ckpt ...   # the reference's weights (unit_reference.py)
+    python3 bench/unit_gpu.py --reference-src .ref/minicpmo-demo --reference-site /tmp/ref-site ...
+        # the side by side in one run: the reference first (its own process), then ours on its weights, ratios
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,7 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from bench.stats import summary  # noqa: E402
 from bench.unit_workload import DATA, REAL_45, make_audio, speaks, sync  # noqa: E402
@@ -78,43 +83,79 @@ def stats(values: list[float]) -> dict:
     return summary(values, suffix="_ms", digits=1, median=True)
 
 
-def tick(runner, sessions, audios, frames, unit: int, indices: list[int]) -> list:
-    """One tick for ``sessions``: prefill each, decide all together; returns the results."""
+def jobs_of(runner, sessions, audios, frames, unit: int) -> list:
     jobs = []
     for k, s in enumerate(sessions):
         embeds = None if frames is None else runner.parts.vision.embed_frame(frames)
         jobs.append((s, audios[k][unit * 16000 : (unit + 1) * 16000], embeds))
-    runner.prefill_many(jobs)
+    return jobs
+
+
+def tick(runner, sessions, audios, frames, unit: int, indices: list[int]) -> list:
+    """One tick for ``sessions``: prefill each, decide all together; returns the results."""
+    runner.prefill_many(jobs_of(runner, sessions, audios, frames, unit))
     return runner.generate_many([(s, not speaks(indices[k], unit)) for k, s in enumerate(sessions)])
 
 
+def timed(fn, *args):
+    sync()
+    t0 = time.perf_counter()
+    out = fn(*args)
+    sync()
+    return out, (time.perf_counter() - t0) * 1000
+
+
+class MelTimer:
+    """Wraps the audio input's ``unit_mel`` (the host half of a unit: carry, mel over the session's buffer) on the
+    instance, so both runners' calls are timed; the model's code is untouched."""
+
+    def __init__(self, audio) -> None:
+        self.inner, self.ms = audio.unit_mel, 0.0
+        audio.unit_mel = self
+
+    def __call__(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = self.inner(*args, **kwargs)
+        self.ms += (time.perf_counter() - t0) * 1000
+        return out
+
+
 def one_session(runner, audio_units: int, omni_units: int, seed: int) -> dict:
-    """Prepare + audio units + omni units (one 448x448 frame each), each unit timed (device synchronised)."""
+    """Prepare + audio units + omni units (one 448x448 frame each), each unit timed (device synchronised) as
+    prefill (the previous unit's close, this unit's mel, encoder, frame and LLM run) + generate (decisions, TTS
+    codes); every unit's record is kept (``units``) for the tail's evidence."""
     ref = make_audio(2, seed + 1)
     audio = make_audio(audio_units + omni_units, seed)
     frame = np.random.default_rng(seed).integers(0, 256, (448, 448, 3), dtype=np.uint8)
     session = runner.new_session()
-    sync()
-    t0 = time.perf_counter()
-    runner.prepare(session, "Streaming Omni Conversation.", ref)
-    sync()
-    prepare_ms = (time.perf_counter() - t0) * 1000
-    times: dict[str, list[float]] = {"listen": [], "speak": [], "omni_listen": [], "omni_speak": []}
-    steps, ids = [], []
+    _, prepare_ms = timed(runner.prepare, session, "Streaming Omni Conversation.", ref)
+    units = []
     for u in range(audio_units + omni_units):
         omni = u >= audio_units
-        sync()
-        t0 = time.perf_counter()
-        (result,) = tick(runner, [session], [audio], frame if omni else None, u, [0])
-        sync()
-        ms = (time.perf_counter() - t0) * 1000
+        kv = runner.parts.llm.cache_length(session.llm_cache)
+        mel = runner.parts.audio.unit_mel
+        mel.ms = 0.0
+        _, prefill_ms = timed(runner.prefill_many, jobs_of(runner, [session], [audio], frame if omni else None, u))
+        (result,), generate_ms = timed(runner.generate_many, [(session, not speaks(0, u))])
         kind = ("omni_" if omni else "") + ("listen" if result.is_listen else "speak")
-        times[kind].append(ms)
-        steps.append(len(result.llm_ids))
-        ids.append(list(result.llm_ids))
+        units.append({"unit": u, "kind": kind, "unit_ms": round(prefill_ms + generate_ms, 2),
+                      "prefill_ms": round(prefill_ms, 2), "mel_ms": round(mel.ms, 2), "generate_ms": round(generate_ms, 2), "kv_len": kv,
+                      "ids": list(result.llm_ids)})  # fmt: skip
     runner.finalize(session)
     del session
-    return {"prepare_ms": round(prepare_ms, 1), **{k: stats(v) for k, v in times.items()}, "ids": ids}
+    return {"prepare_ms": round(prepare_ms, 1), "units": units}
+
+
+def per_kind(runs: list[dict]) -> dict:
+    """Median / p99 per unit kind over every unit of ``runs`` (one or more ``one_session`` results)."""
+    out = {"prepare_ms": stats([r["prepare_ms"] for r in runs])}
+    for kind in ("listen", "speak", "omni_listen", "omni_speak"):
+        rows = [u for r in runs for u in r["units"] if u["kind"] == kind]
+        out[kind] = stats([u["unit_ms"] for u in rows])
+        out[kind]["prefill"] = stats([u["prefill_ms"] for u in rows])
+        out[kind]["mel_host"] = stats([u["mel_ms"] for u in rows])
+        out[kind]["generate"] = stats([u["generate_ms"] for u in rows])
+    return out
 
 
 def capacity(runner, n: int, ticks: int) -> dict:
@@ -206,6 +247,45 @@ def vocoder_section(units: int, device: str) -> dict:
     return {"bench": "native Token2Wav per 1 s unit (25 codes), float32", "rows": rows}
 
 
+def run_reference(args, out: Path) -> dict:
+    """bench/unit_reference.py in a child process (its transformers 4.51 from ``--reference-site`` must not meet
+    ours), saving the weights it ran; returns its results. The child exits before ours loads: the GPU is ours."""
+    audio_units, omni_units = args.reference_units.split(",")
+    command = [args.reference_python, str(ROOT / "bench" / "unit_reference.py"), "--src", str(args.reference_src),
+               "--save-checkpoint", str(args.reference_checkpoint), "--audio-units", audio_units,
+               "--omni-units", omni_units, "--out", str(out)] + (["--tiny"] if args.tiny else [])  # fmt: skip
+    env = dict(os.environ)
+    if args.reference_site:
+        env["PYTHONPATH"] = str(args.reference_site)
+    t0 = time.perf_counter()
+    subprocess.run(command, env=env, check=True)
+    print(f"reference done in {time.perf_counter() - t0:.0f} s", flush=True)
+    return json.loads(out.read_text())
+
+
+def reference_side(reference: dict, ours: dict) -> dict:
+    """The reference's measurement beside ours, per unit kind: median and p99 of each, and ours / theirs."""
+    theirs = reference["measurement"]["per_kind"]
+    side, ratios = {}, {}
+    for kind in ("listen", "speak", "omni_listen", "omni_speak"):
+        ref_unit, our_unit = theirs[kind]["unit"], ours[kind]
+        side[kind] = {"reference": ref_unit, "parley_fast": {k: our_unit.get(k) for k in ("n", "median_ms", "p99_ms")}}
+        if ref_unit.get("n") and our_unit.get("n"):
+            ratios[kind] = {q: round(our_unit[q] / ref_unit[q], 3) for q in ("median_ms", "p99_ms")}
+    return {
+        "what": reference["reference"],
+        "model": reference["model"],
+        "transformers": reference["transformers"],
+        "same_weights": "ours loaded the checkpoint the reference saved after its build",
+        "units_per_kind": side,
+        "ratios": ratios,
+        "reference_prepare_ms": reference["measurement"]["prepare_ms"],
+        "reference_build_s": reference["build_s"],
+        "reference_peak_allocated_sessions_gb": reference["peak_allocated_sessions_gb"],
+        "reference_units": reference["measurement"]["units"],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="bench/results/unit-h200.json")
@@ -217,6 +297,17 @@ def main() -> int:
         type=Path,
         help="a published-layout checkpoint (e.g. unit_reference.py --save-checkpoint): its weights, not random ones",
     )
+    parser.add_argument("--repeat", type=int, default=1, help="measured fast sessions (40 audio + 20 omni units each)")
+    parser.add_argument(
+        "--reference-src",
+        type=Path,
+        help="run the reference first, in this process's run (folder holding MiniCPMO45/, unit-reference-src.sh): "
+        "it builds the random weights, saves them to --reference-checkpoint, and ours loads them",
+    )
+    parser.add_argument("--reference-site", type=Path, help="the reference's wheels, installed with pip --target")
+    parser.add_argument("--reference-python", default=sys.executable, help="the interpreter that runs the reference")
+    parser.add_argument("--reference-units", default="60,20", help="audio,omni units of the reference's measurement")
+    parser.add_argument("--reference-checkpoint", type=Path, default=Path("/dev/shm/parley-unit-ref-ckpt"))
     parser.add_argument("--deadline-s", type=float, default=480, help="skip further capacity rows past this")
     parser.add_argument("--vocoder-units", type=int, default=300, help="units per Token2Wav row (0: none)")
     parser.add_argument("--vocoder-only", action="store_true", help="only the Token2Wav section (its own results)")
@@ -235,6 +326,10 @@ def main() -> int:
         Path(args.out).write_text(json.dumps(result, indent=1))
         return 0
     sizes = [int(s) for s in args.sessions.split(",")]
+    reference = None
+    if args.reference_src:
+        reference = run_reference(args, Path(args.out).with_suffix(".reference.json"))
+        args.checkpoint = args.reference_checkpoint
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     if args.checkpoint:  # the same weights the reference ran (the speaking rule applied to them as well)
         parts = load_model(args.checkpoint, device=device, dtype=dtype)
@@ -246,6 +341,7 @@ def main() -> int:
         weights = f"random MiniCPM-o 4.5 at {'the tiny golden-pack' if args.tiny else 'the real'} shapes"
     params = sum(p.numel() for _, m in parts.modules().values() for p in m.parameters())
     print(f"model built: {params / 1e9:.3f} B parameters, {time.perf_counter() - t_start:.0f} s", flush=True)
+    MelTimer(parts.audio)
     eager = DuplexRunner(parts)
     mem0 = torch.cuda.memory_allocated() if device == "cuda" else 0
     fast = FastDuplexRunner(parts, num_slots=max(sizes) + 1)
@@ -261,8 +357,7 @@ def main() -> int:
         "torch": torch.__version__,
         "speaking_rule": "listen units are sent with force_listen; speak units decide freely with the listen, "
         "chunk_eos, chunk_tts_eos and turn_eos rows of lm_head zeroed (speaks to the 28-char cap or 19 ids)",
-        "reference": "not run in this session; the issue's earlier measurement of OpenBMB MiniCPMO45 (eager, "
-        "transformers 4.51, same shapes): speak 1179 ms median / 1641 p95, omni 1366 / 1847, listen 146",
+        "reference": "not run in this run (--reference-src)",
         "graphs_captured": graphs,
         "graph_capture_s": round(capture_s, 1),
         "memory": {
@@ -272,15 +367,27 @@ def main() -> int:
             "pools_allocated_gb": round(pools / 1e9, 2),
         },
     }
-    for name, runner, (audio_u, omni_u) in (("eager", eager, (12, 6)), ("fast", fast, (40, 20))):
+    for name, runner, (audio_u, omni_u), repeat in (
+        ("eager", eager, (12, 6), 1),
+        ("fast", fast, (40, 20), args.repeat),
+    ):
         one_session(runner, 6, 2, seed=7)  # first-seen shapes and lazy graphs (the reference's second session)
-        run = one_session(runner, audio_u, omni_u, seed=11)
-        run.pop("ids")
-        result[f"one_session_{name}"] = run
-        print(name, json.dumps(run), flush=True)
+        runs = [one_session(runner, audio_u, omni_u, seed=11 + k) for k in range(repeat)]
+        summary_ = {"sessions": repeat, "units_per_session": [audio_u, omni_u], **per_kind(runs)}
+        result[f"one_session_{name}"] = summary_
+        print(name, json.dumps(summary_), flush=True)
+        if name == "fast":  # every unit kept: the tail's evidence (which units, how long, where in the call)
+            result["one_session_fast_units"] = [
+                {k: v for k, v in u.items() if k != "ids"} | {"session": i}
+                for i, r in enumerate(runs)
+                for u in r["units"]
+            ]
+    if reference is not None:
+        result["reference"] = reference_side(reference, result["one_session_fast"])
+        print("ratios (fast / reference)", json.dumps(result["reference"]["ratios"]), flush=True)
     # Greedy equality, bf16, 30 units with the same inputs on both runners.
-    want = one_session(eager, 20, 10, seed=21)["ids"]
-    got = one_session(fast, 20, 10, seed=21)["ids"]
+    want = [u["ids"] for u in one_session(eager, 20, 10, seed=21)["units"]]
+    got = [u["ids"] for u in one_session(fast, 20, 10, seed=21)["units"]]
     same = [a == b for a, b in zip(want, got, strict=True)]
     listen = eager.ids.listen
     result["greedy_equality_bf16"] = {
@@ -291,7 +398,11 @@ def main() -> int:
         "eager_ids": want,
         "fast_ids": got,
     }
-    print("equality", result["greedy_equality_bf16"], flush=True)
+    print(
+        "equality",
+        {k: v for k, v in result["greedy_equality_bf16"].items() if k not in ("eager_ids", "fast_ids")},
+        flush=True,
+    )
     rows = []
     for n in sizes:
         if time.perf_counter() - t_start > args.deadline_s:

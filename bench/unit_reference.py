@@ -19,8 +19,9 @@ around "Streaming Omni Conversation." and 2 s of reference audio, then per unit 
 omni units add one 448x448 PIL frame, max_slice_nums 1) -> ``duplex_generate`` (greedy, the demo's other
 defaults) -> ``duplex_finalize``. TTS codes come from ``tts.generate_chunk`` inside ``duplex_generate``; the
 Token2Wav vocoder is not loaded (its assets come from the hub), so the reference's
-``_generate_waveform_from_tokens`` returns at once and no stage includes a vocoder. 20 audio units, then 10 omni
-units; two sessions back to back, the second is the measurement.
+``_generate_waveform_from_tokens`` returns at once and no stage includes a vocoder. ``--audio-units`` audio units,
+then ``--omni-units`` omni units (default 20 and 10); two sessions back to back, the second is the measurement
+(the first, ``--warm-units``, meets the shapes once).
 
 Speaking rule, the same as bench/unit_gpu.py's so the two compare: unit ``u`` speaks when ``u >= 3`` and
 ``u % 5 in (1, 3)``; the others are sent with ``force_listen_override`` (the demo's per-chunk Force Listen; when
@@ -239,6 +240,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--audio-units", type=int, default=20)
     parser.add_argument("--omni-units", type=int, default=10)
+    parser.add_argument("--warm-units", default="6,2", help="audio,omni units of the first (unmeasured) session")
     parser.add_argument("--out", default="bench/results/unit-reference-h200.json")
     args = parser.parse_args()
     t_start = time.perf_counter()
@@ -271,8 +273,10 @@ def main() -> int:
         torch.cuda.reset_peak_memory_stats()  # the fp32 build's peak is not the serving one
     timer = TtsTimer(model.tts)
     sessions = []
-    for seed in (7, 11):  # two back to back; the second is the measurement
-        run = one_session(model, timer, args.audio_units, args.omni_units, seed)
+    warm_audio, warm_omni = (int(n) for n in args.warm_units.split(","))
+    for seed, audio_units, omni_units in ((7, warm_audio, warm_omni), (11, args.audio_units, args.omni_units)):
+        # two back to back: the first meets the shapes once, the second is the measurement
+        run = one_session(model, timer, audio_units, omni_units, seed)
         sessions.append(run)
         brief = {k: v["unit"] for k, v in run["per_kind"].items()}
         print(f"session seed {seed}: prepare {run['prepare_ms']} ms, units {json.dumps(brief)}", flush=True)
