@@ -21,17 +21,17 @@ from torch.nn import functional as F
 from transformers.audio_utils import mel_filter_bank
 
 from inference.models.minicpmo.config import AudioConfig
+from inference.models.minicpmo.streaming_mel import HOP, N_FFT, PAD, MelCache
 
 SAMPLE_RATE = 16000
-N_FFT = 400
-HOP = 160
 UNIT_SAMPLES = 16000  # one unit is one second of 16 kHz audio
 FIRST_UNIT_PAD = 560  # 1035 ms first chunk: the reference left-pads unit 0 with 35 ms of zeros
 CORE_FRAMES = 100  # mel frames per unit
 CONTEXT_FRAMES = 2  # 20 ms of CNN context on each side of a unit's core frames
 DYNAMIC_FLOOR_SAMPLES = 5 * SAMPLE_RATE  # below 5 s of buffer the log floor is fixed (-10), above it max - 8
-# Long calls: the mel buffer is recomputed whole every unit, so it slides once it reaches 30 s (by 10 s),
-# as the reference's optional trigger-mode window does. Frames handed on keep global coordinates.
+# Long calls: the reference recomputes the mel buffer whole every unit, so it slides once it reaches 30 s (by
+# 10 s), as the reference's optional trigger-mode window does (here only the changed blocks are recomputed,
+# streaming_mel.py). Frames handed on keep global coordinates.
 MEL_SLIDE_TRIGGER = 30 * SAMPLE_RATE
 MEL_SLIDE_STRIDE = 10 * SAMPLE_RATE
 MEL_SLIDE_KEEP = 1 * SAMPLE_RATE
@@ -54,6 +54,14 @@ class MelFrontEnd:
         self.filters = torch.from_numpy(np.asarray(filters, dtype=np.float32))  # [201, n_mels]
         self.window = torch.hann_window(N_FFT)
 
+    def frame_log_mel(self, padded: np.ndarray) -> torch.Tensor:
+        """Unfloored log10 mel [n_mels, F] of every whole frame of already padded samples (frame ``f`` is
+        ``padded[f * HOP : f * HOP + N_FFT]``)."""
+        wave = torch.from_numpy(np.ascontiguousarray(padded, dtype=np.float32))
+        spec = torch.stft(wave, n_fft=N_FFT, hop_length=HOP, window=self.window, center=False, return_complex=True)
+        mel = self.filters.T @ (spec.abs() ** 2)  # [n_mels, F]
+        return torch.clamp(mel, min=1e-10).log10()
+
     def log_mel(self, audio: np.ndarray, *, dynamic_floor: bool) -> torch.Tensor:
         """Log-mel of a whole clip, scaled as Whisper does.
 
@@ -64,11 +72,7 @@ class MelFrontEnd:
         Returns:
             float32 [n_mels, N // 160] (the last STFT frame is dropped).
         """
-        wave = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))
-        spec = torch.stft(wave, n_fft=N_FFT, hop_length=HOP, window=self.window, return_complex=True)
-        power = spec[..., :-1].abs() ** 2  # [201, T]
-        mel = self.filters.T @ power  # [n_mels, T]
-        log = torch.clamp(mel, min=1e-10).log10()
+        log = self.frame_log_mel(np.pad(np.asarray(audio, dtype=np.float32), PAD, mode="reflect"))[:, :-1]
         floor = log.max() - 8.0 if dynamic_floor else torch.tensor(-10.0)
         log = torch.maximum(log, floor)
         return (log + 4.0) / 4.0
@@ -81,6 +85,7 @@ class AudioStreamState:
     carry: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     mel_buffer: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     buffer_base_frame: int = 0  # global mel frame index of mel_buffer's first frame
+    mel_cache: MelCache = field(default_factory=MelCache)  # mel_buffer's log-mel, kept across units
     units: int = 0  # units consumed so far
     # Encoder cache: per layer (keys, values), each [1, heads, T_cached, head_dim].
     kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
@@ -92,7 +97,7 @@ class AudioStreamState:
 
     def nbytes(self) -> int:
         """Host and tensor bytes held by this state."""
-        total = self.carry.nbytes + self.mel_buffer.nbytes
+        total = self.carry.nbytes + self.mel_buffer.nbytes + self.mel_cache.nbytes()
         for k, v in self.kv or []:
             total += k.numel() * k.element_size() + v.numel() * v.element_size()
         return total
@@ -262,17 +267,20 @@ class StreamingAudioInput(nn.Module):
     def _unit_mel(self, state: AudioStreamState, chunk: np.ndarray) -> torch.Tensor:
         """Append ``chunk`` to the session's mel buffer and return this unit's frames [80, 102 or 104]."""
         state.mel_buffer = np.concatenate([state.mel_buffer, chunk])
+        dropped = 0
         if state.mel_buffer.shape[0] >= MEL_SLIDE_TRIGGER:
             drop = min(MEL_SLIDE_STRIDE, state.mel_buffer.shape[0] - MEL_SLIDE_KEEP)
             drop = (drop // HOP) * HOP
             state.mel_buffer = state.mel_buffer[drop:]
             state.buffer_base_frame += drop // HOP
+            dropped = drop // HOP
+        state.mel_cache.update(self.front_end, state.mel_buffer, dropped)
         dynamic = state.mel_buffer.shape[0] >= DYNAMIC_FLOOR_SAMPLES
-        mel = self.front_end.log_mel(state.mel_buffer, dynamic_floor=dynamic)  # [80, F_local]
         start = max(0, CORE_FRAMES * state.units - CONTEXT_FRAMES) - state.buffer_base_frame
         stop = CORE_FRAMES * (state.units + 1) + CONTEXT_FRAMES - state.buffer_base_frame
         start = max(0, start)
-        return mel[:, start:stop]
+        stop = min(stop, state.mel_cache.frames)  # the whole-buffer slice ended at the buffer's last frame
+        return state.mel_cache.scaled(start, stop, dynamic)
 
     @torch.inference_mode()
     def unit_mel(self, state: AudioStreamState, samples: np.ndarray) -> tuple[torch.Tensor, bool]:
