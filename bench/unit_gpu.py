@@ -315,6 +315,8 @@ def main() -> int:
     t_start = time.perf_counter()
     torch.set_grad_enabled(False)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        torch.set_num_threads(1)  # as the unit engine serves on CUDA (inference/engines/unit.py)
     if args.vocoder_only:
         result = {
             "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
