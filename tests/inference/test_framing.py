@@ -85,17 +85,22 @@ def test_steady_pieces_give_contiguous_frames_that_end_at_the_newest_audio():
     assert framer.short_frames == 0
 
 
+class PiecesThenTick:
+    """Pushes ``pieces`` of the ramp (as a page would between two ticks), then takes the tick's frame."""
+
+    def __init__(self, framer: TickAlignedFramer):
+        self.framer, self.pushed = framer, 0
+
+    def __call__(self, pieces: int):
+        for _ in range(pieces):
+            self.framer.push(ramp(self.pushed, PIECE))
+            self.pushed += PIECE
+        return self.framer.take()
+
+
 def test_late_audio_pads_one_frame_grows_the_margin_and_adds_no_standing_frame():
     framer = TickAlignedFramer(N, RATE)
-    pushed = 0
-
-    def tick(pieces: int):
-        nonlocal pushed
-        for _ in range(pieces):
-            framer.push(ramp(pushed, PIECE))
-            pushed += PIECE
-        return framer.take()
-
+    tick = PiecesThenTick(framer)
     for _ in range(10):
         tick(8)
     margin_before = framer.margin
@@ -108,21 +113,13 @@ def test_late_audio_pads_one_frame_grows_the_margin_and_adds_no_standing_frame()
     # within a window the extra depth is dropped again: the frame ends near the newest audio
     for _ in range(2 * WINDOW_TICKS):
         taken = tick(8)
-    assert pushed - taken.end_position <= framer.margin + PIECE
+    assert tick.pushed - taken.end_position <= framer.margin + PIECE
     assert framer.short_frames == 1
 
 
 def test_the_margin_a_late_piece_added_is_given_back_within_seconds_of_calm():
     framer = TickAlignedFramer(N, RATE)
-    pushed = 0
-
-    def tick(pieces: int):
-        nonlocal pushed
-        for _ in range(pieces):
-            framer.push(ramp(pushed, PIECE))
-            pushed += PIECE
-        return framer.take()
-
+    tick = PiecesThenTick(framer)
     tick(8)
     assert tick(2).short  # 60 ms late: the margin grows by the shortfall (to its 60 ms cap here)
     grown = framer.margin

@@ -3,9 +3,9 @@
 The reference computes the Whisper log-mel of the session's whole buffer (up to 30 s) every unit and keeps the
 unit's frames. Only the newest frames change from one unit to the next, apart from two couplings: the floor
 (``max - 8`` over every frame of the buffer) and the reflect padding of a centred STFT (the first two frames
-mirror the buffer's start, the last one its end). Recomputing the whole buffer on the host cost a 1.8 ms median
-but 40-77 ms in one unit in eight on the H200 machine's 16 host threads (bench/unit_host_threads.py), the tail of
-the listen unit. ``MelCache`` keeps the pre-floor log-mel and each frame's peak, and each unit recomputes only what
+mirror the buffer's start, the last one its end). On the H200 machine recomputing the whole buffer took a 1.8 ms
+median but 30-77 ms in one unit in eight, the tail of the listen unit (bench/results/unit-h200-a7bd560.json; the
+spikes were the host's 16 torch threads meeting the GPU work, bench/results/unit-host-threads-h200.json). ``MelCache`` keeps the pre-floor log-mel and each frame's peak, and each unit recomputes only what
 changed: the block holding the previous last frame onward, and the first block after a slide.
 
 Frames are computed in blocks of ``BLOCK_FRAMES`` aligned to the buffer's first frame. A block's bits depend on
@@ -75,7 +75,7 @@ class MelCache:
             self.log[:, start:stop] = values
             self.peaks[start:stop] = values.amax(dim=0)
         self.frames = total
-        self._blocks_done = (total - 1) // BLOCK_FRAMES  # every block before the one holding the last frame
+        self._blocks_done = max(total - 1, 0) // BLOCK_FRAMES  # every block before the one with the last frame
 
     def _reserve(self, front_end, total: int) -> None:
         if self.log is not None and self.log.shape[1] >= total:
