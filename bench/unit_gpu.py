@@ -138,9 +138,11 @@ def one_session(runner, audio_units: int, omni_units: int, seed: int) -> dict:
         _, prefill_ms = timed(runner.prefill_many, jobs_of(runner, [session], [audio], frame if omni else None, u))
         (result,), generate_ms = timed(runner.generate_many, [(session, not speaks(0, u))])
         kind = ("omni_" if omni else "") + ("listen" if result.is_listen else "speak")
-        units.append({"unit": u, "kind": kind, "unit_ms": round(prefill_ms + generate_ms, 2),
-                      "prefill_ms": round(prefill_ms, 2), "mel_ms": round(mel.ms, 2), "generate_ms": round(generate_ms, 2), "kv_len": kv,
-                      "ids": list(result.llm_ids)})  # fmt: skip
+        units.append({
+            "unit": u, "kind": kind, "unit_ms": round(prefill_ms + generate_ms, 2), "prefill_ms": round(prefill_ms, 2),
+            "mel_ms": round(mel.ms, 2), "generate_ms": round(generate_ms, 2), "kv_len": kv,
+            "n_ids": len(result.llm_ids), "ids": list(result.llm_ids),
+        })  # fmt: skip
     runner.finalize(session)
     del session
     return {"prepare_ms": round(prepare_ms, 1), "units": units}
