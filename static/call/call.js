@@ -31,7 +31,7 @@ const LATENCY_HINT = (() => {
   if (asked === null) return "interactive";
   const seconds = Number.parseFloat(asked);
   if (Number.isFinite(seconds) && seconds >= 0) return seconds;
-  return ["interactive", "balanced", "playback"].includes(asked) ? asked : 0; // anything else: the default
+  return ["interactive", "balanced", "playback"].includes(asked) ? asked : "interactive"; // else the default
 })();
 
 export class Call {
