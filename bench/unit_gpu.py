@@ -134,6 +134,8 @@ def one_session(runner, audio_units: int, omni_units: int, seed: int) -> dict:
         omni = u >= audio_units
         kv = runner.parts.llm.cache_length(session.llm_cache)
         mel = runner.parts.audio.unit_mel
+        if not isinstance(mel, MelTimer):  # installed once per model, for every runner on it
+            mel = MelTimer(runner.parts.audio)
         mel.ms = 0.0
         _, prefill_ms = timed(runner.prefill_many, jobs_of(runner, [session], [audio], frame if omni else None, u))
         (result,), generate_ms = timed(runner.generate_many, [(session, not speaks(0, u))])
@@ -345,7 +347,6 @@ def main() -> int:
         weights = f"random MiniCPM-o 4.5 at {'the tiny golden-pack' if args.tiny else 'the real'} shapes"
     params = sum(p.numel() for _, m in parts.modules().values() for p in m.parameters())
     print(f"model built: {params / 1e9:.3f} B parameters, {time.perf_counter() - t_start:.0f} s", flush=True)
-    MelTimer(parts.audio)
     eager = DuplexRunner(parts)
     mem0 = torch.cuda.memory_allocated() if device == "cuda" else 0
     fast = FastDuplexRunner(parts, num_slots=max(sizes) + 1)

@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.unit_gpu import MelTimer, build_model, one_session, per_kind, stats  # noqa: E402
+from bench.unit_gpu import build_model, one_session, per_kind, stats  # noqa: E402
 from bench.unit_workload import DATA, REAL_45, make_audio  # noqa: E402
 from inference.models.minicpmo.fast.runner import FastDuplexRunner  # noqa: E402
 
@@ -52,7 +52,6 @@ def main() -> int:
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     default_threads = torch.get_num_threads()
     parts = build_model(dtype, json.loads((DATA / "config.json").read_text()) if args.tiny else REAL_45, device)
-    MelTimer(parts.audio)
     runner = FastDuplexRunner(parts, num_slots=2)
     runner.capture(max_kv=4096)
     one_session(runner, 6, 2, seed=7)
