@@ -85,6 +85,8 @@ def server_env(args, var_dir: Path) -> dict[str, str]:
             "PARLEY_TEST_OUTPUT_JITTER_MS": str(args.jitter_ms),
             "PARLEY_TEST_OUTPUT_JITTER_S": str(args.jitter_seconds),
         }
+    if args.trace:
+        env["PARLEY_TRACE_PATH"] = str(args.trace.resolve())
     for name in ("PARLEY_INFERENCE_URL", "DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"):
         env.pop(name, None)
     return env
@@ -100,9 +102,11 @@ def start_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
     subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
     subprocess.run([sys.executable, "manage.py", "shell", "-c", CREATE_USER], cwd=ROOT, env=env, check=True)
     port = free_port()
-    daphne = str(Path(sys.executable).with_name("daphne"))
+    daphne = [str(Path(sys.executable).with_name("daphne"))]
+    if env.get("PARLEY_TRACE_PATH"):  # --trace: the same daphne with the audio path's queues recorded
+        daphne = [sys.executable, "-m", "bench.trace_daphne"]
     proc = subprocess.Popen(
-        [daphne, "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
+        [*daphne, "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -256,6 +260,7 @@ def summarize(args, call: MeasuredCall, load: dict, server_cpu_s: float, cold_fi
         },
         "context_rate": call.tap.rate,
         "tap_skipped_frames": call.tap.skipped,  # render quanta a starved audio thread never ran
+        "tap_overlapped_frames": call.tap.overlapped,  # context frames rendered twice (the repeat left out)
         "page": {
             "underruns": final.get("underruns"),
             "overruns": final.get("overruns"),
@@ -289,6 +294,14 @@ def summarize(args, call: MeasuredCall, load: dict, server_cpu_s: float, cold_fi
             buckets.setdefault(int(t // 10) * 10, []).append(d)
         result["mouth_to_ear_by_10s"] = {f"{k}-{k + 10}s": percentiles(v) for k, v in sorted(buckets.items())}
         result["delays_ms"] = [round(d, 1) for d in marks.delays_ms]
+        if args.trace:  # for bench/latency_trace.py: each mark's time on the page's audio clock, and the page per second
+            result["mark_times_s"] = [round(t, 3) for t in marks.mark_times_s]
+    if args.trace:
+        result["trace"] = {
+            "server": str(args.trace),
+            "tap_start_frame": call.tap.start_frame,
+            "page_samples": [{k: v for k, v in s.items() if k != "parts"} for s in call.samples],
+        }
     return result
 
 
@@ -326,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", default="", help="recorded in the results, e.g. what was measured and the load")
     parser.add_argument("--query", default="", help="extra call page parameters, e.g. for an experiment")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--trace", type=Path, default=None, help="record the server's FIFO and outbox (bench/trace_daphne.py) here, JSONL"
+    )
     parser.add_argument("--dump", type=Path, default=None, help="also save the tapped signals (npz), to look at")
     args = parser.parse_args(argv)
     if not 1 <= args.seconds <= MAX_SECONDS:

@@ -24,6 +24,7 @@ export const hooks = {
   jitter: null, // the jitter buffer's target (ms) and how often it grew and shrank (player.js)
   underruns: 0,
   overruns: 0,
+  audioClock: null, // {contextMs, performanceMs}: the audio clock beside the page's, refreshed twice a second
   transcript: "",
   units: [],
   queue: null, // the last session.queued event
@@ -70,6 +71,7 @@ export async function installTap(ctx, micSource, output) {
         outputLatency: (ctx.baseLatency ?? 0) + (ctx.outputLatency ?? 0),
         start: taken.length ? taken[0].start : null,
         frames,
+        blocks: taken.map((b) => [b.start, b.mic.length]), // each contiguous on the context clock
         mic: join("mic"),
         out: join("out"),
       };

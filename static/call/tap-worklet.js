@@ -16,18 +16,22 @@ class ParleyTapProcessor extends AudioWorkletProcessor {
 
   process(inputs) {
     const quantum = 128;
-    if (this.start < 0) this.start = currentFrame;
+    // A quantum that does not follow the previous one (a starved audio thread skipped render quanta,
+    // or rendered one frame position twice) ends the block: each block is contiguous on the context clock.
+    if (this.filled > 0 && currentFrame !== this.start + this.filled) this.post();
+    if (this.filled === 0) this.start = currentFrame;
     copyMono(inputs[0], this.mic, this.filled, quantum);
     copyMono(inputs[1], this.out, this.filled, quantum);
     this.filled += quantum;
-    if (this.filled === BLOCK_FRAMES) {
-      this.port.postMessage({ start: this.start, mic: this.mic, out: this.out }, [this.mic.buffer, this.out.buffer]);
-      this.mic = new Float32Array(BLOCK_FRAMES);
-      this.out = new Float32Array(BLOCK_FRAMES);
-      this.filled = 0;
-      this.start = currentFrame + quantum;
-    }
+    if (this.filled === BLOCK_FRAMES) this.post();
     return true;
+  }
+
+  post() {
+    const mic = this.mic.slice(0, this.filled);
+    const out = this.out.slice(0, this.filled);
+    this.port.postMessage({ start: this.start, mic, out }, [mic.buffer, out.buffer]);
+    this.filled = 0;
   }
 }
 

@@ -80,6 +80,7 @@ class TapReader:
     out: list[np.ndarray] = field(default_factory=list)
     frames: int = 0
     skipped: int = 0  # frames the audio thread never rendered (filled with silence)
+    overlapped: int = 0  # frames the audio thread rendered twice (the repeat is left out)
 
     def drain(self, page: Any) -> None:
         data = page.evaluate(DRAIN_JS)
@@ -91,19 +92,24 @@ class TapReader:
             return
         if self.start_frame is None:
             self.start_frame = int(data["start"])
-        gap = int(data["start"]) - (self.start_frame + self.frames)
-        if gap < 0:
-            raise AssertionError(f"the tap's blocks overlap by {-gap} frames")
-        if gap:  # a starved audio thread skipped render quanta: keep both signals on the context clock
-            self.skipped += gap
-            self.mic.append(np.zeros(gap))
-            self.out.append(np.zeros(gap))
-            self.frames += gap
-        mic = _int16(data["mic"])
-        out = _int16(data["out"])
-        self.mic.append(mic)
-        self.out.append(out)
-        self.frames += len(mic)
+        mic, out = _int16(data["mic"]), _int16(data["out"])
+        at = 0
+        for start, length in data.get("blocks") or [[data["start"], len(mic)]]:
+            block_mic, block_out = mic[at : at + length], out[at : at + length]
+            at += length
+            gap = int(start) - (self.start_frame + self.frames)
+            if gap < 0:  # the audio thread rendered these context frames twice: keep the first rendering
+                repeat = min(-gap, len(block_mic))
+                self.overlapped += repeat
+                block_mic, block_out = block_mic[repeat:], block_out[repeat:]
+            elif gap:  # a starved audio thread skipped render quanta: keep both signals on the context clock
+                self.skipped += gap
+                self.mic.append(np.zeros(gap))
+                self.out.append(np.zeros(gap))
+                self.frames += gap
+            self.mic.append(block_mic)
+            self.out.append(block_out)
+            self.frames += len(block_mic)
 
     def signals(self) -> tuple[np.ndarray, np.ndarray]:
         return np.concatenate(self.mic or [np.zeros(0)]), np.concatenate(self.out or [np.zeros(0)])
@@ -210,6 +216,7 @@ SAMPLE_JS = """() => {
   const p = window.parley;
   return {bufferMs: p.bufferMs, underruns: p.underruns, jitter: p.jitter, overruns: p.overruns, playedMs: p.playedMs,
           state: p.state, measuredMs: p.mouthToEarMs ?? null, firstAudioMs: p.firstAudioMs ?? null, parts: p.latencyParts ?? null,
+          framesSent: p.framesSent, audioMsReceived: p.audioMsReceived, audioClock: p.audioClock,
           shownMs: parseFloat(document.querySelector("[data-figure=mouth_to_ear]")?.textContent) || null};
 }"""
 
@@ -314,6 +321,8 @@ def run_measured_call(page: Any, seconds: float, *, live_timeout_ms: int = 90_00
         tap.drain(page)
         sample = page.evaluate(SAMPLE_JS)
         sample["t_s"] = round(time.monotonic() - started, 2)
+        sample["monotonic_s"] = time.monotonic()  # the server's trace (bench/trace_daphne.py) uses the same clock
+        sample["context_frames"] = (tap.start_frame or 0) + tap.frames  # the page's audio clock at this drain
         samples.append(sample)
         if sample["state"] != "live":
             raise AssertionError(f"the call left the live state after {sample['t_s']} s: {sample['state']}")
