@@ -105,19 +105,33 @@ def timed(fn, *args):
     return out, (time.perf_counter() - t0) * 1000
 
 
-class MelTimer:
-    """Wraps the audio input's ``unit_mel`` (the host half of a unit: carry, mel over the session's buffer) on the
-    instance, so both runners' calls are timed; the model's code is untouched."""
+class StageTimer:
+    """Wraps one method of a model part on the instance (``obj.name``), summing its calls' time into ``ms``; the
+    model's code is untouched. ``synced``: the device is synchronised around each call (a device stage's time,
+    not its launch); the host mel is timed without, as it runs."""
 
-    def __init__(self, audio) -> None:
-        self.inner, self.ms = audio.unit_mel, 0.0
-        audio.unit_mel = self
+    def __init__(self, obj, name: str, *, synced: bool) -> None:
+        self.inner, self.synced, self.ms = getattr(obj, name), synced, 0.0
+        setattr(obj, name, self)
 
     def __call__(self, *args, **kwargs):
+        if self.synced:
+            sync()
         t0 = time.perf_counter()
         out = self.inner(*args, **kwargs)
+        if self.synced:
+            sync()
         self.ms += (time.perf_counter() - t0) * 1000
         return out
+
+
+def stage_timer(obj, name: str, *, synced: bool) -> StageTimer:
+    """The timer on ``obj.name``, installed on first use (once per model part, for every runner on it), zeroed."""
+    timer = getattr(obj, name)
+    if not isinstance(timer, StageTimer):
+        timer = StageTimer(obj, name, synced=synced)
+    timer.ms = 0.0
+    return timer
 
 
 def one_session(runner, audio_units: int, omni_units: int, seed: int) -> dict:
@@ -133,21 +147,43 @@ def one_session(runner, audio_units: int, omni_units: int, seed: int) -> dict:
     for u in range(audio_units + omni_units):
         omni = u >= audio_units
         kv = runner.parts.llm.cache_length(session.llm_cache)
-        mel = runner.parts.audio.unit_mel
-        if not isinstance(mel, MelTimer):  # installed once per model, for every runner on it
-            mel = MelTimer(runner.parts.audio)
-        mel.ms = 0.0
+        mel = stage_timer(runner.parts.audio, "unit_mel", synced=False)
+        # the TTS codes of the unit (the batched decode on the fast runner, per session on the eager one)
+        fast_tts = getattr(runner, "fast_tts", None)
+        tts = stage_timer(fast_tts, "generate_units", synced=True) if fast_tts else None
+        tts = tts or stage_timer(runner.parts.tts, "generate_unit", synced=True)
         _, prefill_ms = timed(runner.prefill_many, jobs_of(runner, [session], [audio], frame if omni else None, u))
         (result,), generate_ms = timed(runner.generate_many, [(session, not speaks(0, u))])
         kind = ("omni_" if omni else "") + ("listen" if result.is_listen else "speak")
         units.append({
             "unit": u, "kind": kind, "unit_ms": round(prefill_ms + generate_ms, 2), "prefill_ms": round(prefill_ms, 2),
-            "mel_ms": round(mel.ms, 2), "generate_ms": round(generate_ms, 2), "kv_len": kv,
+            "mel_ms": round(mel.ms, 2), "generate_ms": round(generate_ms, 2), "tts_ms": round(tts.ms, 2), "kv_len": kv,
             "n_ids": len(result.llm_ids), "ids": list(result.llm_ids),
         })  # fmt: skip
     runner.finalize(session)
     del session
     return {"prepare_ms": round(prepare_ms, 1), "units": units}
+
+
+def step_costs(runner, reps: int = 200) -> dict:
+    """One decode step of the LLM and of the TTS as the runner launches it (one row, on the scratch slot), ``reps``
+    back to back: ``free`` with nothing read between steps (the device's time per step), ``read`` with each step's
+    argmax read by the host before the next (the host's turnaround added). A unit's steps fall between the two."""
+    out = {}
+    for name, graphs in (("llm", runner.fast_llm.graphs), ("tts", runner.fast_tts.graphs)):
+        scratch = graphs.pool.scratch
+        for kv_len in (1024, 2048):
+            for mode in ("free", "read"):
+                graphs.step([scratch], [0], [kv_len - 1])  # captured before the clock starts
+                sync()
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    _, logits = graphs.step([scratch], [0], [kv_len - 1])
+                    if mode == "read":
+                        int(logits[0].argmax())
+                sync()
+                out[f"{name}_kv{kv_len}_{mode}_ms"] = round((time.perf_counter() - t0) * 1000 / reps, 3)
+    return out
 
 
 def per_kind(runs: list[dict]) -> dict:
@@ -159,6 +195,9 @@ def per_kind(runs: list[dict]) -> dict:
         out[kind]["prefill"] = stats([u["prefill_ms"] for u in rows])
         out[kind]["mel_host"] = stats([u["mel_ms"] for u in rows])
         out[kind]["generate"] = stats([u["generate_ms"] for u in rows])
+        out[kind]["generate_tts"] = stats([u["tts_ms"] for u in rows])
+        out[kind]["generate_llm"] = stats([u["generate_ms"] - u["tts_ms"] for u in rows])  # the decisions' steps
+        out[kind]["n_ids"] = summary([u["n_ids"] for u in rows], median=True)
     return out
 
 
@@ -372,6 +411,9 @@ def main() -> int:
             "pools_allocated_gb": round(pools / 1e9, 2),
         },
     }
+    if device == "cuda":
+        result["step_costs"] = step_costs(fast)
+        print("step costs", json.dumps(result["step_costs"]), flush=True)
     for name, runner, (audio_u, omni_u), repeat in (
         ("eager", eager, (12, 6), 1),
         ("fast", fast, (40, 20), args.repeat),

@@ -7,6 +7,7 @@ lives in ``bench/unit_gpu.py`` because it needs the 9 B model.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -19,8 +20,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 from inference.models.minicpmo.duplex import DuplexRunner  # noqa: E402
 from inference.models.minicpmo.fast.runner import FastDuplexRunner  # noqa: E402
 from inference.models.minicpmo.fast.streams import RecordedCall, run_calls  # noqa: E402
+from inference.models.minicpmo.fast.tts import FastTTS  # noqa: E402
 from inference.models.minicpmo.fill import make_checkpoint  # noqa: E402
 from inference.models.minicpmo.loading import load_model  # noqa: E402
+from inference.models.minicpmo.tts import MIN_NEW_CODES, TTSState  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "minicpmo45"
 SCENARIOS = ("audio8", "omni6", "turnclose10")
@@ -71,3 +74,47 @@ def test_graphed_fast_path_reproduces_the_goldens(runs):
     goldens, batched, _, _ = runs
     for golden, b in zip(goldens, batched, strict=True):
         assert _diff(b, golden["units"]) is None, _diff(b, golden["units"])
+
+
+def test_graphed_step_ahead_refeeds_wrong_guesses_as_the_eager_path_decides(parts):
+    """On the device the step ahead is launched before the host reads the ids (pinned copy, event): with listen
+    made likely mid-turn (tests/inference/models/minicpmo/test_fast_path.py has the CPU twin) the batched
+    graphed calls still decide exactly as the eager runner does, through many re-feeds."""
+    modified = copy.deepcopy(parts)
+    ids = DuplexRunner(modified).ids
+    head = modified.llm.llm.lm_head.weight
+    head[ids.listen] = 1.02 * head[109604]
+    goldens = [json.loads((DATA / s / "golden.json").read_text()) for s in SCENARIOS]
+    calls = [RecordedCall.from_scenario(DATA / s, g["options"]) for s, g in zip(SCENARIOS, goldens, strict=True)]
+    fast = FastDuplexRunner(modified, num_slots=4)
+    fast.capture(max_kv=512)
+    got = run_calls(fast, calls)
+    want = [run_calls(DuplexRunner(modified), [c])[0] for c in calls]
+    for g, w in zip(got, want, strict=True):
+        assert _diff(g, w) is None, _diff(g, w)
+    assert sum(u["llm_ids"].count(ids.tts_bos) for units in want for u in units) >= 10
+
+
+def test_graphed_tts_rows_stopping_early_equal_the_eager_decode(parts):
+    """The TTS codes stay on the device and eos is read every few steps: rows that stop at different codes
+    equal the eager decode, codes and positions, through two units of the turn."""
+    tts = copy.deepcopy(parts.tts)
+    head = tts.head_code[0].weight
+    head[tts.eos] = 1.02 * head[591]
+    fast = FastTTS(tts, num_slots=8, max_rows=8)
+    fast.graphs.capture_all()
+    dim = parts.llm.hidden_size
+    conditions = []
+    for k in range(8):
+        hidden = torch.randn(3 + k, dim, generator=torch.Generator().manual_seed(k)).cuda()
+        conditions.append(tts.condition(list(range(10, 13 + k)), hidden))
+    min_codes = [0] * 7 + [MIN_NEW_CODES]
+    states, eager_states = [fast.new_state() for _ in conditions], [TTSState() for _ in conditions]
+    lengths = set()
+    for unit in range(2):
+        got = fast.generate_units(states, conditions, min_codes)
+        want = [tts.generate_unit(s, c, m) for s, c, m in zip(eager_states, conditions, min_codes, strict=True)]
+        assert got == want, f"unit {unit}"
+        assert [s.pos for s in states] == [s.pos for s in eager_states]
+        lengths |= {len(codes) for codes in got}
+    assert len(lengths) >= 3 and 25 in lengths, lengths

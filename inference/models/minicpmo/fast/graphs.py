@@ -145,17 +145,22 @@ class StepGraphs(ShapeGraphs):
 
     @torch.inference_mode()
     def step(
-        self, slots: Sequence[int], tokens: Sequence[int], starts: Sequence[int]
+        self, slots: Sequence[int], tokens: Sequence[int] | torch.Tensor, starts: Sequence[int]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Feed ``tokens[r]`` at ``starts[r]`` of slot ``slots[r]``; returns views (hidden [n, D], logits [n, V])."""
+        """Feed ``tokens[r]`` at ``starts[r]`` of slot ``slots[r]``; returns views (hidden [n, D], logits [n, V]).
+
+        ``tokens`` may be a device tensor [n] (ids chosen on the device): it is copied there, never read back.
+        """
         n = len(slots)
         rows = smallest_at_least(n, self.row_buckets)
         kv_len = smallest_at_least(max(starts) + 1, self.kv_buckets)
         pad = rows - n
-        packed = upload(
-            [[*tokens, *[0] * pad], [*slots, *[self.pool.scratch] * pad], [*starts, *[0] * pad]], self.tokens.device
-        )
+        on_device = isinstance(tokens, torch.Tensor)
+        host_tokens = [0] * rows if on_device else [*tokens, *[0] * pad]
+        packed = upload([host_tokens, [*slots, *[self.pool.scratch] * pad], [*starts, *[0] * pad]], self.tokens.device)
         self.tokens[:rows].copy_(packed[0])
+        if on_device:
+            self.tokens[:n].copy_(tokens)
         self.slots[:rows].copy_(packed[1])
         self.starts[:rows].copy_(packed[2])
         self._launch(rows, kv_len)

@@ -106,6 +106,21 @@ class FastLLM:
         return hidden, logits
 
     @torch.inference_mode()
+    def step_ahead(self, caches: Sequence[SlotCache], tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feed device ids [n] at the next position of each cache *without* counting them: the caller keeps a
+        row with ``accept_ahead`` once it knows the id was the right one. Returns new (hidden, logits) tensors.
+
+        A row never kept holds keys past its cache's length: the next feed there overwrites them, and no query
+        attends past its own position, so they are never read.
+        """
+        hidden, logits = self.graphs.step([c.slot for c in caches], tokens, [c.length for c in caches])
+        return hidden.clone(), logits.clone()
+
+    @staticmethod
+    def accept_ahead(cache: SlotCache) -> None:
+        cache.length += 1
+
+    @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.llm.lm_head(hidden).float()
 

@@ -3,7 +3,8 @@
 The decisions are ``DuplexRunner``'s own (its ``generate_steps`` generator); only how the feeds run changes.
 ``generate_many`` advances every session's generator together: each round collects the next id of every
 session still deciding and feeds them all in one graphed step, then the speaking sessions' TTS units run as
-one batched decode. A tick of 16 sessions with 6 speaking costs about as many LLM steps as one speaking
+one batched decode. The ids are chosen on the device and the next step is launched with them before the host
+reads them, so the host's share of a step (the read, the decision logic) overlaps the device's. A tick of 16 sessions with 6 speaking costs about as many LLM steps as one speaking
 session, not six times as many.
 
 Prefill: each session's deferred finalize (terminator, ``</unit>``) is fed together with its next unit
@@ -36,6 +37,16 @@ from inference.models.minicpmo.fast.tts import FastTTS
 from inference.models.minicpmo.loading import MiniCPMOParts
 
 DEFAULT_CAPACITY = 8192  # LLM positions per session: ~4 min of audio-only call before the window slides
+
+
+@dataclasses.dataclass
+class StepAhead:
+    """A decode step launched before the host read its ids: the jobs it fed, those ids, and its outputs."""
+
+    jobs: list[int]
+    tokens: list[int]
+    hidden: torch.Tensor | None  # [R, D]
+    logits: torch.Tensor | None  # [R, V]
 
 
 class FastDuplexRunner(DuplexRunner):
@@ -125,7 +136,14 @@ class FastDuplexRunner(DuplexRunner):
         return session.last_schema
 
     def generate_many(self, jobs: list[tuple[DuplexSession, bool]], *, generate_audio: bool = True) -> list[UnitResult]:
-        """Every session's unit decisions in shared decode steps, then one batched TTS decode."""
+        """Every session's unit decisions in shared decode steps, then one batched TTS decode.
+
+        Each round's ids are chosen on the device (``_decide``), and the next step is launched with them before
+        the host has read them (a step *ahead*); the host then reads the ids and runs the decision logic while the
+        device runs that step. A session whose logic wants another id (``<|listen|>`` mid-turn becomes
+        ``<|tts_bos|>``) is fed again at the same position; one that stops leaves the extra step's keys past its
+        cache length, where the next feed overwrites them before anything attends to them.
+        """
         results: list = [None] * len(jobs)
         # Sessions that decide (not forced to listen) get their ids chosen for all rows at once (``_decide``).
         deciding = [i for i, (s, force) in enumerate(jobs) if not (force or s.generate_count < self.force_listen_count)]
@@ -138,23 +156,34 @@ class FastDuplexRunner(DuplexRunner):
             except StopIteration as done:
                 results[i] = done.value
 
+        ahead = None
         if deciding:
             pending = [jobs[i][0].pending_logits for i in deciding]
             if all(p is not None for p in pending):
-                self._decide([jobs[i][0] for i in deciding], torch.stack(pending))
+                ahead = self._decide(jobs, deciding, torch.stack(pending))
         for i in range(len(jobs)):
             advance(i, None)
         while waiting:
             order = sorted(waiting)
-            hidden, logits = self.fast_llm.feed_tokens(
-                [jobs[i][0].llm_cache for i in order], [waiting.pop(i) for i in order]
-            )
-            hidden = hidden.clone()  # rows are kept as TTS input past this step's buffers; logits are read at once
-            rows = [row for row, i in enumerate(order) if i in deciding]
-            if rows:
-                self._decide([jobs[order[row]][0] for row in rows], logits[rows])
-            for row, i in enumerate(order):
-                advance(i, (hidden[row], logits[row]))
+            wanted = {i: waiting.pop(i) for i in order}
+            fed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # job -> (hidden [D], logits [V]) of its feed
+            if ahead is not None:
+                for row, (i, token) in enumerate(zip(ahead.jobs, ahead.tokens, strict=True)):
+                    if wanted.get(i) == token:  # the step ahead fed what the session wants: keep it
+                        self.fast_llm.accept_ahead(jobs[i][0].llm_cache)
+                        fed[i] = (ahead.hidden[row], ahead.logits[row])
+            fresh = [i for i in order if i not in fed]
+            if fresh:
+                hidden, logits = self.fast_llm.feed_tokens(
+                    [jobs[i][0].llm_cache for i in fresh], [wanted[i] for i in fresh]
+                )
+                hidden, logits = hidden.clone(), logits.clone()  # kept past the next step's static buffers
+                for row, i in enumerate(fresh):
+                    fed[i] = (hidden[row], logits[row])
+            rows = [i for i in order if i in deciding]
+            ahead = self._decide(jobs, rows, torch.stack([fed[i][1] for i in rows])) if rows else None
+            for i in order:
+                advance(i, fed[i])
         self._decided.clear()
         speaking = [i for i, (_, speak) in enumerate(results) if speak is not None and generate_audio]
         if speaking:
@@ -167,12 +196,14 @@ class FastDuplexRunner(DuplexRunner):
                 self.speak_end(jobs[i][0], results[i][1])
         return [result for result, _ in results]
 
-    def _decide(self, sessions: list[DuplexSession], logits: torch.Tensor) -> None:
-        """``DuplexRunner._decode``'s arithmetic for the rows of ``logits`` [R, V] at once, read back in one copy.
+    def _decide(self, jobs: list[tuple[DuplexSession, bool]], rows: list[int], logits: torch.Tensor) -> StepAhead:
+        """``DuplexRunner._decode``'s arithmetic for jobs ``rows`` (logits [R, V]) at once, then the step ahead.
 
         The same elementwise operations on the same float32 values, so the chosen ids and margins are those of
-        the per-session decode; ``_decode`` then only books them.
+        the per-session decode; ``_decode`` then only books them. The decisions come back in one copy, read
+        after the step ahead is launched, so the device runs that step while the host waits for the copy.
         """
+        sessions = [jobs[i][0] for i in rows]
         top2 = torch.topk(logits, 2, dim=-1).values  # [R, 2]
         raw = torch.argmax(logits, dim=-1)
         scores = logits.clone()
@@ -190,10 +221,29 @@ class FastDuplexRunner(DuplexRunner):
         eos = scores[:, self.ids.turn_eos]
         scores[:, self.ids.turn_eos] = torch.where(eos > 0, eos / LENGTH_PENALTY, eos * LENGTH_PENALTY)
         chosen = torch.argmax(scores, dim=-1)  # first maximum: ties go to the lowest id
-        margins = (top2[:, 0] - top2[:, 1]).tolist()
-        ids = torch.stack([raw, chosen]).tolist()
+        # float64 holds the float32 margin and the ids (< 2**24) exactly
+        decided = torch.stack([(top2[:, 0] - top2[:, 1]).double(), raw.double(), chosen.double()])  # [3, R]
+        on_cuda = decided.device.type == "cuda"
+        host = torch.empty(decided.shape, dtype=decided.dtype, pin_memory=on_cuda)
+        host.copy_(decided, non_blocking=on_cuda)
+        copied = torch.cuda.Event() if on_cuda else None
+        if copied is not None:
+            copied.record()
+        # The id each session most likely feeds next (``_decode`` returns the raw id when it is chunk_eos).
+        next_ids = torch.where(raw == self.ids.chunk_eos, raw, chosen)
+        room = [r for r, s in enumerate(sessions) if s.llm_cache.length < self.fast_llm.capacity]
+        hidden = logits_ahead = None
+        if room:
+            index = torch.tensor(room, device=next_ids.device) if len(room) < len(rows) else None
+            tokens = next_ids if index is None else next_ids.index_select(0, index)
+            hidden, logits_ahead = self.fast_llm.step_ahead([sessions[r].llm_cache for r in room], tokens)
+        if copied is not None:
+            copied.synchronize()
+        margins, raws, chosens = host.tolist()
         for r, session in enumerate(sessions):
-            self._decided[id(session)] = (margins[r], ids[0][r], ids[1][r])
+            self._decided[id(session)] = (margins[r], int(raws[r]), int(chosens[r]))
+        next_host = [int(raws[r]) if int(raws[r]) == self.ids.chunk_eos else int(chosens[r]) for r in room]
+        return StepAhead([rows[r] for r in room], next_host, hidden, logits_ahead)
 
     def _decode(self, session: DuplexSession, logits: torch.Tensor, margins: list[float]) -> int:
         """The id ``_decide`` chose for this session's current logits (the eager decode when none was)."""

@@ -1,10 +1,16 @@
 """The MiniCPMTTS head over a static KV pool, decoding the units of several sessions in one batched step.
 
 ``generate_units`` is ``MiniCPMTTS.generate_unit`` for many sessions at once: the sessions' conditions are
-fed together (``RunGraphs``: padded to a length bucket), then every code step feeds all unfinished sessions
-together (one graph replay) and samples them together on the device with the same arithmetic (temperature, repetition penalty
-over the unit's last 16 codes, eos masked below ``min_new_codes``, argmax of the softmax). One host read
-per step tells which sessions hit eos.
+fed together (``RunGraphs``: padded to a length bucket), then every code step feeds all the sessions' last codes
+together (one graph replay, the codes never leaving the device) and samples them together on the device with the
+same arithmetic (temperature, repetition penalty over the unit's last 16 codes, eos masked below
+``min_new_codes``, argmax of the softmax).
+
+The host reads nothing per step. Whether every row has reached eos is read only every ``EOS_READ_EVERY`` steps
+and only once some row may stop (in the middle of a turn ``min_new_codes`` masks eos for the whole unit, so a
+speaking unit usually reads nothing until its 25 codes are done). A row that has stopped keeps being fed until
+that read: its extra keys land past its position, where the next feed overwrites them before anything attends
+to them, and its extra codes are cut off at its eos.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from torch.nn import functional as F
 from inference.models.minicpmo.fast.decoder import KVPool, RowDecoder
 from inference.models.minicpmo.fast.graphs import RunGraphs, StepGraphs
 from inference.models.minicpmo.tts import MAX_NEW_CODES, REPETITION_PENALTY, REPETITION_WINDOW, TEMPERATURE, MiniCPMTTS
+
+EOS_READ_EVERY = 4  # steps between the host's checks that every row has stopped
 
 
 class FastTTSState:
@@ -85,41 +93,34 @@ class FastTTS:
             state.pos += condition.shape[0]
         device = logits.device
         V = logits.shape[1]
-        temperature = torch.tensor(TEMPERATURE, dtype=torch.float32)
+        slots, first_pos = [s.slot for s in states], [s.pos for s in states]
         min_codes = torch.tensor(list(min_new_codes), device=device)
+        temperature = torch.tensor(TEMPERATURE, dtype=torch.float32)  # the eager path's float32 division
         codes = torch.zeros(n, MAX_NEW_CODES, dtype=torch.long, device=device)
-        active = list(range(n))  # rows still decoding, in order
-        stopped_at = [MAX_NEW_CODES - 1] * n  # t at which each row stopped (eos index, or the last t)
+        # first t at which each row chose eos (MAX_NEW_CODES - 1 if never: its 26th code is dropped)
+        stop = torch.full((n,), MAX_NEW_CODES - 1, dtype=torch.long, device=device)
+        steps = MAX_NEW_CODES
         for t in range(MAX_NEW_CODES):
             if t > 0:
-                rows = torch.tensor(active, device=device)
-                _, step_logits = self.graphs.step(
-                    [states[r].slot for r in active], codes[rows, t - 1].tolist(), [states[r].pos for r in active]
-                )
-                for r in active:
-                    states[r].pos += 1
+                # every row is fed its previous code at its own next position (stopped rows too, see above)
+                _, step_logits = self.graphs.step(slots, codes[:, t - 1], [p + t - 1 for p in first_pos])
                 logits = step_logits / temperature
-                window = codes[rows, max(0, t - REPETITION_WINDOW) : t]
-                freq = torch.zeros(len(active), V, dtype=torch.long, device=device)
+                window = codes[:, max(0, t - REPETITION_WINDOW) : t]
+                freq = torch.zeros(n, V, dtype=torch.long, device=device)
                 freq.scatter_add_(1, window, torch.ones_like(window))
                 alpha = torch.pow(REPETITION_PENALTY, freq)
                 logits = torch.where(logits < 0, logits * alpha, logits / alpha)
             else:
-                rows = torch.arange(n, device=device)
                 logits = logits / temperature
-            blocked = t < min_codes[rows]
-            logits[:, self.eos] = torch.where(blocked, -torch.inf, logits[:, self.eos])
-            chosen = torch.argmax(F.softmax(logits, dim=-1), dim=-1)  # [rows]
-            codes[rows, t] = chosen
-            still = []
-            for r, code in zip(active, chosen.tolist(), strict=True):
-                if code == self.eos:
-                    stopped_at[r] = t
-                else:
-                    still.append(r)
-            active = still
-            if not active:
+            logits[:, self.eos] = torch.where(t < min_codes, -torch.inf, logits[:, self.eos])
+            chosen = torch.argmax(F.softmax(logits, dim=-1), dim=-1)  # [n]
+            codes[:, t] = chosen
+            stop = torch.where((chosen == self.eos) & (stop > t), t, stop)
+            can_stop = t >= min(min_new_codes) and t < MAX_NEW_CODES - 1
+            if can_stop and (t + 1) % EOS_READ_EVERY == 0 and bool((stop <= t).all()):
+                steps = t + 1
                 break
-        # A row's last computed code (its eos, or the 26th) is never fed and never returned.
-        host = codes.tolist()
-        return [host[r][: stopped_at[r]] for r in range(n)]
+        host_codes, host_stop = codes[:, :steps].tolist(), stop.tolist()  # the unit's one read
+        for state, t_stop in zip(states, host_stop, strict=True):
+            state.pos += t_stop  # codes fed: those before its eos (or the first 25)
+        return [row[:t_stop] for row, t_stop in zip(host_codes, host_stop, strict=True)]

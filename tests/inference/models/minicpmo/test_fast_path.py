@@ -8,6 +8,7 @@ margins within the golden tests' tolerance.
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -22,6 +23,8 @@ from inference.models.minicpmo.fast.audio import FastAudio
 from inference.models.minicpmo.fast.graphs import T_BUCKETS
 from inference.models.minicpmo.fast.runner import FastDuplexRunner
 from inference.models.minicpmo.fast.streams import RecordedCall, run_calls
+from inference.models.minicpmo.fast.tts import FastTTS
+from inference.models.minicpmo.tts import MIN_NEW_CODES, TTSState
 
 SCENARIOS = ("audio8", "omni6", "turnclose10")
 EXACT = ("llm_ids", "text", "tts_codes", "kv_len", "is_listen", "end_of_turn", "prefill_schema")
@@ -151,3 +154,49 @@ def test_batched_static_encoder_equals_the_eager_streaming_encoder(minicpmo_part
             np.testing.assert_allclose(got[row].numpy(), want.numpy(), rtol=0, atol=1e-4, err_msg=f"tick {tick}")
             assert states[k].cached_frames == eager_states[k].cached_frames
     assert states[0].cached_frames == (36 - 29) * 50  # restarted once, before unit 29
+
+
+def test_tts_units_that_stop_early_equal_the_eager_decode(minicpmo_parts):
+    """Rows reaching eos at different codes (and one that may not stop) decode together exactly as each alone on
+    the eager TTS, through two units of the turn: the steps a stopped row is fed until the host reads that
+    every row has stopped leave its codes and its next unit untouched."""
+    tts = copy.deepcopy(minicpmo_parts.tts)
+    head = tts.head_code[0].weight
+    head[tts.eos] = 1.02 * head[591]  # eos tracks one frequent code: these conditions stop after 3 to 25 codes
+    fast = FastTTS(tts, num_slots=8, max_rows=8)
+    dim = minicpmo_parts.llm.hidden_size
+    conditions = []
+    for k in range(8):
+        hidden = torch.randn(3 + k, dim, generator=torch.Generator().manual_seed(k))
+        conditions.append(tts.condition(list(range(10, 13 + k)), hidden))
+    min_codes = [0] * 7 + [MIN_NEW_CODES]
+    states, eager_states = [fast.new_state() for _ in conditions], [TTSState() for _ in conditions]
+    lengths = set()
+    for unit in range(2):
+        got = fast.generate_units(states, conditions, min_codes)
+        want = [tts.generate_unit(s, c, m) for s, c, m in zip(eager_states, conditions, min_codes, strict=True)]
+        assert got == want, f"unit {unit}"
+        assert [s.pos for s in states] == [s.pos for s in eager_states]
+        lengths |= {len(codes) for codes in got}
+    assert len(lengths) >= 5 and 25 in lengths and min(lengths) < 8, lengths
+
+
+def test_sessions_whose_next_id_the_step_ahead_guessed_wrong_are_fed_again(minicpmo_parts, minicpmo_data_dir):
+    """The fast runner feeds each round's chosen ids a step ahead, before the host reads them. Mid-turn the
+    decision logic turns ``<|listen|>`` into ``<|tts_bos|>``, so a session choosing it must be fed again at the
+    same position. With listen made likely (its lm_head row tracks a frequent text id), the three calls decide
+    together exactly as each alone on the eager runner, through many such re-feeds."""
+    parts = copy.deepcopy(minicpmo_parts)
+    ids = DuplexRunner(parts).ids
+    head = parts.llm.llm.lm_head.weight
+    head[ids.listen] = 1.02 * head[109604]
+    goldens = [json.loads((minicpmo_data_dir / s / "golden.json").read_text()) for s in SCENARIOS]
+    calls = [
+        RecordedCall.from_scenario(minicpmo_data_dir / s, g["options"]) for s, g in zip(SCENARIOS, goldens, strict=True)
+    ]
+    got = run_calls(FastDuplexRunner(parts, num_slots=4), calls)
+    want = [run_calls(DuplexRunner(parts), [call])[0] for call in calls]
+    for mine, theirs in zip(got, want, strict=True):
+        _assert_same_units(mine, theirs)
+    mid_turn_listens = sum(u["llm_ids"].count(ids.tts_bos) for units in want for u in units)
+    assert mid_turn_listens >= 10, mid_turn_listens
