@@ -165,6 +165,48 @@ def one_session(runner, audio_units: int, omni_units: int, seed: int) -> dict:
     return {"prepare_ms": round(prepare_ms, 1), "units": units}
 
 
+def forced_agreement(eager, fast, seed: int = 21) -> dict:
+    """Both runners on the same history: the eager one decides 30 units freely, keeping each decided id and its
+    raw top-2 margin; the fast one then runs the same inputs with every decision replaced by the eager one's, so
+    the two always see the same history, and keeps what it would have chosen. Free-running equality ends at the
+    first flip (the histories part); this counts every step, and a flip at a near tie shows a small margin."""
+    chunk_eos = eager.ids.chunk_eos
+    decided: list[tuple[int, float]] = []
+    eager_decode = eager._decode
+
+    def record(session, logits, margins):
+        token = eager_decode(session, logits, margins)
+        decided.append((token, margins[-1]))
+        return token
+
+    fast_decode, forced, steps = fast._decode, iter(decided), []
+
+    def follow(session, logits, margins):
+        token = fast_decode(session, logits, margins)
+        want, margin = next(forced)
+        steps.append((token, want, margin))
+        if token != want:  # keep the repetition history the eager run had (chunk_eos is never kept)
+            if token != chunk_eos:
+                session.generated_tokens.pop()
+            if want != chunk_eos:
+                session.generated_tokens.append(want)
+        return want
+
+    eager._decode, fast._decode = record, follow  # instance attributes: generate_steps looks them up there
+    try:
+        one_session(eager, 20, 10, seed)
+        one_session(fast, 20, 10, seed)
+    finally:
+        del eager._decode, fast._decode
+    flips = [margin for token, want, margin in steps if token != want]
+    return {
+        "decision_steps": len(steps),
+        "same_id": len(steps) - len(flips),
+        "flip_eager_margins": [round(m, 4) for m in flips],
+        "median_eager_margin": round(float(np.median([m for _, _, m in steps])), 4) if steps else None,
+    }
+
+
 def step_costs(runner, reps: int = 200) -> dict:
     """One decode step of the LLM and of the TTS as the runner launches it (one row, on the scratch slot), ``reps``
     back to back: ``free`` with nothing read between steps (the device's time per step), ``read`` with each step's
@@ -450,6 +492,8 @@ def main() -> int:
         {k: v for k, v in result["greedy_equality_bf16"].items() if k not in ("eager_ids", "fast_ids")},
         flush=True,
     )
+    result["greedy_equality_bf16"]["same_history"] = forced_agreement(eager, fast)
+    print("same history", result["greedy_equality_bf16"]["same_history"], flush=True)
     rows = []
     for n in sizes:
         if time.perf_counter() - t_start > args.deadline_s:
