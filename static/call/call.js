@@ -22,16 +22,18 @@ const RAW_AUDIO = params.get("raw") === "1";
 const MODEL = params.get("model");
 // Latency measurement (tests, bench/latency_browser.py): ?tap=1 records mic and output, see hooks.js.
 const TAP = params.get("tap") === "1";
-// The AudioContext's latency hint: "interactive" unless the page is asked for another (?latency_hint=0
-// or seconds, or a category). 0 gets headless chromium's smallest output buffer (12 ms reported against
-// 40) and won ~28 ms on a quiet machine, but with it the latency browser test failed in 3 of 4 runs of
-// a fresh clone on the loaded 2-core machine, so it is an experiment, not the default (bench/notes/latency.md).
+// The AudioContext's latency hint: 0 unless the page is asked for another (?latency_hint=seconds, or a
+// category such as "interactive"). 0 gets headless chromium's smallest output buffer (12 ms reported
+// against 40 for "interactive"). With it a starved audio thread loses clock time more often; the jitter
+// buffer drops what arrived for the lost time (player.js), which is what kept the delay from drifting
+// on a loaded 2-core machine (bench/notes/latency.md).
+const DEFAULT_LATENCY_HINT = 0;
 const LATENCY_HINT = (() => {
   const asked = params.get("latency_hint");
-  if (asked === null) return "interactive";
+  if (asked === null) return DEFAULT_LATENCY_HINT;
   const seconds = Number.parseFloat(asked);
   if (Number.isFinite(seconds) && seconds >= 0) return seconds;
-  return ["interactive", "balanced", "playback"].includes(asked) ? asked : "interactive"; // else the default
+  return ["interactive", "balanced", "playback"].includes(asked) ? asked : DEFAULT_LATENCY_HINT; // else the default
 })();
 
 export class Call {
@@ -321,7 +323,16 @@ export class Call {
       hooks.bufferMs = player.depthMs;
       hooks.underruns = player.stats.underruns;
       hooks.overruns = player.stats.overruns;
-      hooks.jitter = { targetMs: player.targetMs, grows: player.stats.grows, shrinks: player.stats.shrinks };
+      hooks.jitter = {
+        targetMs: player.targetMs,
+        grows: player.stats.grows,
+        shrinks: player.stats.shrinks,
+        slipDroppedMs: player.stats.slipDroppedMs, // dropped because the audio clock fell behind the wall
+      };
+    }
+    if (this.ctx) {
+      // The audio clock against the page's: a starved audio thread makes contextMs fall behind performanceMs.
+      hooks.audioClock = { contextMs: this.ctx.currentTime * 1000, performanceMs: performance.now() };
     }
     const m = hooks.metrics ?? {};
     const mouthToEar = this.meter?.measure(m) ?? null;

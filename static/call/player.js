@@ -8,6 +8,20 @@
 // stall, the late audio arrives in a burst and would otherwise stay on as latency for long). A
 // backlog of more than `maxMs` beyond the target (the tab was throttled, a stalled connection
 // flushed at once) is an overrun and dropped, so latency cannot creep.
+//
+// The audio clock can also lose time against the wall: a starved audio thread (a loaded machine, and
+// more often with a small output buffer, latencyHint 0) renders late, so the context's clock falls
+// behind while the server goes on sending 80 ms per 80 ms of wall time. Whatever arrives meanwhile is
+// queued on the stalled clock and stays as extra delay; the microphone audio of that time never
+// existed, so the server padded the gap with silence. The player measures that slip (wall time minus
+// context time since the first chunk) and drops as much from the front of the next chunks at once,
+// never below the target: traced on a loaded 2-core machine, each slip otherwise added its length to
+// the delay until the 2-8 % give-back removed it, seconds later (bench/notes/latency.md).
+
+function pushBounded(list, value, limit) {
+  list.push(value);
+  if (list.length > limit) list.shift();
+}
 
 /** The page's pcm16 rate on /v1/realtime, both ways (the mic worklet produces it too). */
 export const WIRE_RATE = 24000;
@@ -20,6 +34,10 @@ const MARGIN_MS = 25;
 const WINDOW_ARRIVALS = 25; // 2 s of 80 ms chunks: long enough to see the jitter's tail
 const MIN_SPEEDUP = 0.02; // 1.6 ms less per 80 ms chunk: inaudible
 const MAX_SPEEDUP = 0.08; // 6.4 ms less per chunk: about a semitone, and only while far behind
+// Audio-clock slip dropped at once beyond this: above the jitter of reading the two clocks on the main thread
+// (the context's clock moves in render callbacks, ~10 ms apart with the "interactive" hint).
+const SLIP_MS = 15;
+const SLIP_READINGS = 4; // chunk arrivals (about 320 ms) whose smallest reading is taken as the slip
 
 export class JitterPlayer {
   /**
@@ -49,6 +67,9 @@ export class JitterPlayer {
     this.live = new Set(); // sources scheduled and not yet ended, so flush() can stop them
     this.slacks = []; // slack (ms) of the arrivals in the current window
     this.shrinkMs = 0; // buffer still to give back by playing fast
+    this.clockOrigin = null; // [performance.now(), context ms] at the first chunk: the slip is measured from there
+    this.slipDroppedMs = 0; // audio dropped for the audio clock's slip so far (ms)
+    this.lags = []; // the latest readings of (wall - context) time since clockOrigin (ms)
     this.stats = {
       chunksScheduled: 0,
       underruns: 0,
@@ -59,6 +80,7 @@ export class JitterPlayer {
       playedSumSquares: 0,
       playedSamples: 0,
       recentPlayedRms: 0,
+      slipDroppedMs: 0,
     };
     this.lastAckMs = 0;
   }
@@ -77,16 +99,21 @@ export class JitterPlayer {
   /** Schedule one chunk of little-endian int16 samples at `this.rate`; returns its start (context time). */
   push(int16) {
     if (int16.length === 0) return null;
-    const samples = new Float32Array(int16.length);
+    const now = this.ctx.currentTime;
+    const skip = this.primed ? this.slipToDrop(now, int16.length) : 0;
+    if (skip >= int16.length) return null; // the whole chunk arrived for time the audio clock lost
+    const samples = new Float32Array(int16.length - skip);
     let sumSquares = 0;
-    for (let i = 0; i < int16.length; i++) {
-      samples[i] = int16[i] / 32768;
+    for (let i = 0; i < samples.length; i++) {
+      samples[i] = int16[skip + i] / 32768;
       sumSquares += samples[i] * samples[i];
     }
-    const now = this.ctx.currentTime;
     if (!this.primed) {
       this.cursor = now + this.targetMs / 1000;
       this.primed = true;
+      this.clockOrigin = [performance.now(), now * 1000];
+      this.slipDroppedMs = 0;
+      this.lags = [];
     } else if (this.cursor < now) {
       // The buffer ran dry (the listener heard a gap): allow for at least that much jitter from now on.
       this.stats.underruns++;
@@ -120,6 +147,30 @@ export class JitterPlayer {
     this.stats.chunksScheduled++;
     this.onStart?.({ at, duration, samples: samples.length });
     return at;
+  }
+
+  /**
+   * Samples to drop from the front of a chunk of `length` for the audio clock's slip: how far the
+   * context's clock has fallen behind the wall since the first chunk, less what was dropped for it
+   * already, once beyond SLIP_MS; never more than the queue holds above the target.
+   */
+  slipToDrop(now, length) {
+    if (this.ctx.state !== "running" || this.clockOrigin === null) return 0; // a suspended clock is not a slip
+    const [wall0, context0] = this.clockOrigin;
+    // The context's time moves in render callbacks, so one reading is late by up to a callback: the
+    // smallest of the last few is the slip.
+    pushBounded(this.lags, performance.now() - wall0 - (now * 1000 - context0), SLIP_READINGS);
+    const slipMs = Math.min(...this.lags) - this.slipDroppedMs;
+    if (slipMs < -SLIP_MS) this.slipDroppedMs += slipMs; // the audio clock ran ahead (drift): re-baseline
+    if (slipMs <= SLIP_MS) return 0;
+    const spareMs = (this.cursor - now) * 1000 - this.targetMs;
+    const dropMs = Math.min(slipMs, spareMs);
+    if (dropMs <= 0) return 0;
+    const samples = Math.min(length, Math.round((dropMs / 1000) * this.rate));
+    const droppedMs = (samples / this.rate) * 1000;
+    this.slipDroppedMs += droppedMs;
+    this.stats.slipDroppedMs += droppedMs;
+    return samples;
   }
 
   grow(ms) {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from inference.audio.framing import START_MARGIN_MS, WINDOW_TICKS, TickAlignedFramer
+from inference.audio.framing import MIN_MARGIN_MS, START_MARGIN_MS, WINDOW_TICKS, TickAlignedFramer
 
 RATE = 24_000
 N = 1920  # 80 ms
@@ -110,6 +110,28 @@ def test_late_audio_pads_one_frame_grows_the_margin_and_adds_no_standing_frame()
         taken = tick(8)
     assert pushed - taken.end_position <= framer.margin + PIECE
     assert framer.short_frames == 1
+
+
+def test_the_margin_a_late_piece_added_is_given_back_within_seconds_of_calm():
+    framer = TickAlignedFramer(N, RATE)
+    pushed = 0
+
+    def tick(pieces: int):
+        nonlocal pushed
+        for _ in range(pieces):
+            framer.push(ramp(pushed, PIECE))
+            pushed += PIECE
+        return framer.take()
+
+    tick(8)
+    assert tick(2).short  # 60 ms late: the margin grows by the shortfall (to its 60 ms cap here)
+    grown = framer.margin
+    assert grown >= MARGIN + 4 * PIECE
+    tick(14)
+    for _ in range(10 * WINDOW_TICKS):  # 10 s of steady pieces
+        tick(8)
+    assert framer.short_frames == 1
+    assert framer.margin <= int(MIN_MARGIN_MS * RATE / 1000) + 2 * PIECE  # back near its floor, not grown - 10 ms
 
 
 def test_a_standing_backlog_is_trimmed_within_a_window():
