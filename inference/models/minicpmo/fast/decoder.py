@@ -106,6 +106,13 @@ def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return F.rms_norm(x, (x.shape[-1],), weight=norm.weight, eps=norm.variance_epsilon)
 
 
+def residual_linear(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``residual + x @ weight.T`` in one GEMM (the addition in its epilogue instead of a kernel of its own)."""
+    shape = residual.shape
+    out = torch.addmm(residual.reshape(-1, shape[-1]), x.reshape(-1, x.shape[-1]), weight.t())
+    return out.view(shape)
+
+
 class RowDecoder:
     """The decoder layers of ``model`` run row-batched over a ``KVPool``.
 
@@ -171,7 +178,10 @@ class RowDecoder:
             slot_rows = torch.where(real, slot_rows, pool.scratch)
             write_at = positions.clamp(max=pool.capacity - 1)  # padding may run past the slot's end
         cos, sin = self.model.rotary_emb(x, positions)  # [R, T, hd]
-        cos, sin = cos[:, None], sin[:, None]  # [R, 1, T, hd]
+        # rotate_half(x) * sin == roll(x, half) * signed_sin: the rotation in three kernels (mul, roll, addcmul)
+        half = self.head_dim // 2
+        signed_sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+        cos, signed_sin = cos[:, :, None], signed_sin[:, :, None]  # [R, T, 1, hd]: every head of a position
         # Query (r, t) sees key j of its slot iff j <= its own position.
         mask = torch.arange(kv_len, device=x.device)[None, None, :] <= positions[:, :, None]  # [R, T, L]
         # Grouped queries share their KV head: fold the groups into the query axis instead of repeating keys.
@@ -187,17 +197,17 @@ class RowDecoder:
             v = qkv[..., q_width + kv_width :].view(R, T, self.kv_heads, self.head_dim)
             if hasattr(attn, "q_norm"):
                 q, k = rms_norm(attn.q_norm, q), rms_norm(attn.k_norm, k)
-            q, k = q.transpose(1, 2), k.transpose(1, 2)  # [R, H, T, hd]
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            qk = torch.cat([q, k], dim=2)  # [R, T, H + H_kv, hd]: queries and keys rotated together
+            qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), signed_sin)
+            q, k = qk[:, :, : self.heads].transpose(1, 2), qk[:, :, self.heads :]  # [R, H, T, hd], [R, T, H_kv, hd]
             keys, values = pool.keys[i], pool.values[i]
-            keys[slot_rows, :, write_at] = k.transpose(1, 2)  # [R, T, H_kv, hd] into [S, H_kv, C, hd]
+            keys[slot_rows, :, write_at] = k  # [R, T, H_kv, hd] into [S, H_kv, C, hd]
             values[slot_rows, :, write_at] = v
             ks, vs = keys[slot_ids, :, :kv_len], values[slot_ids, :, :kv_len]  # [R, H_kv, L, hd]
             qg = q.reshape(R, self.kv_heads, self.groups * T, self.head_dim)
             out = F.scaled_dot_product_attention(qg, ks, vs, attn_mask=mask, scale=self.scaling)
             out = out.reshape(R, self.heads, T, self.head_dim).transpose(1, 2).reshape(R, T, -1)
-            h = h + attn.o_proj(out)
+            h = residual_linear(h, out, attn.o_proj.weight)
             gate, up = F.linear(rms_norm(layer.post_attention_layernorm, h), self.gate_up[i]).chunk(2, dim=-1)
-            h = h + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
+            h = residual_linear(h, layer.mlp.act_fn(gate) * up, layer.mlp.down_proj.weight)
         return rms_norm(self.model.norm, h)
