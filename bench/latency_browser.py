@@ -149,6 +149,54 @@ class LoadSampler:
         return {"min": round(min(v), 2), "mean": round(sum(v) / len(v), 2), "max": round(max(v), 2)}
 
 
+class AudioStalls:
+    """Test-only: stop chromium's audio service process for ``ms`` every ``every_s`` seconds (SIGSTOP, SIGCONT).
+
+    A starved audio thread on a loaded machine, made reproducible: while the audio service is stopped
+    the page's AudioContext renders nothing, so its clock falls behind the wall, the fake microphone's
+    audio of that time is lost, and the server's audio arriving meanwhile queues on the stalled clock
+    (bench/notes/latency.md, stop 24). Only the audio service of the chromium this bench started.
+    """
+
+    def __init__(self, ms: float, every_s: float) -> None:
+        self.ms, self.every_s = ms, every_s
+        self.times: list[float] = []  # monotonic start of each stall
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _audio_service() -> psutil.Process | None:
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if any("audio.mojom.AudioService" in arg for arg in child.cmdline()):
+                    return child
+            except psutil.Error:
+                continue
+        return None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            service = self._audio_service()
+            if service is None:
+                continue
+            self.times.append(time.monotonic())
+            service.suspend()
+            try:
+                time.sleep(self.ms / 1000)
+            finally:
+                service.resume()
+
+    def __enter__(self) -> AudioStalls:
+        if self.ms > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
 def warm_call(page) -> float | None:
     """A first call until its first agent audio, then stop: a model engine's prefill cache then holds this
     persona and voice, and the measured call shows the instant start. Returns this call's first audio (ms)."""
@@ -340,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--query", default="", help="extra call page parameters, e.g. for an experiment")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
+        "--stall-audio-ms", type=float, default=0, help="test-only: stop chromium's audio service this long ..."
+    )
+    parser.add_argument("--stall-every-s", type=float, default=10.0, help="... every N s (a starved audio thread)")
+    parser.add_argument(
         "--trace", type=Path, default=None, help="record the server's FIFO and outbox (bench/trace_daphne.py) here, JSONL"
     )
     parser.add_argument("--dump", type=Path, default=None, help="also save the tapped signals (npz), to look at")
@@ -355,11 +407,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         wav = write_marked_wav(var_dir / "marks.wav")
         proc, url = start_server(server_env(args, var_dir))
-        with LoadSampler() as sampler:
+        with LoadSampler() as sampler, AudioStalls(args.stall_audio_ms, args.stall_every_s) as stalls:
             call, cold = run_call(args, url, wav)
         load["during"] = sampler.summary()
         cpu = psutil.Process(proc.pid).cpu_times()
         result = summarize(args, call, load, cpu.user + cpu.system, cold)
+        if args.stall_audio_ms:
+            result["audio_stalls"] = {"ms": args.stall_audio_ms, "every_s": args.stall_every_s, "monotonic_s": stalls.times}
         if args.dump:
             mic, out_signal = call.tap.signals()
             np.savez_compressed(args.dump, mic=mic, out=out_signal, rate=call.tap.rate)

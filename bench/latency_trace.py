@@ -13,7 +13,8 @@ monotonic clock as the page's samples) and prints one row per second of the call
   dropped (ms in that second), and ``net``: cumulative pad - trim since the call started (ms): the
   server's contribution to the delay beyond its FIFO;
 - ``outq``: the outbox's longest queue; ``buf`` / ``target``: the page's jitter buffer and its target (ms);
-  ``under``: page underruns so far; ``slipdrop``: audio the page dropped so far for its audio clock's slip (ms).
+  ``under``: page underruns so far; ``*`` after the second: an injected audio stall began (``--stall-audio-ms``);
+  ``slipdrop``: audio the page dropped so far for its audio clock's slip (ms).
 
 Usage: .venv/bin/python bench/latency_trace.py bench/results/latency-echo-X.json [trace.jsonl]
 """
@@ -71,6 +72,7 @@ def main(argv: list[str]) -> int:
         elif e["k"] == "out_put":
             r["outq"] = max(r.get("outq", 0), e["queued"] + 1)
     page = {int(s["monotonic_s"] - t0): s for s in samples}
+    stalled = {int(t - t0) for t in (result.get("audio_stalls") or {}).get("monotonic_s", [])}
     ms = 1000 / RATE
     print(
         f"{'s':>3} {'delay':>6} {'ctx':>5} {'up':>5} {'fifo':>9} {'margin':>6} {'pad':>5} {'trim':>5} {'net':>6}"
@@ -93,7 +95,7 @@ def main(argv: list[str]) -> int:
             ctx = f"{1000 * (wall - (p['context_frames'] - last['context_frames']) / rate):5.0f}"
         d = delays.get(sec)
         print(
-            f"{sec:3d} {np.median(d) if d else float('nan'):6.0f} {ctx:>5} {r['up'] * ms:5.0f}"
+            f"{sec:3d}{'*' if sec in stalled else ' '}{np.median(d) if d else float('nan'):6.0f} {ctx:>5} {r['up'] * ms:5.0f}"
             f" {r.get('fifo_min', 0) * ms:4.0f}/{r.get('fifo_max', 0) * ms:<4.0f} {r.get('margin', 0) * ms:6.1f}"
             f" {r['pad'] * ms:5.0f} {r['trim'] * ms:5.0f} {net:6.0f} {r.get('outq', 0):4.0f}"
             f" {p['bufferMs'] if p else float('nan'):5.0f} {(p.get('jitter') or {}).get('targetMs', float('nan')) if p else float('nan'):6.0f}"

@@ -28,6 +28,9 @@ const TAP = params.get("tap") === "1";
 // buffer drops what arrived for the lost time (player.js), which is what kept the delay from drifting
 // on a loaded 2-core machine (bench/notes/latency.md).
 const DEFAULT_LATENCY_HINT = 0;
+// ?slip_drop=0 keeps the audio the jitter buffer would drop for the audio clock's slip (an A/B lever for
+// bench/latency_browser.py --stall-audio-ms; see player.js).
+const DROP_SLIP = params.get("slip_drop") !== "0";
 const LATENCY_HINT = (() => {
   const asked = params.get("latency_hint");
   if (asked === null) return DEFAULT_LATENCY_HINT;
@@ -84,6 +87,7 @@ export class Call {
       rate: WIRE_RATE,
       onAck: (ms) => this.send({ type: "playback.ack", played_ms: ms }),
       onStart: (chunk) => this.onChunkScheduled(chunk),
+      dropSlip: DROP_SLIP,
     });
     this.ui.drawOutput(this.player.analyser);
     if (TAP && this.mic) await installTap(this.ctx, this.mic.source, this.player.gain);

@@ -43,12 +43,21 @@ export class JitterPlayer {
   /**
    * @param {AudioContext} ctx
    * @param {{rate?: number, startMs?: number, minMs?: number, maxTargetMs?: number, maxMs?: number,
-   *          onAck?: (playedMs: number) => void, onStart?: (chunk: ScheduledChunk) => void}} options
+   *          onAck?: (playedMs: number) => void, onStart?: (chunk: ScheduledChunk) => void, dropSlip?: boolean}} options
    *   onStart is called with each chunk's schedule: {at (context time it starts), duration (s), samples}.
    */
   constructor(
     ctx,
-    { rate = WIRE_RATE, startMs = 40, minMs = 10, maxTargetMs = 600, maxMs = 1000, onAck = null, onStart = null } = {},
+    {
+      rate = WIRE_RATE,
+      startMs = 40,
+      minMs = 10,
+      maxTargetMs = 600,
+      maxMs = 1000,
+      onAck = null,
+      onStart = null,
+      dropSlip = true,
+    } = {},
   ) {
     this.ctx = ctx;
     this.rate = rate;
@@ -58,6 +67,7 @@ export class JitterPlayer {
     this.maxMs = maxMs;
     this.onAck = onAck;
     this.onStart = onStart;
+    this.dropSlip = dropSlip; // drop what arrives for time the audio clock lost (see the top of this file)
     this.gain = ctx.createGain();
     this.analyser = ctx.createAnalyser(); // the output waveform view reads from here
     this.analyser.fftSize = 2048;
@@ -100,7 +110,7 @@ export class JitterPlayer {
   push(int16) {
     if (int16.length === 0) return null;
     const now = this.ctx.currentTime;
-    const skip = this.primed ? this.slipToDrop(now, int16.length) : 0;
+    const skip = this.primed && this.dropSlip ? this.slipToDrop(now, int16.length) : 0;
     if (skip >= int16.length) return null; // the whole chunk arrived for time the audio clock lost
     const samples = new Float32Array(int16.length - skip);
     let sumSquares = 0;
