@@ -44,7 +44,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.stats import summary  # noqa: E402
-from tests.browser.latency_probe import MeasuredCall, run_measured_call, write_marked_wav  # noqa: E402
+from tests.browser.latency_probe import AudioStalls, MeasuredCall, run_measured_call, write_marked_wav  # noqa: E402
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 USERNAME, PASSWORD = "latency", "latency-bench-password"
@@ -147,54 +147,6 @@ class LoadSampler:
     def summary(self) -> dict[str, float]:
         v = self.values or [os.getloadavg()[0]]
         return {"min": round(min(v), 2), "mean": round(sum(v) / len(v), 2), "max": round(max(v), 2)}
-
-
-class AudioStalls:
-    """Test-only: stop chromium's audio service process for ``ms`` every ``every_s`` seconds (SIGSTOP, SIGCONT).
-
-    A starved audio thread on a loaded machine, made reproducible: while the audio service is stopped
-    the page's AudioContext renders nothing, so its clock falls behind the wall, the fake microphone's
-    audio of that time is lost, and the server's audio arriving meanwhile queues on the stalled clock
-    (bench/notes/latency.md, stop 24). Only the audio service of the chromium this bench started.
-    """
-
-    def __init__(self, ms: float, every_s: float) -> None:
-        self.ms, self.every_s = ms, every_s
-        self.times: list[float] = []  # monotonic start of each stall
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    @staticmethod
-    def _audio_service() -> psutil.Process | None:
-        for child in psutil.Process().children(recursive=True):
-            try:
-                if any("audio.mojom.AudioService" in arg for arg in child.cmdline()):
-                    return child
-            except psutil.Error:
-                continue
-        return None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            service = self._audio_service()
-            if service is None:
-                continue
-            self.times.append(time.monotonic())
-            service.suspend()
-            try:
-                time.sleep(self.ms / 1000)
-            finally:
-                service.resume()
-
-    def __enter__(self) -> AudioStalls:
-        if self.ms > 0:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
 
 
 def warm_call(page) -> float | None:
@@ -342,7 +294,8 @@ def summarize(args, call: MeasuredCall, load: dict, server_cpu_s: float, cold_fi
             buckets.setdefault(int(t // 10) * 10, []).append(d)
         result["mouth_to_ear_by_10s"] = {f"{k}-{k + 10}s": percentiles(v) for k, v in sorted(buckets.items())}
         result["delays_ms"] = [round(d, 1) for d in marks.delays_ms]
-        if args.trace:  # for bench/latency_trace.py: each mark's time on the page's audio clock, and the page per second
+        # for bench/latency_trace.py: each mark's time on the page's audio clock, and the page per second
+        if args.trace:
             result["mark_times_s"] = [round(t, 3) for t in marks.mark_times_s]
     if args.trace:
         result["trace"] = {
@@ -392,7 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--stall-every-s", type=float, default=10.0, help="... every N s (a starved audio thread)")
     parser.add_argument(
-        "--trace", type=Path, default=None, help="record the server's FIFO and outbox (bench/trace_daphne.py) here, JSONL"
+        "--trace",
+        type=Path,
+        default=None,
+        help="record the server's FIFO and outbox (bench/trace_daphne.py) here, JSONL",
     )
     parser.add_argument("--dump", type=Path, default=None, help="also save the tapped signals (npz), to look at")
     args = parser.parse_args(argv)
@@ -413,7 +369,11 @@ def main(argv: list[str] | None = None) -> int:
         cpu = psutil.Process(proc.pid).cpu_times()
         result = summarize(args, call, load, cpu.user + cpu.system, cold)
         if args.stall_audio_ms:
-            result["audio_stalls"] = {"ms": args.stall_audio_ms, "every_s": args.stall_every_s, "monotonic_s": stalls.times}
+            result["audio_stalls"] = {
+                "ms": args.stall_audio_ms,
+                "every_s": args.stall_every_s,
+                "monotonic_s": stalls.times,
+            }
         if args.dump:
             mic, out_signal = call.tap.signals()
             np.savez_compressed(args.dump, mic=mic, out=out_signal, rate=call.tap.rate)

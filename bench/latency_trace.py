@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
     result = json.loads(open(argv[0]).read())
     trace = result["trace"]
     path = argv[1] if len(argv) > 1 else trace["server"]
-    with (gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)) as lines:
+    with gzip.open(path, "rt") if str(path).endswith(".gz") else open(path) as lines:
         events = [json.loads(line) for line in lines]
     samples = trace["page_samples"]
     rate = result["context_rate"]

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
+import time
 import wave
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 MARK_PERIOD_S = 0.5
 MARK_S = 0.03
@@ -304,8 +307,6 @@ def run_measured_call(page: Any, seconds: float, *, live_timeout_ms: int = 90_00
 
     Drains the tap every second (so no single transfer is large) and samples the page's figures.
     """
-    import time
-
     wire = WireCounter()
     wire.attach(page)
     page.click("#start")
@@ -331,3 +332,51 @@ def run_measured_call(page: Any, seconds: float, *, live_timeout_ms: int = 90_00
     page.click("#stop")
     page.wait_for_function("() => window.parley.state === 'closed'", timeout=20_000)
     return MeasuredCall(tap, samples, final, wire)
+
+
+class AudioStalls:
+    """Test-only: stop chromium's audio service process for ``ms`` every ``every_s`` seconds (SIGSTOP, SIGCONT).
+
+    A starved audio thread on a loaded machine, made reproducible: while the audio service is stopped
+    the page's AudioContext renders nothing, so its clock falls behind the wall, the fake microphone's
+    audio of that time is lost, and the server's audio arriving meanwhile queues on the stalled clock
+    (bench/notes/latency.md, stop 24). Linux only (SIGSTOP).. Only the audio service of a chromium this process started.
+    """
+
+    def __init__(self, ms: float, every_s: float) -> None:
+        self.ms, self.every_s = ms, every_s
+        self.times: list[float] = []  # monotonic start of each stall
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _audio_service() -> psutil.Process | None:
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if any("audio.mojom.AudioService" in arg for arg in child.cmdline()):
+                    return child
+            except psutil.Error:
+                continue
+        return None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            service = self._audio_service()
+            if service is None:
+                continue
+            self.times.append(time.monotonic())
+            service.suspend()
+            try:
+                time.sleep(self.ms / 1000)
+            finally:
+                service.resume()
+
+    def __enter__(self) -> AudioStalls:
+        if self.ms > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
