@@ -18,7 +18,7 @@ import torch
 from inference.engines.base import SlotConfig, SlotInput, VoiceRef
 from inference.engines.unit import UnitEngine
 from inference.models.minicpmo.audio_encoder import AudioStreamState
-from inference.models.minicpmo.duplex import DuplexRunner
+from inference.models.minicpmo.duplex import MAX_STEPS_PER_UNIT, DuplexRunner
 from inference.models.minicpmo.fast.audio import FastAudio
 from inference.models.minicpmo.fast.graphs import T_BUCKETS
 from inference.models.minicpmo.fast.runner import FastDuplexRunner
@@ -200,3 +200,27 @@ def test_sessions_whose_next_id_the_step_ahead_guessed_wrong_are_fed_again(minic
         _assert_same_units(mine, theirs)
     mid_turn_listens = sum(u["llm_ids"].count(ids.tts_bos) for units in want for u in units)
     assert mid_turn_listens >= 10, mid_turn_listens
+
+
+def test_units_that_reach_the_id_cap_equal_the_eager_path(minicpmo_parts, minicpmo_data_dir):
+    """No golden unit decides its 19th id (the 28-character cap ends them first). With the listen and end rows of
+    lm_head zeroed and single-letter tokens made likely (distinct ratios, so no two of them tie after the
+    repetition penalty), units run to the cap, where the fast runner stops deciding; they equal the eager path."""
+    parts = copy.deepcopy(minicpmo_parts)
+    runner = DuplexRunner(parts)
+    ids, head = runner.ids, parts.llm.llm.lm_head.weight
+    for token in (ids.listen, ids.chunk_eos, ids.chunk_tts_eos, ids.turn_eos):
+        head[token].zero_()
+    letters = [i for i in range(300) if len(runner.tok.decode([i])) == 1 and runner.tok.decode([i]).isalpha()][:40]
+    for k, token in enumerate(letters):
+        head[token] = 1.5 * 1.013**k * head[109604]
+    goldens = [json.loads((minicpmo_data_dir / s / "golden.json").read_text()) for s in SCENARIOS]
+    calls = [
+        RecordedCall.from_scenario(minicpmo_data_dir / s, g["options"]) for s, g in zip(SCENARIOS, goldens, strict=True)
+    ]
+    got = run_calls(FastDuplexRunner(parts, num_slots=4), calls)
+    want = [run_calls(DuplexRunner(parts), [call])[0] for call in calls]
+    for mine, theirs in zip(got, want, strict=True):
+        _assert_same_units(mine, theirs)
+    capped = [u for units in want for u in units if len(u["llm_ids"]) > MAX_STEPS_PER_UNIT]
+    assert len(capped) >= 2 and all(u["llm_ids"][MAX_STEPS_PER_UNIT - 1] == ids.chunk_eos for u in capped)
