@@ -7,8 +7,6 @@ lives in ``bench/unit_gpu.py`` because it needs the 9 B model.
 
 from __future__ import annotations
 
-import copy
-import json
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +17,19 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 from inference.models.minicpmo.duplex import DuplexRunner  # noqa: E402
 from inference.models.minicpmo.fast.runner import FastDuplexRunner  # noqa: E402
-from inference.models.minicpmo.fast.streams import RecordedCall, run_calls  # noqa: E402
+from inference.models.minicpmo.fast.streams import run_calls  # noqa: E402
 from inference.models.minicpmo.fast.tts import FastTTS  # noqa: E402
 from inference.models.minicpmo.fill import make_checkpoint  # noqa: E402
 from inference.models.minicpmo.loading import load_model  # noqa: E402
-from inference.models.minicpmo.tts import MIN_NEW_CODES, TTSState  # noqa: E402
+from inference.models.minicpmo.tts import TTSState  # noqa: E402
+from tests.inference.models.minicpmo.steering import (  # noqa: E402
+    early_stopping_tts,
+    golden_calls,
+    listen_likely,
+    run_to_the_cap,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "minicpmo45"
-SCENARIOS = ("audio8", "omni6", "turnclose10")
 EXACT = ("llm_ids", "text", "tts_codes", "kv_len", "is_listen", "end_of_turn", "prefill_schema")
 
 
@@ -42,8 +45,7 @@ def parts(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def runs(parts):
-    goldens = [json.loads((DATA / s / "golden.json").read_text()) for s in SCENARIOS]
-    calls = [RecordedCall.from_scenario(DATA / s, g["options"]) for s, g in zip(SCENARIOS, goldens, strict=True)]
+    goldens, calls = golden_calls(DATA)
     fast = FastDuplexRunner(parts, num_slots=4)
     assert fast.capture(max_kv=512) > 0
     batched = run_calls(fast, calls)  # three calls per tick: the 2- and 4-row graphs
@@ -78,37 +80,25 @@ def test_graphed_fast_path_reproduces_the_goldens(runs):
 
 def test_graphed_step_ahead_refeeds_wrong_guesses_as_the_eager_path_decides(parts):
     """On the device the step ahead is launched before the host reads the ids (pinned copy, event): with listen
-    made likely mid-turn (tests/inference/models/minicpmo/test_fast_path.py has the CPU twin) the batched
-    graphed calls still decide exactly as the eager runner does, through many re-feeds."""
-    modified = copy.deepcopy(parts)
-    ids = DuplexRunner(modified).ids
-    head = modified.llm.llm.lm_head.weight
-    head[ids.listen] = 1.02 * head[109604]
-    goldens = [json.loads((DATA / s / "golden.json").read_text()) for s in SCENARIOS]
-    calls = [RecordedCall.from_scenario(DATA / s, g["options"]) for s, g in zip(SCENARIOS, goldens, strict=True)]
-    fast = FastDuplexRunner(modified, num_slots=4)
-    fast.capture(max_kv=512)
-    got = run_calls(fast, calls)
-    want = [run_calls(DuplexRunner(modified), [c])[0] for c in calls]
-    for g, w in zip(got, want, strict=True):
-        assert _diff(g, w) is None, _diff(g, w)
-    assert sum(u["llm_ids"].count(ids.tts_bos) for units in want for u in units) >= 10
+    made likely mid-turn and with units run to the id cap (the CPU twins are in
+    tests/inference/models/minicpmo/test_fast_path.py) the batched graphed calls decide exactly as the eager
+    runner does."""
+    calls = golden_calls(DATA)[1]
+    for steered in (listen_likely(parts), run_to_the_cap(parts)):
+        fast = FastDuplexRunner(steered, num_slots=4)
+        fast.capture(max_kv=512)
+        got = run_calls(fast, calls)
+        want = [run_calls(DuplexRunner(steered), [c])[0] for c in calls]
+        for g, w in zip(got, want, strict=True):
+            assert _diff(g, w) is None, _diff(g, w)
 
 
 def test_graphed_tts_rows_stopping_early_equal_the_eager_decode(parts):
     """The TTS codes stay on the device and eos is read every few steps: rows that stop at different codes
     equal the eager decode, codes and positions, through two units of the turn."""
-    tts = copy.deepcopy(parts.tts)
-    head = tts.head_code[0].weight
-    head[tts.eos] = 1.02 * head[591]
+    tts, conditions, min_codes = early_stopping_tts(parts)
     fast = FastTTS(tts, num_slots=8, max_rows=8)
     fast.graphs.capture_all()
-    dim = parts.llm.hidden_size
-    conditions = []
-    for k in range(8):
-        hidden = torch.randn(3 + k, dim, generator=torch.Generator().manual_seed(k)).cuda()
-        conditions.append(tts.condition(list(range(10, 13 + k)), hidden))
-    min_codes = [0] * 7 + [MIN_NEW_CODES]
     states, eager_states = [fast.new_state() for _ in conditions], [TTSState() for _ in conditions]
     lengths = set()
     for unit in range(2):

@@ -8,7 +8,6 @@ margins within the golden tests' tolerance.
 
 from __future__ import annotations
 
-import copy
 import json
 
 import numpy as np
@@ -24,9 +23,9 @@ from inference.models.minicpmo.fast.graphs import T_BUCKETS
 from inference.models.minicpmo.fast.runner import FastDuplexRunner
 from inference.models.minicpmo.fast.streams import RecordedCall, run_calls
 from inference.models.minicpmo.fast.tts import FastTTS
-from inference.models.minicpmo.tts import MIN_NEW_CODES, TTSState
+from inference.models.minicpmo.tts import TTSState
+from tests.inference.models.minicpmo.steering import early_stopping_tts, golden_calls, listen_likely, run_to_the_cap
 
-SCENARIOS = ("audio8", "omni6", "turnclose10")
 EXACT = ("llm_ids", "text", "tts_codes", "kv_len", "is_listen", "end_of_turn", "prefill_schema")
 
 
@@ -39,10 +38,7 @@ def _assert_same_units(mine: list[dict], theirs: list[dict]) -> None:
 
 
 def test_three_calls_batched_reproduce_their_goldens(minicpmo_parts, minicpmo_data_dir):
-    goldens = [json.loads((minicpmo_data_dir / s / "golden.json").read_text()) for s in SCENARIOS]
-    calls = [
-        RecordedCall.from_scenario(minicpmo_data_dir / s, g["options"]) for s, g in zip(SCENARIOS, goldens, strict=True)
-    ]
+    goldens, calls = golden_calls(minicpmo_data_dir)
     runner = FastDuplexRunner(minicpmo_parts, num_slots=4)
     records = run_calls(runner, calls)  # every tick decides the live calls in shared steps
     for recs, golden in zip(records, goldens, strict=True):
@@ -160,16 +156,8 @@ def test_tts_units_that_stop_early_equal_the_eager_decode(minicpmo_parts):
     """Rows reaching eos at different codes (and one that may not stop) decode together exactly as each alone on
     the eager TTS, through two units of the turn: the steps a stopped row is fed until the host reads that
     every row has stopped leave its codes and its next unit untouched."""
-    tts = copy.deepcopy(minicpmo_parts.tts)
-    head = tts.head_code[0].weight
-    head[tts.eos] = 1.02 * head[591]  # eos tracks one frequent code: these conditions stop after 3 to 25 codes
+    tts, conditions, min_codes = early_stopping_tts(minicpmo_parts)
     fast = FastTTS(tts, num_slots=8, max_rows=8)
-    dim = minicpmo_parts.llm.hidden_size
-    conditions = []
-    for k in range(8):
-        hidden = torch.randn(3 + k, dim, generator=torch.Generator().manual_seed(k))
-        conditions.append(tts.condition(list(range(10, 13 + k)), hidden))
-    min_codes = [0] * 7 + [MIN_NEW_CODES]
     states, eager_states = [fast.new_state() for _ in conditions], [TTSState() for _ in conditions]
     lengths = set()
     for unit in range(2):
@@ -181,46 +169,33 @@ def test_tts_units_that_stop_early_equal_the_eager_decode(minicpmo_parts):
     assert len(lengths) >= 5 and 25 in lengths and min(lengths) < 8, lengths
 
 
+def _fast_and_eager(parts, calls) -> tuple[list, list]:
+    """The calls decided together on the fast runner, and each alone on the eager one."""
+    got = run_calls(FastDuplexRunner(parts, num_slots=4), calls)
+    return got, [run_calls(DuplexRunner(parts), [call])[0] for call in calls]
+
+
 def test_sessions_whose_next_id_the_step_ahead_guessed_wrong_are_fed_again(minicpmo_parts, minicpmo_data_dir):
     """The fast runner feeds each round's chosen ids a step ahead, before the host reads them. Mid-turn the
     decision logic turns ``<|listen|>`` into ``<|tts_bos|>``, so a session choosing it must be fed again at the
-    same position. With listen made likely (its lm_head row tracks a frequent text id), the three calls decide
-    together exactly as each alone on the eager runner, through many such re-feeds."""
-    parts = copy.deepcopy(minicpmo_parts)
-    ids = DuplexRunner(parts).ids
-    head = parts.llm.llm.lm_head.weight
-    head[ids.listen] = 1.02 * head[109604]
-    goldens = [json.loads((minicpmo_data_dir / s / "golden.json").read_text()) for s in SCENARIOS]
-    calls = [
-        RecordedCall.from_scenario(minicpmo_data_dir / s, g["options"]) for s, g in zip(SCENARIOS, goldens, strict=True)
-    ]
-    got = run_calls(FastDuplexRunner(parts, num_slots=4), calls)
-    want = [run_calls(DuplexRunner(parts), [call])[0] for call in calls]
+    same position. With listen made likely, the three calls decide together exactly as each alone on the eager
+    runner, through many such re-feeds."""
+    parts = listen_likely(minicpmo_parts)
+    got, want = _fast_and_eager(parts, golden_calls(minicpmo_data_dir)[1])
     for mine, theirs in zip(got, want, strict=True):
         _assert_same_units(mine, theirs)
-    mid_turn_listens = sum(u["llm_ids"].count(ids.tts_bos) for units in want for u in units)
+    tts_bos = DuplexRunner(parts).ids.tts_bos
+    mid_turn_listens = sum(u["llm_ids"].count(tts_bos) for units in want for u in units)
     assert mid_turn_listens >= 10, mid_turn_listens
 
 
 def test_units_that_reach_the_id_cap_equal_the_eager_path(minicpmo_parts, minicpmo_data_dir):
-    """No golden unit decides its 19th id (the 28-character cap ends them first). With the listen and end rows of
-    lm_head zeroed and single-letter tokens made likely (distinct ratios, so no two of them tie after the
-    repetition penalty), units run to the cap, where the fast runner stops deciding; they equal the eager path."""
-    parts = copy.deepcopy(minicpmo_parts)
-    runner = DuplexRunner(parts)
-    ids, head = runner.ids, parts.llm.llm.lm_head.weight
-    for token in (ids.listen, ids.chunk_eos, ids.chunk_tts_eos, ids.turn_eos):
-        head[token].zero_()
-    letters = [i for i in range(300) if len(runner.tok.decode([i])) == 1 and runner.tok.decode([i]).isalpha()][:40]
-    for k, token in enumerate(letters):
-        head[token] = 1.5 * 1.013**k * head[109604]
-    goldens = [json.loads((minicpmo_data_dir / s / "golden.json").read_text()) for s in SCENARIOS]
-    calls = [
-        RecordedCall.from_scenario(minicpmo_data_dir / s, g["options"]) for s, g in zip(SCENARIOS, goldens, strict=True)
-    ]
-    got = run_calls(FastDuplexRunner(parts, num_slots=4), calls)
-    want = [run_calls(DuplexRunner(parts), [call])[0] for call in calls]
+    """No golden unit decides its 19th id (the 28-character cap ends them first); steered to the cap, the units
+    where the fast runner stops deciding equal the eager path."""
+    parts = run_to_the_cap(minicpmo_parts)
+    got, want = _fast_and_eager(parts, golden_calls(minicpmo_data_dir)[1])
     for mine, theirs in zip(got, want, strict=True):
         _assert_same_units(mine, theirs)
+    chunk_eos = DuplexRunner(parts).ids.chunk_eos
     capped = [u for units in want for u in units if len(u["llm_ids"]) > MAX_STEPS_PER_UNIT]
-    assert len(capped) >= 2 and all(u["llm_ids"][MAX_STEPS_PER_UNIT - 1] == ids.chunk_eos for u in capped)
+    assert len(capped) >= 2 and all(u["llm_ids"][MAX_STEPS_PER_UNIT - 1] == chunk_eos for u in capped)
