@@ -21,12 +21,12 @@ from inference.models.minicpmo.fast.streams import run_calls  # noqa: E402
 from inference.models.minicpmo.fast.tts import FastTTS  # noqa: E402
 from inference.models.minicpmo.fill import make_checkpoint  # noqa: E402
 from inference.models.minicpmo.loading import load_model  # noqa: E402
-from inference.models.minicpmo.tts import TTSState  # noqa: E402
 from tests.inference.models.minicpmo.steering import (  # noqa: E402
     early_stopping_tts,
     golden_calls,
     listen_likely,
     run_to_the_cap,
+    two_units_fast_and_eager,
 )
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "minicpmo45"
@@ -99,12 +99,5 @@ def test_graphed_tts_rows_stopping_early_equal_the_eager_decode(parts):
     tts, conditions, min_codes = early_stopping_tts(parts)
     fast = FastTTS(tts, num_slots=8, max_rows=8)
     fast.graphs.capture_all()
-    states, eager_states = [fast.new_state() for _ in conditions], [TTSState() for _ in conditions]
-    lengths = set()
-    for unit in range(2):
-        got = fast.generate_units(states, conditions, min_codes)
-        want = [tts.generate_unit(s, c, m) for s, c, m in zip(eager_states, conditions, min_codes, strict=True)]
-        assert got == want, f"unit {unit}"
-        assert [s.pos for s in states] == [s.pos for s in eager_states]
-        lengths |= {len(codes) for codes in got}
+    lengths = two_units_fast_and_eager(fast, tts, conditions, min_codes)
     assert len(lengths) >= 3 and 25 in lengths, lengths

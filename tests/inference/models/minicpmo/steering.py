@@ -15,7 +15,7 @@ import torch
 
 from inference.models.minicpmo.duplex import DuplexRunner
 from inference.models.minicpmo.fast.streams import RecordedCall
-from inference.models.minicpmo.tts import MIN_NEW_CODES
+from inference.models.minicpmo.tts import MIN_NEW_CODES, TTSState
 
 SCENARIOS = ("audio8", "omni6", "turnclose10")
 FREQUENT_TEXT_ID = 109604  # the goldens' most frequent text id: a row whose logit is often high
@@ -62,3 +62,17 @@ def early_stopping_tts(parts) -> tuple:
         hidden = torch.randn(3 + k, parts.llm.hidden_size, generator=torch.Generator().manual_seed(k)).to(device)
         conditions.append(tts.condition(list(range(10, 13 + k)), hidden))
     return tts, conditions, [0] * 7 + [MIN_NEW_CODES]
+
+
+def two_units_fast_and_eager(fast, tts, conditions, min_codes) -> set[int]:
+    """Two units of one turn per condition, on the batched ``fast`` TTS and on the eager ``tts`` one at a time;
+    asserts the same codes and positions and returns the code counts seen."""
+    states, eager_states = [fast.new_state() for _ in conditions], [TTSState() for _ in conditions]
+    lengths = set()
+    for unit in range(2):
+        got = fast.generate_units(states, conditions, min_codes)
+        want = [tts.generate_unit(s, c, m) for s, c, m in zip(eager_states, conditions, min_codes, strict=True)]
+        assert got == want, f"unit {unit}"
+        assert [s.pos for s in states] == [s.pos for s in eager_states]
+        lengths |= {len(codes) for codes in got}
+    return lengths

@@ -23,8 +23,13 @@ from inference.models.minicpmo.fast.graphs import T_BUCKETS
 from inference.models.minicpmo.fast.runner import FastDuplexRunner
 from inference.models.minicpmo.fast.streams import RecordedCall, run_calls
 from inference.models.minicpmo.fast.tts import FastTTS
-from inference.models.minicpmo.tts import TTSState
-from tests.inference.models.minicpmo.steering import early_stopping_tts, golden_calls, listen_likely, run_to_the_cap
+from tests.inference.models.minicpmo.steering import (
+    early_stopping_tts,
+    golden_calls,
+    listen_likely,
+    run_to_the_cap,
+    two_units_fast_and_eager,
+)
 
 EXACT = ("llm_ids", "text", "tts_codes", "kv_len", "is_listen", "end_of_turn", "prefill_schema")
 
@@ -158,14 +163,7 @@ def test_tts_units_that_stop_early_equal_the_eager_decode(minicpmo_parts):
     every row has stopped leave its codes and its next unit untouched."""
     tts, conditions, min_codes = early_stopping_tts(minicpmo_parts)
     fast = FastTTS(tts, num_slots=8, max_rows=8)
-    states, eager_states = [fast.new_state() for _ in conditions], [TTSState() for _ in conditions]
-    lengths = set()
-    for unit in range(2):
-        got = fast.generate_units(states, conditions, min_codes)
-        want = [tts.generate_unit(s, c, m) for s, c, m in zip(eager_states, conditions, min_codes, strict=True)]
-        assert got == want, f"unit {unit}"
-        assert [s.pos for s in states] == [s.pos for s in eager_states]
-        lengths |= {len(codes) for codes in got}
+    lengths = two_units_fast_and_eager(fast, tts, conditions, min_codes)
     assert len(lengths) >= 5 and 25 in lengths and min(lengths) < 8, lengths
 
 
