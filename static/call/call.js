@@ -24,9 +24,9 @@ const MODEL = params.get("model");
 const TAP = params.get("tap") === "1";
 // The AudioContext's latency hint: 0 unless the page is asked for another (?latency_hint=seconds, or a
 // category such as "interactive"). 0 gets headless chromium's smallest output buffer (12 ms reported
-// against 40 for "interactive"). With it a starved audio thread loses clock time more often; the jitter
-// buffer drops what arrived for the lost time (player.js), which is what kept the delay from drifting
-// on a loaded 2-core machine (bench/notes/latency.md).
+// against 40 for "interactive"). With it a starved audio thread loses clock time more often, and each
+// loss used to stay on as delay (the drift of d9c2c76's clean-clone runs); the jitter buffer now drops
+// what arrived for the lost time (player.js, traced in bench/notes/latency.md, stop 24).
 const DEFAULT_LATENCY_HINT = 0;
 // ?slip_drop=0 keeps the audio the jitter buffer would drop for the audio clock's slip (an A/B lever for
 // bench/latency_browser.py --stall-audio-ms; see player.js).
