@@ -85,16 +85,23 @@ def test_steady_pieces_give_contiguous_frames_that_end_at_the_newest_audio():
     assert framer.short_frames == 0
 
 
-def test_late_audio_pads_one_frame_grows_the_margin_and_adds_no_standing_frame():
-    framer = TickAlignedFramer(N, RATE)
-    pushed = 0
+class PieceCaller:
+    """A caller sending 10 ms ramp pieces: ``tick(pieces)`` pushes that many, then takes the tick's frame."""
 
-    def tick(pieces: int):
-        nonlocal pushed
+    def __init__(self) -> None:
+        self.framer = TickAlignedFramer(N, RATE)
+        self.pushed = 0
+
+    def tick(self, pieces: int):
         for _ in range(pieces):
-            framer.push(ramp(pushed, PIECE))
-            pushed += PIECE
-        return framer.take()
+            self.framer.push(ramp(self.pushed, PIECE))
+            self.pushed += PIECE
+        return self.framer.take()
+
+
+def test_late_audio_pads_one_frame_grows_the_margin_and_adds_no_standing_frame():
+    caller = PieceCaller()
+    framer, tick = caller.framer, caller.tick
 
     for _ in range(10):
         tick(8)
@@ -108,20 +115,13 @@ def test_late_audio_pads_one_frame_grows_the_margin_and_adds_no_standing_frame()
     # within a window the extra depth is dropped again: the frame ends near the newest audio
     for _ in range(2 * WINDOW_TICKS):
         taken = tick(8)
-    assert pushed - taken.end_position <= framer.margin + PIECE
+    assert caller.pushed - taken.end_position <= framer.margin + PIECE
     assert framer.short_frames == 1
 
 
 def test_the_margin_a_late_piece_added_is_given_back_within_seconds_of_calm():
-    framer = TickAlignedFramer(N, RATE)
-    pushed = 0
-
-    def tick(pieces: int):
-        nonlocal pushed
-        for _ in range(pieces):
-            framer.push(ramp(pushed, PIECE))
-            pushed += PIECE
-        return framer.take()
+    caller = PieceCaller()
+    framer, tick = caller.framer, caller.tick
 
     tick(8)
     assert tick(2).short  # 60 ms late: the margin grows by the shortfall (to its 60 ms cap here)
