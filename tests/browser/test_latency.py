@@ -53,14 +53,19 @@ def marked_mic_browser(browser_type, browser_type_launch_args, tmp_path_factory)
     browser.close()
 
 
-@pytest.mark.browser
-def test_echo_mouth_to_ear_p95_is_within_the_bound(zero_delay_echo_server, marked_mic_browser, make_user):
-    url = zero_delay_echo_server.url
-    make_user("latency")
-    page = marked_mic_browser.new_page()
-    login(page, url, "latency")
+def tapped_call_page(url: str, browser, make_user, username: str):
+    """A signed-in call page with its output tapped (``tap=1``), idle and ready to start."""
+    make_user(username)
+    page = browser.new_page()
+    login(page, url, username)
     page.goto(f"{url}/?raw=1&tap=1")
     page.wait_for_function("() => window.parley && window.parley.state === 'idle'")
+    return page
+
+
+@pytest.mark.browser
+def test_echo_mouth_to_ear_p95_is_within_the_bound(zero_delay_echo_server, marked_mic_browser, make_user):
+    page = tapped_call_page(zero_delay_echo_server.url, marked_mic_browser, make_user, "latency")
 
     call = run_measured_call(page, CALL_SECONDS)
     marks = call.marks()
@@ -99,12 +104,7 @@ def test_a_stalled_audio_thread_does_not_add_its_stall_to_the_delay(
     microphone's audio of it never reaches the server (which pads it), and the server's audio sent
     meanwhile would queue on the stalled clock, 150 ms more delay per stall (measured without the drop:
     p50 290-363 ms over 60 s). The jitter buffer drops what arrived for the lost time, so the bound holds."""
-    url = zero_delay_echo_server.url
-    make_user("stalls")
-    page = marked_mic_browser.new_page()
-    login(page, url, "stalls")
-    page.goto(f"{url}/?raw=1&tap=1")
-    page.wait_for_function("() => window.parley && window.parley.state === 'idle'")
+    page = tapped_call_page(zero_delay_echo_server.url, marked_mic_browser, make_user, "stalls")
 
     with AudioStalls(ms=150, every_s=5) as stalls:
         call = run_measured_call(page, CALL_SECONDS)
