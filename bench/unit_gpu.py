@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.stats import summary  # noqa: E402
+from bench.unit_side_by_side import reference_side, run_reference  # noqa: E402
+from bench.unit_vocoder import vocoder_section  # noqa: E402
 from bench.unit_workload import DATA, REAL_45, make_audio, speaks, sync  # noqa: E402
 from inference.models.minicpmo.audio_encoder import MelFrontEnd  # noqa: E402
 from inference.models.minicpmo.config import MiniCPMOConfig  # noqa: E402
@@ -279,96 +279,6 @@ def profile_tick(runner, n: int) -> str:
         sync()
     del sessions
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
-
-
-def vocoder_units(units: int, published_sizes: bool, n_timesteps: int, device: str) -> dict:
-    """The native Token2Wav per 1 s unit (25 codes, as one speaking unit yields), device synchronised.
-
-    Random assets in the published layout (``make_token2wav_assets``): at the published flow / HiFT shapes or
-    tiny. The first 5 units (first-seen shapes, allocator warm-up) are left out of the statistics.
-    """
-    import tempfile
-
-    from inference.models.minicpmo.token2wav.make_assets import make_token2wav_assets
-    from inference.models.minicpmo.vocoder import Token2WavVocoder
-
-    with tempfile.TemporaryDirectory() as tmp:
-        assets = make_token2wav_assets(Path(tmp) / "t2w", published_sizes=published_sizes)
-        vocoder = Token2WavVocoder(assets, device=device, n_timesteps=n_timesteps)
-        sync()
-        t0 = time.perf_counter()
-        state = vocoder.new_state(make_audio(2, 5))
-        sync()
-        prompt_ms = (time.perf_counter() - t0) * 1000
-        rng = np.random.default_rng(0)
-        per_unit, rms = [], []
-        for u in range(units + 5):
-            if u % 20 == 0:
-                vocoder.new_turn(state)  # a turn of 20 s at most: the stream caches stay a real turn's size
-            codes = rng.integers(0, 6561, 25).tolist()
-            sync()
-            t0 = time.perf_counter()
-            audio = vocoder.synthesize(state, codes, end_of_turn=False)
-            sync()
-            if u >= 5:
-                per_unit.append((time.perf_counter() - t0) * 1000)
-                rms.append(float(np.sqrt(np.mean(np.square(audio)))))
-    return {
-        "assets": "random, published flow/HiFT shapes" if published_sizes else "random, tiny",
-        "flow_steps": n_timesteps,
-        "prompt_ms": round(prompt_ms, 1),
-        "unit": stats(per_unit),
-        "audio_rms_min": round(min(rms), 4),
-    }
-
-
-def vocoder_section(units: int, device: str) -> dict:
-    rows = {}
-    for published in (True, False):
-        for steps in (5, 10):
-            row = vocoder_units(units, published, steps, device)
-            rows[f"{'published' if published else 'tiny'}_steps{steps}"] = row
-            print("token2wav", json.dumps(row), flush=True)
-    return {"bench": "native Token2Wav per 1 s unit (25 codes), float32", "rows": rows}
-
-
-def run_reference(args, out: Path) -> dict:
-    """bench/unit_reference.py in a child process (its transformers 4.51 from ``--reference-site`` must not meet
-    ours), saving the weights it ran; returns its results. The child exits before ours loads: the GPU is ours."""
-    audio_units, omni_units = args.reference_units.split(",")
-    command = [args.reference_python, str(ROOT / "bench" / "unit_reference.py"), "--src", str(args.reference_src),
-               "--save-checkpoint", str(args.reference_checkpoint), "--audio-units", audio_units,
-               "--omni-units", omni_units, "--out", str(out)] + (["--tiny"] if args.tiny else [])  # fmt: skip
-    env = dict(os.environ)
-    if args.reference_site:
-        env["PYTHONPATH"] = str(args.reference_site)
-    t0 = time.perf_counter()
-    subprocess.run(command, env=env, check=True)
-    print(f"reference done in {time.perf_counter() - t0:.0f} s", flush=True)
-    return json.loads(out.read_text())
-
-
-def reference_side(reference: dict, ours: dict) -> dict:
-    """The reference's measurement beside ours, per unit kind: median and p99 of each, and ours / theirs."""
-    theirs = reference["measurement"]["per_kind"]
-    side, ratios = {}, {}
-    for kind in ("listen", "speak", "omni_listen", "omni_speak"):
-        ref_unit, our_unit = theirs[kind]["unit"], ours[kind]
-        side[kind] = {"reference": ref_unit, "parley_fast": {k: our_unit.get(k) for k in ("n", "median_ms", "p99_ms")}}
-        if ref_unit.get("n") and our_unit.get("n"):
-            ratios[kind] = {q: round(our_unit[q] / ref_unit[q], 3) for q in ("median_ms", "p99_ms")}
-    return {
-        "what": reference["reference"],
-        "model": reference["model"],
-        "transformers": reference["transformers"],
-        "same_weights": "ours loaded the checkpoint the reference saved after its build",
-        "units_per_kind": side,
-        "ratios": ratios,
-        "reference_prepare_ms": reference["measurement"]["prepare_ms"],
-        "reference_build_s": reference["build_s"],
-        "reference_peak_allocated_sessions_gb": reference["peak_allocated_sessions_gb"],
-        "reference_units": reference["measurement"]["units"],
-    }
 
 
 def main() -> int:
