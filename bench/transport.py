@@ -33,7 +33,6 @@ import os
 import platform
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,6 +50,7 @@ MAX_CLIENTS = 200
 MAX_SECONDS = 120
 sys.path.insert(0, str(ROOT))
 from bench.stats import summary  # noqa: E402
+from bench.transport_daphne import SETUP_SCRIPT, keys_printed, start_daphne  # noqa: E402
 
 
 @dataclass
@@ -148,69 +148,6 @@ async def ws_client(
         stats.failed = f"{type(exc).__name__}: {exc}"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def django_env(var_dir: Path, clients: int, delay_frames: int) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "DJANGO_SETTINGS_MODULE": "webapp.settings.local",
-        "PARLEY_VAR_DIR": str(var_dir),
-        "PARLEY_ENGINE": "echo",
-        "PARLEY_SLOTS": str(clients),
-        "PARLEY_QUEUE_MAX": "0",
-        "PARLEY_ECHO_DELAY_FRAMES": str(delay_frames),
-        "PARLEY_INPUT_QUEUE_FRAMES": "16",
-        "PARLEY_CONNECT_RATE": "100000/minute",  # every bench client connects from 127.0.0.1
-    }
-    for name in ("PARLEY_INFERENCE_URL", "DATABASE_URL"):
-        env.pop(name, None)
-    return env
-
-
-SETUP_SCRIPT = """
-import json
-from django.contrib.auth import get_user_model
-from webapp.accounts.services import apikey_create
-keys = []
-for i in range({clients}):
-    user, _ = get_user_model().objects.get_or_create(username=f"bench{{i}}")
-    keys.append(apikey_create(user=user, name="bench/transport.py")[1])
-print("KEYS=" + json.dumps(keys))
-"""
-
-
-def create_keys(env: dict[str, str], clients: int) -> list[str]:
-    python = sys.executable
-    subprocess.run([python, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
-    out = subprocess.run(
-        [python, "manage.py", "shell", "-c", SETUP_SCRIPT.format(clients=clients)],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    line = next(line for line in out.splitlines() if line.startswith("KEYS="))
-    return json.loads(line.removeprefix("KEYS="))
-
-
-def wait_for_port(port: int, proc: subprocess.Popen, within_s: float = 30.0) -> None:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"daphne exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise SystemExit("daphne did not start listening in time")
-
-
 class CpuSampler:
     """Samples a process's CPU (all threads) once a second while the clients run."""
 
@@ -236,23 +173,6 @@ class CpuSampler:
             "cpu_seconds": round(busy, 2),
             "wall_seconds": round(wall, 2),
         }
-
-
-def start_daphne(args, var_dir: Path) -> tuple[subprocess.Popen, str, list[str]]:
-    """Migrate a fresh SQLite DB, create the users and keys, start daphne; returns (process, url, keys)."""
-    env = django_env(var_dir, args.clients, args.delay_frames)
-    keys = create_keys(env, args.clients)
-    port = free_port()
-    daphne = str(Path(sys.executable).with_name("daphne"))
-    proc = subprocess.Popen(
-        [daphne, "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for_port(port, proc)
-    return proc, f"ws://127.0.0.1:{port}/v1/realtime", keys
 
 
 async def run_ws_clients(
@@ -322,8 +242,7 @@ def run_via_cluster(args) -> tuple[list[ClientStats], dict]:
         services=2, daphnes=2, slots=per_service, celery=False, postgres=not args.sqlite, extra_env=env
     ) as cluster:
         out = cluster.manage("shell", "-c", SETUP_SCRIPT.format(clients=args.clients))
-        line = next(line for line in out.splitlines() if line.startswith("KEYS="))
-        keys = json.loads(line.removeprefix("KEYS="))
+        keys = keys_printed(out)
         pids = {p.name: p.popen.pid for p in cluster.processes if p.popen is not None}
         pids["nginx worker"] = psutil.Process(cluster.nginx.pid).children()[0].pid  # the master only supervises
         return asyncio.run(run_ws_clients(args, f"{cluster.nginx.ws_url}/v1/realtime", keys, pids))
