@@ -14,6 +14,10 @@ different subset of sessions, each at its own position, every second.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+from typing import NamedTuple
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -113,6 +117,92 @@ def residual_linear(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     return out.view(shape)
 
 
+@dataclass(frozen=True)
+class AttentionShape:
+    """What a layer's arithmetic needs besides tensors (constants of one decoder, the same for every layer)."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scaling: float
+    norm_eps: float
+
+    @property
+    def groups(self) -> int:
+        return self.heads // self.kv_heads
+
+
+class LayerWeights(NamedTuple):
+    """One decoder layer's weights as plain tensors (the module's own), unpacked into the layer function's
+    arguments, so that one compiled graph serves every layer with its weights as inputs."""
+
+    input_norm: torch.Tensor
+    qkv: torch.Tensor  # [q + k + v outputs, D]
+    q_norm: torch.Tensor | None  # Qwen3's per-head norms; None for Llama
+    k_norm: torch.Tensor | None
+    o_proj: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor  # [2 x intermediate, D]
+    down: torch.Tensor
+
+
+def decoder_layer(
+    h: torch.Tensor,  # [R, T, D]
+    input_norm: torch.Tensor,  # the fields of LayerWeights, in order
+    qkv_weight: torch.Tensor,
+    q_norm: torch.Tensor | None,
+    k_norm: torch.Tensor | None,
+    o_proj: torch.Tensor,
+    post_norm: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    keys: torch.Tensor,  # this layer's pool [S + 1, H_kv, C, hd], written in place
+    values: torch.Tensor,
+    slot_rows: torch.Tensor,  # [R, T] slot each position writes to
+    write_at: torch.Tensor,  # [R, T] position it writes at
+    slot_ids: torch.Tensor,  # [R] slot each row reads
+    cos: torch.Tensor,  # [R, T, 1, hd]
+    signed_sin: torch.Tensor,  # [R, T, 1, hd]
+    mask: torch.Tensor,  # [R, 1, groups x T, L]
+    kv_len: int,
+    *,
+    shape: AttentionShape,
+    pool_attention: bool = False,
+) -> torch.Tensor:
+    """One Qwen3 / Llama decoder layer (SiLU MLP) over the pool: writes the rows' keys and values, returns h.
+
+    ``pool_attention``: one-position rows attend through ``decode_attention`` (CUDA) instead of a gather + SDPA.
+    """
+    R, T, _ = h.shape
+    hd, eps = shape.head_dim, shape.norm_eps
+    y = F.rms_norm(h, (h.shape[-1],), weight=input_norm, eps=eps)
+    qkv = F.linear(y, qkv_weight)
+    q_width, kv_width = shape.heads * hd, shape.kv_heads * hd
+    q = qkv[..., :q_width].view(R, T, shape.heads, hd)
+    k = qkv[..., q_width : q_width + kv_width].view(R, T, shape.kv_heads, hd)
+    v = qkv[..., q_width + kv_width :].view(R, T, shape.kv_heads, hd)
+    if q_norm is not None:
+        q = F.rms_norm(q, (hd,), weight=q_norm, eps=eps)
+        k = F.rms_norm(k, (hd,), weight=k_norm, eps=eps)
+    # rotate_half(x) * sin == roll(x, half) * signed_sin: the rotation in three kernels (mul, roll, addcmul)
+    qk = torch.cat([q, k], dim=2)  # [R, T, H + H_kv, hd]: queries and keys rotated together
+    qk = torch.addcmul(qk * cos, qk.roll(hd // 2, dims=-1), signed_sin)
+    q, k = qk[:, :, : shape.heads].transpose(1, 2), qk[:, :, shape.heads :]  # [R, H, T, hd], [R, T, H_kv, hd]
+    keys[slot_rows, :, write_at] = k  # [R, T, H_kv, hd] into [S, H_kv, C, hd]
+    values[slot_rows, :, write_at] = v
+    # Grouped queries share their KV head: the groups are folded into the query axis instead of repeating keys.
+    qg = q.reshape(R, shape.kv_heads, shape.groups * T, hd)
+    if pool_attention and T == 1:  # the pool read in place (decode_attention.py); its visible keys: 0 .. position
+        out = torch.ops.parley.decode_attention(qg, keys, values, slot_ids, write_at[:, 0] + 1, kv_len, shape.scaling)
+    else:
+        ks, vs = keys[slot_ids, :, :kv_len], values[slot_ids, :, :kv_len]  # [R, H_kv, L, hd]
+        out = F.scaled_dot_product_attention(qg, ks, vs, attn_mask=mask, scale=shape.scaling)
+    out = out.reshape(R, shape.heads, T, hd).transpose(1, 2).reshape(R, T, -1)
+    h = residual_linear(h, out, o_proj)
+    gate, up = F.linear(F.rms_norm(h, (h.shape[-1],), weight=post_norm, eps=eps), gate_up).chunk(2, dim=-1)
+    return residual_linear(h, F.silu(gate) * up, down)
+
+
 class RowDecoder:
     """The decoder layers of ``model`` run row-batched over a ``KVPool``.
 
@@ -121,25 +211,54 @@ class RowDecoder:
             q/k norms are used when present.
     """
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, *, compile_steps: bool = False, pool_attention: bool = False):
         self.model = model
         attn = model.layers[0].self_attn
         self.head_dim = attn.head_dim
         self.heads = attn.q_proj.out_features // self.head_dim
         self.kv_heads = attn.k_proj.out_features // self.head_dim
         self.groups = self.heads // self.kv_heads
-        self.scaling = self.head_dim**-0.5
+        if getattr(model.config, "hidden_act", "silu") != "silu":
+            raise ValueError(f"RowDecoder runs SiLU MLPs, not {model.config.hidden_act}")
+        self.shape = AttentionShape(
+            heads=self.heads,
+            kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            scaling=self.head_dim**-0.5,
+            norm_eps=model.layers[0].input_layernorm.variance_epsilon,
+        )
         # q, k and v in one GEMM and gate and up in another: a decode step is launch-bound, not bandwidth-bound
-        self.qkv = [
-            fused_linear_weight(
-                layer.self_attn, "parley_qkv", [layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]
+        self.layers = [
+            LayerWeights(
+                input_norm=layer.input_layernorm.weight,
+                qkv=fused_linear_weight(
+                    layer.self_attn,
+                    "parley_qkv",
+                    [layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj],
+                ),
+                q_norm=layer.self_attn.q_norm.weight if hasattr(layer.self_attn, "q_norm") else None,
+                k_norm=layer.self_attn.k_norm.weight if hasattr(layer.self_attn, "k_norm") else None,
+                o_proj=layer.self_attn.o_proj.weight,
+                post_norm=layer.post_attention_layernorm.weight,
+                gate_up=fused_linear_weight(layer.mlp, "parley_gate_up", [layer.mlp.gate_proj, layer.mlp.up_proj]),
+                down=layer.mlp.down_proj.weight,
             )
             for layer in model.layers
         ]
-        self.gate_up = [
-            fused_linear_weight(layer.mlp, "parley_gate_up", [layer.mlp.gate_proj, layer.mlp.up_proj])
-            for layer in model.layers
-        ]
+        # One-token steps through one compiled layer (every layer's weights are its inputs): torch.compile
+        # fuses each layer's norms, rotation and cache writes into a few kernels; a step is mostly such small
+        # kernels. Shapes are dynamic, so the row and KV buckets share compiled code; torch still compiles apart
+        # what it specialises (1 row, sizes that happen to coincide), and the LLM and TTS share the function.
+        if pool_attention:
+            from inference.models.minicpmo.fast import decode_attention  # noqa: F401  (registers the op; Triton)
+        self._layer = partial(decoder_layer, shape=self.shape, pool_attention=pool_attention)
+        self._compiled_layer = None
+        if compile_steps:
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+            # Without duck shapes a row count that happens to equal another size (4 groups, 8 KV heads) does
+            # not tie the two together, which would recompile at the next row bucket.
+            torch.fx.experimental._config.use_duck_shape = False
+            self._compiled_layer = torch.compile(self._layer, dynamic=True, fullgraph=True)
 
     def new_pool(self, num_slots: int, capacity: int) -> KVPool:
         w = self.model.norm.weight
@@ -178,7 +297,7 @@ class RowDecoder:
             slot_rows = torch.where(real, slot_rows, pool.scratch)
             write_at = positions.clamp(max=pool.capacity - 1)  # padding may run past the slot's end
         cos, sin = self.model.rotary_emb(x, positions)  # [R, T, hd]
-        # rotate_half(x) * sin == roll(x, half) * signed_sin: the rotation in three kernels (mul, roll, addcmul)
+        # rotate_half(x) * sin == roll(x, half) * signed_sin (see decoder_layer)
         half = self.head_dim // 2
         signed_sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
         cos, signed_sin = cos[:, :, None], signed_sin[:, :, None]  # [R, T, 1, hd]: every head of a position
@@ -186,28 +305,10 @@ class RowDecoder:
         mask = torch.arange(kv_len, device=x.device)[None, None, :] <= positions[:, :, None]  # [R, T, L]
         # Grouped queries share their KV head: fold the groups into the query axis instead of repeating keys.
         mask = mask[:, None, None].expand(R, 1, self.groups, T, kv_len).reshape(R, 1, self.groups * T, kv_len)
+        layer = self._compiled_layer if (self._compiled_layer is not None and T == 1) else self._layer
         h = x
-        for i, layer in enumerate(self.model.layers):
-            attn = layer.self_attn
-            y = rms_norm(layer.input_layernorm, h)
-            qkv = F.linear(y, self.qkv[i])
-            q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
-            q = qkv[..., :q_width].view(R, T, self.heads, self.head_dim)
-            k = qkv[..., q_width : q_width + kv_width].view(R, T, self.kv_heads, self.head_dim)
-            v = qkv[..., q_width + kv_width :].view(R, T, self.kv_heads, self.head_dim)
-            if hasattr(attn, "q_norm"):
-                q, k = rms_norm(attn.q_norm, q), rms_norm(attn.k_norm, k)
-            qk = torch.cat([q, k], dim=2)  # [R, T, H + H_kv, hd]: queries and keys rotated together
-            qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), signed_sin)
-            q, k = qk[:, :, : self.heads].transpose(1, 2), qk[:, :, self.heads :]  # [R, H, T, hd], [R, T, H_kv, hd]
-            keys, values = pool.keys[i], pool.values[i]
-            keys[slot_rows, :, write_at] = k  # [R, T, H_kv, hd] into [S, H_kv, C, hd]
-            values[slot_rows, :, write_at] = v
-            ks, vs = keys[slot_ids, :, :kv_len], values[slot_ids, :, :kv_len]  # [R, H_kv, L, hd]
-            qg = q.reshape(R, self.kv_heads, self.groups * T, self.head_dim)
-            out = F.scaled_dot_product_attention(qg, ks, vs, attn_mask=mask, scale=self.scaling)
-            out = out.reshape(R, self.heads, T, self.head_dim).transpose(1, 2).reshape(R, T, -1)
-            h = residual_linear(h, out, attn.o_proj.weight)
-            gate, up = F.linear(rms_norm(layer.post_attention_layernorm, h), self.gate_up[i]).chunk(2, dim=-1)
-            h = residual_linear(h, layer.mlp.act_fn(gate) * up, layer.mlp.down_proj.weight)
+        for i, weights in enumerate(self.layers):
+            h = layer(
+                h, *weights, pool.keys[i], pool.values[i], slot_rows, write_at, slot_ids, cos, signed_sin, mask, kv_len
+            )
         return rms_norm(self.model.norm, h)
