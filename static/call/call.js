@@ -31,6 +31,8 @@ const DEFAULT_LATENCY_HINT = 0;
 // ?slip_drop=0 keeps the audio the jitter buffer would drop for the audio clock's slip (an A/B lever for
 // bench/latency_browser.py --stall-audio-ms; see player.js).
 const DROP_SLIP = params.get("slip_drop") !== "0";
+// ?jitter_margin_ms=N: the jitter buffer's slack above the worst arrival (player.js MARGIN_MS), for A/B runs.
+const JITTER_MARGIN_MS = Number.parseFloat(params.get("jitter_margin_ms")) || undefined;
 const LATENCY_HINT = (() => {
   const asked = params.get("latency_hint");
   if (asked === null) return DEFAULT_LATENCY_HINT;
@@ -88,6 +90,7 @@ export class Call {
       onAck: (ms) => this.send({ type: "playback.ack", played_ms: ms }),
       onStart: (chunk) => this.onChunkScheduled(chunk),
       dropSlip: DROP_SLIP,
+      marginMs: JITTER_MARGIN_MS,
     });
     this.ui.drawOutput(this.player.analyser);
     if (TAP && this.mic) await installTap(this.ctx, this.mic.source, this.player.gain);

@@ -44,7 +44,8 @@ export class JitterPlayer {
   /**
    * @param {AudioContext} ctx
    * @param {{rate?: number, startMs?: number, minMs?: number, maxTargetMs?: number, maxMs?: number,
-   *          onAck?: (playedMs: number) => void, onStart?: (chunk: ScheduledChunk) => void, dropSlip?: boolean}} options
+   *          onAck?: (playedMs: number) => void, onStart?: (chunk: ScheduledChunk) => void, dropSlip?: boolean,
+   *          marginMs?: number}} options
    *   onStart is called with each chunk's schedule: {at (context time it starts), duration (s), samples}.
    */
   constructor(
@@ -58,6 +59,7 @@ export class JitterPlayer {
       onAck = null,
       onStart = null,
       dropSlip = true,
+      marginMs = MARGIN_MS,
     } = {},
   ) {
     this.ctx = ctx;
@@ -69,6 +71,7 @@ export class JitterPlayer {
     this.onAck = onAck;
     this.onStart = onStart;
     this.dropSlip = dropSlip; // drop what arrives for time the audio clock lost (see the top of this file)
+    this.marginMs = marginMs;
     this.gain = ctx.createGain();
     this.analyser = ctx.createAnalyser(); // the output waveform view reads from here
     this.analyser.fftSize = 2048;
@@ -202,7 +205,7 @@ export class JitterPlayer {
   observe(slackMs) {
     this.slacks.push(slackMs);
     if (this.slacks.length < WINDOW_ARRIVALS) return;
-    const spare = Math.min(...this.slacks) - MARGIN_MS;
+    const spare = Math.min(...this.slacks) - this.marginMs;
     this.slacks = [];
     if (spare > 1) {
       this.targetMs = Math.max(this.minMs, this.targetMs - spare);

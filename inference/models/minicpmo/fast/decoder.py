@@ -209,6 +209,9 @@ class RowDecoder:
     Args:
         model: a ``Qwen3Model`` or ``LlamaModel`` (``layers``, ``norm``, ``rotary_emb``); Qwen3's per-head
             q/k norms are used when present.
+        compile_steps: run one-position feeds (decode steps) through a ``torch.compile``d layer.
+        pool_attention: one-position feeds attend through ``decode_attention`` (Triton; CUDA, or the CPU
+            interpreter in tests) instead of gathering each row's slot for SDPA.
     """
 
     def __init__(self, model: nn.Module, *, compile_steps: bool = False, pool_attention: bool = False):

@@ -8,18 +8,11 @@ the GPU (bench/unit_step_kernels.py, tests/gpu/test_fast_unit.py).
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
-import pytest
+from tests.inference.triton_interpreter import needs_triton, run_interpreted
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton not installed")
-
-ROOT = Path(__file__).resolve().parents[4]
+pytestmark = needs_triton
 
 CHECKS = textwrap.dedent(
     """
@@ -66,9 +59,4 @@ CHECKS = textwrap.dedent(
 
 
 def test_decode_attention_matches_sdpa_in_the_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-c", CHECKS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().endswith("ok")
+    run_interpreted(CHECKS)

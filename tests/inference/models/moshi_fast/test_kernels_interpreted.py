@@ -6,18 +6,11 @@ process. Skipped where Triton is not installed (the CPU torch wheel does not shi
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
-import pytest
+from tests.inference.triton_interpreter import needs_triton, run_interpreted
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton not installed")
-
-ROOT = Path(__file__).resolve().parents[4]
+pytestmark = needs_triton
 
 CHECKS = textwrap.dedent(
     """
@@ -112,9 +105,4 @@ CHECKS = textwrap.dedent(
 
 
 def test_triton_kernels_match_torch_twins_in_the_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-c", CHECKS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().endswith("ok")
+    run_interpreted(CHECKS)
