@@ -281,90 +281,8 @@ def profile_tick(runner, n: int) -> str:
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="bench/results/unit-h200.json")
-    parser.add_argument("--sessions", default="8,16,24,32")
-    parser.add_argument("--ticks", type=int, default=64)
-    parser.add_argument("--tiny", action="store_true", help="the golden pack's tiny config on this device (smoke)")
-    parser.add_argument(
-        "--checkpoint",
-        type=Path,
-        help="a published-layout checkpoint (e.g. unit_reference.py --save-checkpoint): its weights, not random ones",
-    )
-    parser.add_argument("--repeat", type=int, default=1, help="measured fast sessions (40 audio + 20 omni units each)")
-    parser.add_argument(
-        "--reference-src",
-        type=Path,
-        help="run the reference first, in this process's run (folder holding MiniCPMO45/, unit-reference-src.sh): "
-        "it builds the random weights, saves them to --reference-checkpoint, and ours loads them",
-    )
-    parser.add_argument("--reference-site", type=Path, help="the reference's wheels, installed with pip --target")
-    parser.add_argument("--reference-python", default=sys.executable, help="the interpreter that runs the reference")
-    parser.add_argument("--reference-units", default="60,20", help="audio,omni units of the reference's measurement")
-    parser.add_argument("--reference-checkpoint", type=Path, default=Path("/dev/shm/parley-unit-ref-ckpt"))
-    parser.add_argument(
-        "--deadline-s", type=float, default=480, help="skip capacity rows after the first one past this"
-    )
-    parser.add_argument("--vocoder-units", type=int, default=300, help="units per Token2Wav row (0: none)")
-    parser.add_argument("--vocoder-only", action="store_true", help="only the Token2Wav section (its own results)")
-    args = parser.parse_args()
-    t_start = time.perf_counter()
-    torch.set_grad_enabled(False)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        torch.set_num_threads(1)  # as the unit engine serves on CUDA (inference/engines/unit.py)
-    if args.vocoder_only:
-        result = {
-            "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
-            "torch": torch.__version__,
-            "token2wav": vocoder_section(args.vocoder_units, device),
-        }
-        result["wall_s"] = round(time.perf_counter() - t_start, 1)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1))
-        return 0
-    sizes = [int(s) for s in args.sessions.split(",")]
-    reference = None
-    if args.reference_src:
-        reference = run_reference(args, Path(args.out).with_suffix(".reference.json"))
-        args.checkpoint = args.reference_checkpoint
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    if args.checkpoint:  # the same weights the reference ran (the speaking rule applied to them as well)
-        parts = load_model(args.checkpoint, device=device, dtype=dtype)
-        keep_speaking(parts)
-        weights = f"checkpoint {args.checkpoint}"
-    else:
-        config = json.loads((DATA / "config.json").read_text()) if args.tiny else REAL_45
-        parts = build_model(dtype, config, device)
-        weights = f"random MiniCPM-o 4.5 at {'the tiny golden-pack' if args.tiny else 'the real'} shapes"
-    params = sum(p.numel() for _, m in parts.modules().values() for p in m.parameters())
-    print(f"model built: {params / 1e9:.3f} B parameters, {time.perf_counter() - t_start:.0f} s", flush=True)
-    eager = DuplexRunner(parts)
-    mem0 = torch.cuda.memory_allocated() if device == "cuda" else 0
-    fast = FastDuplexRunner(parts, num_slots=max(sizes) + 1)
-    pools = (torch.cuda.memory_allocated() - mem0) if device == "cuda" else 0
-    t0 = time.perf_counter()
-    graphs = fast.capture(max_kv=4096)
-    capture_s = time.perf_counter() - t0
-    print(f"captured {graphs} graphs in {capture_s:.1f} s", flush=True)
-    result: dict = {
-        "bench": "unit_gpu",
-        "model": f"{weights} ({params / 1e9:.3f} B parameters), {parts.dtype} on {device}",
-        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
-        "torch": torch.__version__,
-        "speaking_rule": "listen units are sent with force_listen; speak units decide freely with the listen, "
-        "chunk_eos, chunk_tts_eos and turn_eos rows of lm_head zeroed (speaks to the 28-char cap or 19 ids)",
-        "reference": "not run in this run (--reference-src)",
-        "graphs_captured": graphs,
-        "graph_capture_s": round(capture_s, 1),
-        "memory": {
-            "parameters_gb": round(params * 2 / 1e9, 2),
-            "session_pool_bytes": fast.session_bytes(),
-            "session_pool_gb": round(fast.session_bytes() / 1e9, 3),
-            "pools_allocated_gb": round(pools / 1e9, 2),
-        },
-    }
+def single_session_and_equality(result: dict, eager, fast, reference, args, device: str) -> None:
+    """Step costs, one session's units (eager and fast), the ratios to the reference, greedy equality."""
     if device == "cuda":
         result["step_costs"] = step_costs(fast)
         print("step costs", json.dumps(result["step_costs"]), flush=True)
@@ -406,6 +324,99 @@ def main() -> int:
     )
     result["greedy_equality_bf16"]["same_history"] = forced_agreement(eager, fast)
     print("same history", result["greedy_equality_bf16"]["same_history"], flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="bench/results/unit-h200.json")
+    parser.add_argument("--sessions", default="8,16,24,32")
+    parser.add_argument("--ticks", type=int, default=64)
+    parser.add_argument("--tiny", action="store_true", help="the golden pack's tiny config on this device (smoke)")
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="a published-layout checkpoint (e.g. unit_reference.py --save-checkpoint): its weights, not random ones",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="measured fast sessions (40 audio + 20 omni units each)")
+    parser.add_argument(
+        "--reference-src",
+        type=Path,
+        help="run the reference first, in this process's run (folder holding MiniCPMO45/, unit-reference-src.sh): "
+        "it builds the random weights, saves them to --reference-checkpoint, and ours loads them",
+    )
+    parser.add_argument("--reference-site", type=Path, help="the reference's wheels, installed with pip --target")
+    parser.add_argument("--reference-python", default=sys.executable, help="the interpreter that runs the reference")
+    parser.add_argument("--reference-units", default="60,20", help="audio,omni units of the reference's measurement")
+    parser.add_argument("--reference-checkpoint", type=Path, default=Path("/dev/shm/parley-unit-ref-ckpt"))
+    parser.add_argument(
+        "--deadline-s", type=float, default=480, help="skip capacity rows after the first one past this"
+    )
+    parser.add_argument("--vocoder-units", type=int, default=300, help="units per Token2Wav row (0: none)")
+    parser.add_argument("--vocoder-only", action="store_true", help="only the Token2Wav section (its own results)")
+    parser.add_argument(
+        "--capacity-only",
+        action="store_true",
+        help="only the sessions-per-GPU rows (graphs captured to 2048 positions)",
+    )
+    args = parser.parse_args()
+    t_start = time.perf_counter()
+    torch.set_grad_enabled(False)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        torch.set_num_threads(1)  # as the unit engine serves on CUDA (inference/engines/unit.py)
+    if args.vocoder_only:
+        result = {
+            "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+            "torch": torch.__version__,
+            "token2wav": vocoder_section(args.vocoder_units, device),
+        }
+        result["wall_s"] = round(time.perf_counter() - t_start, 1)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1))
+        return 0
+    sizes = [int(s) for s in args.sessions.split(",")]
+    reference = None
+    if args.reference_src:
+        reference = run_reference(args, Path(args.out).with_suffix(".reference.json"))
+        args.checkpoint = args.reference_checkpoint
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    if args.checkpoint:  # the same weights the reference ran (the speaking rule applied to them as well)
+        parts = load_model(args.checkpoint, device=device, dtype=dtype)
+        keep_speaking(parts)
+        weights = f"checkpoint {args.checkpoint}"
+    else:
+        config = json.loads((DATA / "config.json").read_text()) if args.tiny else REAL_45
+        parts = build_model(dtype, config, device)
+        weights = f"random MiniCPM-o 4.5 at {'the tiny golden-pack' if args.tiny else 'the real'} shapes"
+    params = sum(p.numel() for _, m in parts.modules().values() for p in m.parameters())
+    print(f"model built: {params / 1e9:.3f} B parameters, {time.perf_counter() - t_start:.0f} s", flush=True)
+    eager = DuplexRunner(parts)
+    mem0 = torch.cuda.memory_allocated() if device == "cuda" else 0
+    fast = FastDuplexRunner(parts, num_slots=max(sizes) + 1)
+    pools = (torch.cuda.memory_allocated() - mem0) if device == "cuda" else 0
+    t0 = time.perf_counter()
+    graphs = fast.capture(max_kv=2048 if args.capacity_only else 4096)
+    capture_s = time.perf_counter() - t0
+    print(f"captured {graphs} graphs in {capture_s:.1f} s", flush=True)
+    result: dict = {
+        "bench": "unit_gpu",
+        "model": f"{weights} ({params / 1e9:.3f} B parameters), {parts.dtype} on {device}",
+        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+        "torch": torch.__version__,
+        "speaking_rule": "listen units are sent with force_listen; speak units decide freely with the listen, "
+        "chunk_eos, chunk_tts_eos and turn_eos rows of lm_head zeroed (speaks to the 28-char cap or 19 ids)",
+        "reference": "not run in this run (--reference-src)",
+        "graphs_captured": graphs,
+        "graph_capture_s": round(capture_s, 1),
+        "memory": {
+            "parameters_gb": round(params * 2 / 1e9, 2),
+            "session_pool_bytes": fast.session_bytes(),
+            "session_pool_gb": round(fast.session_bytes() / 1e9, 3),
+            "pools_allocated_gb": round(pools / 1e9, 2),
+        },
+    }
+    if not args.capacity_only:
+        single_session_and_equality(result, eager, fast, reference, args, device)
     rows = []
     for n in sizes:
         # the first size is the goal's row (16 sessions): it always runs; the deadline only drops the larger ones
@@ -418,7 +429,8 @@ def main() -> int:
     fits = [r["sessions"] for r in rows if "ticks" in r and r["ticks"]["p99_ms"] <= BUDGET_MS]
     result["capacity_fast"] = {"budget_ms": BUDGET_MS, "max_sessions_within_budget": max(fits, default=0), "rows": rows}
     try:
-        result["profile_16_all_speaking"] = profile_tick(fast, min(16, max(sizes))).splitlines()
+        if not args.capacity_only:
+            result["profile_16_all_speaking"] = profile_tick(fast, min(16, max(sizes))).splitlines()
     except RuntimeError as exc:  # the profiler is optional evidence; the numbers above stand without it
         result["profile_16_all_speaking"] = f"profiler failed: {exc}"
     if args.vocoder_units > 0:  # the unit's last stage, beside the rest (0: left out, measured on its own)
@@ -428,7 +440,8 @@ def main() -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    print("\n".join(result["profile_16_all_speaking"]) if isinstance(result["profile_16_all_speaking"], list) else "")
+    profile = result.get("profile_16_all_speaking")
+    print("\n".join(profile) if isinstance(profile, list) else profile or "")
     print(f"wrote {out}")
     return 0
 
