@@ -163,7 +163,7 @@ def decoder_layer(
     slot_ids: torch.Tensor,  # [R] slot each row reads
     cos: torch.Tensor,  # [R, T, 1, hd]
     signed_sin: torch.Tensor,  # [R, T, 1, hd]
-    mask: torch.Tensor,  # [R, 1, groups x T, L]
+    mask: torch.Tensor | None,  # [R, 1, groups x T, L]; None only where pool_attention serves the step
     kv_len: int,
     *,
     shape: AttentionShape,
@@ -217,17 +217,14 @@ class RowDecoder:
     def __init__(self, model: nn.Module, *, compile_steps: bool = False, pool_attention: bool = False):
         self.model = model
         attn = model.layers[0].self_attn
-        self.head_dim = attn.head_dim
-        self.heads = attn.q_proj.out_features // self.head_dim
-        self.kv_heads = attn.k_proj.out_features // self.head_dim
-        self.groups = self.heads // self.kv_heads
+        head_dim = attn.head_dim
         if getattr(model.config, "hidden_act", "silu") != "silu":
             raise ValueError(f"RowDecoder runs SiLU MLPs, not {model.config.hidden_act}")
         self.shape = AttentionShape(
-            heads=self.heads,
-            kv_heads=self.kv_heads,
-            head_dim=self.head_dim,
-            scaling=self.head_dim**-0.5,
+            heads=attn.q_proj.out_features // head_dim,
+            kv_heads=attn.k_proj.out_features // head_dim,
+            head_dim=head_dim,
+            scaling=head_dim**-0.5,
             norm_eps=model.layers[0].input_layernorm.variance_epsilon,
         )
         # q, k and v in one GEMM and gate and up in another: a decode step is launch-bound, not bandwidth-bound
@@ -254,6 +251,7 @@ class RowDecoder:
         # what it specialises (1 row, sizes that happen to coincide), and the LLM and TTS share the function.
         if pool_attention:
             from inference.models.minicpmo.fast import decode_attention  # noqa: F401  (registers the op; Triton)
+        self.pool_attention = pool_attention
         self._layer = partial(decoder_layer, shape=self.shape, pool_attention=pool_attention)
         self._compiled_layer = None
         if compile_steps:
@@ -267,8 +265,8 @@ class RowDecoder:
         w = self.model.norm.weight
         return KVPool(
             layers=len(self.model.layers),
-            kv_heads=self.kv_heads,
-            head_dim=self.head_dim,
+            kv_heads=self.shape.kv_heads,
+            head_dim=self.shape.head_dim,
             num_slots=num_slots,
             capacity=capacity,
             device=w.device,
@@ -301,13 +299,16 @@ class RowDecoder:
             write_at = positions.clamp(max=pool.capacity - 1)  # padding may run past the slot's end
         cos, sin = self.model.rotary_emb(x, positions)  # [R, T, hd]
         # rotate_half(x) * sin == roll(x, half) * signed_sin (see decoder_layer)
-        half = self.head_dim // 2
+        half = self.shape.head_dim // 2
         signed_sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
         cos, signed_sin = cos[:, :, None], signed_sin[:, :, None]  # [R, T, 1, hd]: every head of a position
-        # Query (r, t) sees key j of its slot iff j <= its own position.
-        mask = torch.arange(kv_len, device=x.device)[None, None, :] <= positions[:, :, None]  # [R, T, L]
-        # Grouped queries share their KV head: fold the groups into the query axis instead of repeating keys.
-        mask = mask[:, None, None].expand(R, 1, self.groups, T, kv_len).reshape(R, 1, self.groups * T, kv_len)
+        mask = None  # decode_attention reads each row's length instead
+        if not (self.pool_attention and T == 1):
+            # Query (r, t) sees key j of its slot iff j <= its own position.
+            groups = self.shape.groups
+            mask = torch.arange(kv_len, device=x.device)[None, None, :] <= positions[:, :, None]  # [R, T, L]
+            # Grouped queries share their KV head: fold the groups into the query axis instead of repeating keys.
+            mask = mask[:, None, None].expand(R, 1, groups, T, kv_len).reshape(R, 1, groups * T, kv_len)
         layer = self._compiled_layer if (self._compiled_layer is not None and T == 1) else self._layer
         h = x
         for i, weights in enumerate(self.layers):
