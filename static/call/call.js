@@ -3,16 +3,19 @@
 // Protocol: docs/protocol.md (OpenAI Realtime events plus Parley's duplex extensions). Audio goes
 // up as binary frames of pcm16 at 24 kHz in 20 ms pieces; the agent's audio comes down as binary
 // frames too once the session has `duplex.binary_audio` (audio-wire.js).
+// Audio never passes through this thread: the socket lives in a Worker (transport.js), which the mic
+// worklet feeds and which feeds the player worklet, each over a MessagePort. This thread handles the
+// events, the state and the drawing.
 // The DOM is ui.js's, server events are server-events.js's, and the test hooks (hooks.js) are
 // a one-way window onto all of it.
 
 import { hooks, installTap, pushBounded } from "./hooks.js";
-import { decodeAudioFrame, encodeAudioFrame } from "./audio-wire.js";
 import { JitterPlayer, WIRE_RATE } from "./player.js";
 import { LatencyMeter } from "./latency.js";
 import { bindChat, handleChatEvent } from "./chat.js";
 import { applyMode, chosenMode, handleModeEvent } from "./modes.js";
-import { handleServerEvent, playAgentAudio } from "./server-events.js";
+import { handleServerEvent, noteAgentAudio } from "./server-events.js";
+import { Transport } from "./transport.js";
 import { CallUi } from "./ui.js";
 
 const params = new URLSearchParams(location.search);
@@ -26,13 +29,15 @@ const TAP = params.get("tap") === "1";
 // category such as "interactive"). 0 gets headless chromium's smallest output buffer (12 ms reported
 // against 40 for "interactive"). With it a starved audio thread loses clock time more often, and each
 // loss used to stay on as delay (the drift of d9c2c76's clean-clone runs); the jitter buffer now drops
-// what arrived for the lost time (player.js, traced in bench/notes/latency.md, stop 24).
+// what arrived for the lost time (player-worklet.js, traced in bench/notes/latency.md, stop 24).
 const DEFAULT_LATENCY_HINT = 0;
 // ?slip_drop=0 keeps the audio the jitter buffer would drop for the audio clock's slip (an A/B lever for
-// bench/latency_browser.py --stall-audio-ms; see player.js).
+// bench/latency_browser.py --stall-audio-ms; see player-worklet.js).
 const DROP_SLIP = params.get("slip_drop") !== "0";
-// ?jitter_margin_ms=N: the jitter buffer's slack above the worst arrival (player.js MARGIN_MS), for A/B runs.
+// ?jitter_margin_ms=N: the jitter buffer's slack above the worst arrival (player-worklet.js MARGIN_MS), for A/B runs.
 const JITTER_MARGIN_MS = Number.parseFloat(params.get("jitter_margin_ms")) || undefined;
+// Pieces are 20 ms apart; a longer pause between two sent while live is noted (hooks.uplinkGaps).
+const UPLINK_GAP_MS = 50;
 const LATENCY_HINT = (() => {
   const asked = params.get("latency_hint");
   if (asked === null) return DEFAULT_LATENCY_HINT;
@@ -45,7 +50,7 @@ export class Call {
   constructor(ui) {
     this.ui = ui;
     this.ctx = null;
-    this.ws = null;
+    this.transport = null; // the socket, in its Worker (transport.js)
     this.player = null;
     this.mic = null; // {stream, source, node}
     this.camera = null; // {stream, video, timer}
@@ -55,13 +60,17 @@ export class Call {
     this.figuresTimer = null;
     this.meter = null; // measured mouth-to-ear, see latency.js
     this.startedAt = 0; // performance.now() when Start was pressed
-    this.receivedMsAtStart = 0;
+    this.lastSentAt = null; // when the previous microphone piece went out (ms since the time origin)
   }
 
   setState(state, detail = "") {
     if (this.state !== state) pushBounded(hooks.stateHistory, state, 100);
     this.state = state;
     hooks.state = state;
+    // Only a live session takes audio: queued or prefilling sessions would answer session_not_ready, and a
+    // paused slot is frozen, not fed. Audio still in flight when the user paused must not play after the pause.
+    this.transport?.gate({ uplink: state === "live", downlink: state === "live" || state === "prefilling" });
+    if (state !== "live") this.lastSentAt = null; // a pause is not an uplink gap
     this.ui.setState(state, detail);
   }
 
@@ -84,17 +93,20 @@ export class Call {
       return;
     }
     this.meter = new LatencyMeter(this.ctx);
-    this.receivedMsAtStart = hooks.audioMsReceived;
-    this.player = new JitterPlayer(this.ctx, {
-      rate: WIRE_RATE,
-      onAck: (ms) => this.send({ type: "playback.ack", played_ms: ms }),
-      onStart: (chunk) => this.onChunkScheduled(chunk),
-      dropSlip: DROP_SLIP,
-      marginMs: JITTER_MARGIN_MS,
-    });
+    try {
+      this.player = await JitterPlayer.create(this.ctx, {
+        onStart: (chunk) => this.onChunkScheduled(chunk),
+        dropSlip: DROP_SLIP,
+        marginMs: JITTER_MARGIN_MS,
+      });
+    } catch (err) {
+      this.fail(`Audio output unavailable: ${err.message}`);
+      return;
+    }
     this.ui.drawOutput(this.player.analyser);
     if (TAP && this.mic) await installTap(this.ctx, this.mic.source, this.player.gain);
     hooks.framesSent = 0;
+    this.lastSentAt = null;
     this.connect();
     this.figuresTimer = setInterval(() => this.refreshFigures(), 500);
   }
@@ -167,27 +179,36 @@ export class Call {
     const stream = await navigator.mediaDevices.getUserMedia({ audio: constraints });
     const source = this.ctx.createMediaStreamSource(stream);
     const node = new AudioWorkletNode(this.ctx, "parley-mic", { numberOfInputs: 1, numberOfOutputs: 0 });
-    node.port.onmessage = ({ data }) => this.onMicFrame(data.frame, data.rms, data.time);
+    // Until the socket's Worker takes the pieces (connect), only their level is shown.
+    node.port.onmessage = ({ data }) => this.showMicLevel(data.rms);
     source.connect(node); // the worklet runs while an input is connected; no need to reach the speakers
     this.mic = { stream, source, node };
   }
 
-  onMicFrame(frame, rms, time) {
+  showMicLevel(rms) {
     hooks.micRms = rms;
     this.ui.setMicLevel(rms);
-    // Only a live session takes audio: queued or prefilling sessions would answer session_not_ready,
-    // and a paused slot is frozen, not fed.
-    if (this.state !== "live") return;
-    if (this.sendBinary(encodeAudioFrame(frame))) {
-      hooks.framesSent++;
-      this.meter.noteSent(frame.length, time);
-    }
   }
 
-  /** The player scheduled an agent chunk: note when it plays, and time the first one after Start. */
-  onChunkScheduled({ at, duration }) {
-    const received = Math.round(((hooks.audioMsReceived - this.receivedMsAtStart) * WIRE_RATE) / 1000);
-    this.meter.noteScheduled(received, at, duration);
+  /** The socket's Worker handled one microphone piece (sent it when the call is live). */
+  onMicPiece({ rms, time, samples, sent, sentAt }) {
+    this.showMicLevel(rms);
+    if (!sent || !this.ctx) return;
+    hooks.framesSent++;
+    // sentAt is on the shared wall clock (ms); the meter keeps context time
+    const sentAgo = (performance.timeOrigin + performance.now() - sentAt) / 1000;
+    const at = sentAt - performance.timeOrigin;
+    if (this.lastSentAt !== null && at - this.lastSentAt > UPLINK_GAP_MS) {
+      pushBounded(hooks.uplinkGaps, { at, ms: at - this.lastSentAt }, 50);
+    }
+    this.lastSentAt = at;
+    this.meter.noteSent(samples, time, this.ctx.currentTime - sentAgo);
+  }
+
+  /** The player queued an agent chunk: note when it plays, and time the first one after Start. */
+  onChunkScheduled({ end, at, duration, receivedAt }) {
+    if (!this.ctx) return;
+    this.meter.noteScheduled(end, at, duration, receivedAt);
     if (hooks.firstAudioMs === null) {
       const output = (this.ctx.baseLatency ?? 0) + (this.ctx.outputLatency ?? 0);
       hooks.firstAudioMs = performance.now() - this.startedAt + (at - this.ctx.currentTime + output) * 1000;
@@ -220,15 +241,30 @@ export class Call {
     // A chat call asks for chat at connect (extension): it is admitted at once, holding no engine slot.
     if (chosenMode() === "chat") params.set("mode", "chat");
     const query = params.size ? `?${params}` : "";
-    const ws = new WebSocket(`${scheme}://${location.host}/v1/realtime${query}`); // the session cookie authenticates
-    ws.binaryType = "arraybuffer"; // audio frames (audio-wire.js); a Blob would cost an async read each
-    this.ws = ws;
-    ws.onmessage = (message) => this.onMessage(message.data);
-    ws.onclose = (event) => {
-      if (this.ws !== ws) return; // an old socket after a reconnect
-      if (["closed", "replaced", "failed"].includes(this.state)) return;
-      this.teardown("disconnected", `The connection closed (code ${event.code}). Start again within 30 s to resume.`);
-    };
+    const transport = new Transport({
+      onOpen: () => {},
+      onEvent: (text) => this.onMessage(text),
+      onAudio: (audio) => noteAgentAudio(this, audio),
+      onMic: (piece) => this.onMicPiece(piece),
+      onError: (error) => pushBounded(hooks.errors, error, 50),
+      onClose: (code) => {
+        if (this.transport !== transport) return; // an old socket after a reconnect
+        if (["closed", "replaced", "failed"].includes(this.state)) return;
+        this.teardown("disconnected", `The connection closed (code ${code}). Start again within 30 s to resume.`);
+      },
+    });
+    this.transport = transport;
+    // The audio's own paths: mic worklet -> socket Worker -> player worklet, one MessagePort each.
+    if (this.mic) {
+      const uplink = new MessageChannel();
+      this.mic.node.port.postMessage({ transport: uplink.port1 }, [uplink.port1]);
+      transport.takeMicrophone(uplink.port2);
+    }
+    const downlink = new MessageChannel();
+    this.player.feedFrom(downlink.port1);
+    transport.feedPlayer(downlink.port2);
+    transport.gate({ uplink: false, downlink: false });
+    transport.connect(`${scheme}://${location.host}/v1/realtime${query}`); // the session cookie authenticates
   }
 
   /**
@@ -249,24 +285,11 @@ export class Call {
   }
 
   send(event) {
-    if (!this.ws || this.ws.readyState !== WebSocket.OPEN) return false;
-    this.ws.send(JSON.stringify(event));
-    return true;
+    return this.transport?.send(event) ?? false;
   }
 
-  sendBinary(frame) {
-    if (!this.ws || this.ws.readyState !== WebSocket.OPEN) return false;
-    this.ws.send(frame);
-    return true;
-  }
-
+  /** One JSON event from the server (audio deltas never come here: the socket's Worker plays them). */
   onMessage(data) {
-    if (data instanceof ArrayBuffer) {
-      const pcm = decodeAudioFrame(data);
-      if (pcm) playAgentAudio(this, pcm);
-      else pushBounded(hooks.errors, { code: "client_bad_frame", message: `binary frame of ${data.byteLength} bytes` }, 50);
-      return;
-    }
     let event;
     try {
       event = JSON.parse(data);
@@ -299,9 +322,9 @@ export class Call {
     this.ui.stopDrawing();
     clearInterval(this.figuresTimer);
     this.refreshFigures();
-    const ws = this.ws;
-    this.ws = null;
-    if (ws && ws.readyState <= WebSocket.OPEN) ws.close(1000);
+    this.transport?.close(1000);
+    this.transport = null;
+    this.player?.close();
     this.ctx?.close();
     this.ctx = null;
     this.setState(state, detail);

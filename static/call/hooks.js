@@ -24,6 +24,9 @@ export const hooks = {
   jitter: null, // the jitter buffer's target (ms) and how often it grew and shrank (player.js)
   underruns: 0,
   overruns: 0,
+  // Pauses in the uplink while live: {at, ms} for each pair of consecutive microphone pieces sent more than
+  // 50 ms apart (at: when the later one was sent, ms since the page's time origin; bounded).
+  uplinkGaps: [],
   audioClock: null, // {contextMs, performanceMs}: the audio clock beside the page's, refreshed twice a second
   transcript: "",
   units: [],

@@ -1,7 +1,8 @@
 // Measured mouth-to-ear for the call page, from timestamps only (no estimate, works for any engine).
 //
 // The page notes when each piece of microphone audio entered the audio graph (the worklet's
-// context time) and when each chunk of agent audio is scheduled to play. About once a second the
+// context time) and when each chunk of agent audio is scheduled to play (the player worklet's
+// clock, the same context's). About once a second the
 // server's session.metrics name one tick: it had heard the input up to sample `heard_input_samples`
 // of this connection, and its audio ends at sample `heard_output_samples` of what it sent us. So:
 //
@@ -29,15 +30,15 @@ export class LatencyMeter {
     this.parts = null;
   }
 
-  /** A piece of microphone audio was sent; `time` is when its last sample entered the graph. */
-  noteSent(samples, time) {
+  /** A piece of microphone audio was sent at `sentAt`; `time` is when its last sample entered the graph. */
+  noteSent(samples, time, sentAt) {
     this.sentSamples += samples;
-    push(this.sent, [this.sentSamples, time, this.ctx.currentTime]);
+    push(this.sent, [this.sentSamples, time, sentAt]);
   }
 
-  /** An agent chunk ending at received sample `receivedEnd` plays from `at` for `duration` s. */
-  noteScheduled(receivedEnd, at, duration) {
-    push(this.played, [receivedEnd, at + duration, this.ctx.currentTime]);
+  /** An agent chunk ending at received sample `receivedEnd`, received at `receivedAt`, plays from `at` for `duration` s. */
+  noteScheduled(receivedEnd, at, duration, receivedAt) {
+    push(this.played, [receivedEnd, at + duration, receivedAt]);
   }
 
   /** Mouth-to-ear (ms) of the tick the metrics name, or the previous figure when they name no new one. */

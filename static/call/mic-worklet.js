@@ -1,5 +1,7 @@
 // AudioWorklet: microphone -> 24 kHz mono pieces of 480 samples (20 ms), plus a level per piece
-// and the AudioContext time at which the piece's last sample entered the graph.
+// and the AudioContext time at which the piece's last sample entered the graph. The pieces go to the
+// node's port, or, once the page hands over a port of the socket's Worker ({transport: port}), straight
+// there: the uplink never waits for the page's main thread (transport-worker.js).
 //
 // Why small pieces: a sample waits in the worklet until its piece is full, so the piece length
 // is pure added latency (an 80 ms frame adds 0-80 ms by itself). The server cuts the stream into
@@ -27,6 +29,10 @@ class ParleyMicProcessor extends AudioWorkletProcessor {
     this.frame = new Float32Array(PIECE_SAMPLES);
     this.filled = 0;
     this.sumSquares = 0;
+    this.out = this.port;
+    this.port.onmessage = ({ data }) => {
+      if (data.transport) this.out = data.transport;
+    };
   }
 
   process(inputs) {
@@ -54,7 +60,7 @@ class ParleyMicProcessor extends AudioWorkletProcessor {
     if (this.filled === PIECE_SAMPLES) {
       const rms = Math.sqrt(this.sumSquares / PIECE_SAMPLES);
       // Transfer the buffer (no copy) and start a fresh one.
-      this.port.postMessage({ frame: this.frame, rms, time }, [this.frame.buffer]);
+      this.out.postMessage({ frame: this.frame, rms, time }, [this.frame.buffer]);
       this.frame = new Float32Array(PIECE_SAMPLES);
       this.filled = 0;
       this.sumSquares = 0;

@@ -2,7 +2,6 @@
 // One handler per event type; types the page has no use for (response.created, ...) are ignored.
 
 import { hooks, pushBounded } from "./hooks.js";
-import { base64ToInt16 } from "./audio-wire.js";
 import { WIRE_RATE } from "./player.js";
 
 const TRANSCRIPT_HOOK_LIMIT = 200_000; // characters kept on window.parley.transcript
@@ -46,9 +45,6 @@ const HANDLERS = {
     }
     if (call.state !== "prefilling") call.setState("prefilling");
     call.ui.setPrefill(e.progress ?? 0);
-  },
-  "response.output_audio.delta"(call, e) {
-    playAgentAudio(call, base64ToInt16(e.delta ?? ""));
   },
   "response.output_audio_transcript.delta"(call, e) {
     const text = e.delta ?? "";
@@ -96,18 +92,18 @@ const HANDLERS = {
   },
 };
 
-/** One chunk of agent audio, from a binary frame or a base64 delta: counted, measured, played. */
-export function playAgentAudio(call, pcm) {
+/**
+ * One chunk of agent audio, from a binary frame or a base64 delta (`viaEvent`), as the socket's Worker
+ * reports it: counted and measured here; the Worker has already handed it to the player.
+ */
+export function noteAgentAudio(call, { samples, sumSquares, viaEvent }) {
+  if (viaEvent) hooks.eventCounts["response.output_audio.delta"] = (hooks.eventCounts["response.output_audio.delta"] ?? 0) + 1;
   hooks.audioChunksReceived++;
-  hooks.audioMsReceived += (pcm.length / WIRE_RATE) * 1000;
-  let sumSquares = 0;
-  for (let i = 0; i < pcm.length; i++) sumSquares += (pcm[i] / 32768) ** 2;
+  hooks.audioMsReceived += (samples / WIRE_RATE) * 1000;
   call.receivedSumSquares += sumSquares;
-  call.receivedSamples += pcm.length;
+  call.receivedSamples += samples;
   hooks.receivedRms = call.receivedSamples ? Math.sqrt(call.receivedSumSquares / call.receivedSamples) : 0;
   if (call.state === "prefilling") call.setState("live"); // audio means the prefill is over
-  // Audio still in flight when the user paused must not play after the pause.
-  if (call.state === "live" && call.player) call.player.push(pcm);
 }
 
 function addUnit(call, kind, e) {

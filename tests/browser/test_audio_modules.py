@@ -126,33 +126,38 @@ async () => {
   const ctx = new AudioContext();
   await ctx.resume();
   const acks = [];
-  const player = new JitterPlayer(ctx, {rate: 24000, startMs: 100, maxMs: 1100, onAck: (ms) => acks.push(ms)});
+  const scheduled = [];
+  const player = await JitterPlayer.create(ctx, {
+    startMs: 100, maxMs: 1100, onAck: (ms) => acks.push(ms), onStart: (chunk) => scheduled.push(chunk)});
   const sine = (n) => Float32Array.from({length: n}, (_, i) => 0.5 * Math.sin(2 * Math.PI * 440 * i / 24000));
   const chunk = () => decodeAudioFrame(encodeAudioFrame(sine(1920)));
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-  const until = async (check) => { for (let i = 0; i < 200 && !check(); i++) await sleep(20); };
+  const until = async (check) => { for (let i = 0; i < 200 && !(await check()); i++) await sleep(20); };
 
   // 10 chunks of 80 ms pushed at once: they play back to back, no underrun.
-  // The context clock runs on while we push, so measure the schedule against the start time.
-  const startedAt = ctx.currentTime;
-  const firstAt = player.push(chunk());
-  for (let i = 1; i < 10; i++) player.push(chunk());
-  const depthAfterPush = (player.cursor - firstAt) * 1000;
-  const firstWaitMs = (firstAt - startedAt) * 1000;
-  await until(() => player.stats.playedMs >= 800);
-  const afterSteady = {...player.stats, playedRms: player.playedRms, acks: [...acks]};
+  for (let i = 0; i < 10; i++) player.push(chunk());
+  await until(() => scheduled.length === 10);
+  const first = scheduled[0], last = scheduled[9];
+  const depthAfterPush = (last.at + last.duration - first.at) * 1000;
+  const firstWaitMs = (first.at - first.receivedAt) * 1000;  // both on the audio thread's clock
+  const ends = scheduled.map((c) => c.end);
+  await until(async () => (await player.figures()).stats.playedMs >= 800);
+  const figures = await player.figures();
+  const afterSteady = {...figures.stats, playedRms: player.playedRms, acks: [...acks]};
 
-  // The buffer has run dry; the next chunk is an underrun.
+  // The queue has run dry; the next chunk is an underrun.
   await sleep(200);
   player.push(chunk());
-  const underrunsAfterGap = player.stats.underruns;
-  const targetAfterGap = player.targetMs;
+  const afterGap = await player.figures();
 
   // 2 s at once is more than the target + maxMs: the backlog is dropped, latency returns to the target.
   player.flush();
   for (let i = 0; i < 25; i++) player.push(chunk());
-  const overrun = {overruns: player.stats.overruns, depthMs: player.depthMs};
+  const overrunFigures = await player.figures();
+  const overrun = {overruns: overrunFigures.stats.overruns, depthMs: overrunFigures.depthMs};
   player.flush();
+  const flushed = await player.figures();
+  player.close();
   await ctx.close();
 
   const frame = encodeAudioFrame(Float32Array.from([0, 0.5, -0.5, 1, -1, 2]));
@@ -162,7 +167,8 @@ async () => {
     otherKind: decodeAudioFrame(Uint8Array.of(2, 0, 0).buffer),
     fromBase64: Array.from(base64ToInt16(new Uint8Array(frame.slice(1)).toBase64())),
   };
-  return {depthAfterPush, firstWaitMs, afterSteady, underrunsAfterGap, targetAfterGap, overrun, wire};
+  return {depthAfterPush, firstWaitMs, ends, afterSteady, underrunsAfterGap: afterGap.stats.underruns,
+          targetAfterGap: afterGap.targetMs, overrun, flushedDepth: flushed.depthMs, wire};
 }
 """
 
@@ -171,10 +177,10 @@ def test_jitter_player_counts_playback_underruns_and_overruns(page, static_serve
     page.goto(f"{static_server}/harness.html")
     r = page.evaluate(PLAYER_JS)
 
-    # Ten 80 ms chunks were scheduled back to back, the first after the 100 ms start allowance
-    # (and after whatever time the page took to push it: the context clock runs on meanwhile).
+    # Ten 80 ms chunks were scheduled back to back, the first the 100 ms start allowance after it arrived.
     assert r["depthAfterPush"] == pytest.approx(800, abs=1)
-    assert r["firstWaitMs"] >= 100
+    assert r["firstWaitMs"] == pytest.approx(100, abs=0.1)
+    assert r["ends"] == [1920 * (i + 1) for i in range(10)]  # where each chunk ends among the samples received
     steady = r["afterSteady"]
     assert steady["chunksScheduled"] == 10
     assert steady["playedMs"] == pytest.approx(800, abs=1)
@@ -185,6 +191,7 @@ def test_jitter_player_counts_playback_underruns_and_overruns(page, static_serve
     assert r["targetAfterGap"] >= 100 + 200  # it grew by at least the gap the listener heard
     assert r["overrun"]["overruns"] >= 1
     assert r["overrun"]["depthMs"] <= 1100 + 2 * r["targetAfterGap"]
+    assert r["flushedDepth"] == 0
     # Binary audio frames: kind byte 0x01, then pcm16 clamped to [-1, 1], little-endian; base64 decodes the same.
     wire = r["wire"]
     assert wire["bytes"][:5] == [0x01, 0, 0, 0xFF, 0x3F]  # 0, then 16383 little-endian
@@ -198,7 +205,7 @@ async () => {
   const {JitterPlayer} = await import("/call/player.js");
   const ctx = new AudioContext();
   await ctx.resume();
-  const player = new JitterPlayer(ctx, {rate: 24000, startMs: 60});
+  const player = await JitterPlayer.create(ctx, {startMs: 60});
   const chunk = () => new Int16Array(1920).fill(1000);
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   // Chunks arrive on the context clock every 80 ms, like a server tick; `stallAt` arrives 250 ms late.
@@ -211,18 +218,22 @@ async () => {
       player.push(chunk());
     }
   };
+  const figures = async () => {
+    const f = await player.figures();
+    return {target: f.targetMs, underruns: f.stats.underruns, shrinks: f.stats.shrinks, depth: f.depthMs};
+  };
   await feed(10);
-  const start = {target: player.targetMs, underruns: player.stats.underruns};
+  const start = await figures();
   await feed(12, 11);
-  const stalled = {target: player.targetMs, underruns: player.stats.underruns};
+  const stalled = await figures();
   await feed(12 + 120);  // 9.6 s without a stall: about three windows
-  const calm = {target: player.targetMs, underruns: player.stats.underruns, shrinks: player.stats.shrinks};
+  const calm = await figures();
   // A burst: 400 ms of held-up audio at once (not an overrun), then steady arrivals again.
   for (let i = 0; i < 5; i++) player.push(chunk());
-  const burstDepth = player.depthMs;
+  const burstDepth = (await figures()).depth;
   await feed(132 + 100);  // 8 s
-  const afterBurst = {depth: player.depthMs, underruns: player.stats.underruns};
-  player.flush();
+  const afterBurst = await figures();
+  player.close();
   await ctx.close();
   return {start, stalled, calm, burstDepth, afterBurst};
 }
@@ -239,7 +250,9 @@ def test_jitter_player_starts_low_grows_on_underrun_and_shrinks_when_calm(page, 
     # steady arrivals afterwards: the buffer is given back, slowly
     assert r["calm"]["shrinks"] >= 1
     assert r["calm"]["target"] < r["stalled"]["target"] - 50
-    # a burst's backlog is given back too (by playing fast), not kept as latency once arrivals are steady
-    assert r["burstDepth"] >= 400
-    assert r["afterBurst"]["depth"] <= 150, r
+    # a burst's backlog is given back too (by playing fast), not kept as latency once arrivals are steady: the
+    # depth returns to where it stood before the burst (the calm depth itself is the margin plus this page's
+    # own feeding jitter: 142-152 ms measured, with the main-thread player of stop 25 as with the worklet)
+    assert r["burstDepth"] >= r["calm"]["depth"] + 350
+    assert r["afterBurst"]["depth"] <= r["calm"]["depth"] + 25, r
     assert r["afterBurst"]["underruns"] == r["calm"]["underruns"]

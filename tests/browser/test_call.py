@@ -98,6 +98,43 @@ def test_call_plays_agent_audio_pauses_resumes_and_stops(channels_live_server, b
     staff.close()
 
 
+# The page's main thread busy for this long: far beyond the jitter buffer (tens of ms on a quiet call).
+MAIN_THREAD_BLOCK_MS = 700
+
+
+def test_audio_flows_both_ways_while_the_page_main_thread_is_blocked(channels_live_server, page, make_user):
+    """The socket lives in a Worker and both audio paths bypass the main thread (mic worklet -> Worker ->
+    player worklet): a long main-thread task (layout, GC, a busy tab) neither pauses the uplink nor starves the
+    player. With the socket and the player on the main thread, such a block stopped both for its whole length.
+    """
+    url = channels_live_server.url
+    make_user("busy-page")
+    login(page, url, "busy-page")
+    open_call_page(page, url)
+    start_call(page)
+    wait_for(page, "p.playedMs > 2000")
+    before = hooks(page)
+    window = page.evaluate(
+        """(ms) => {
+          const start = performance.now();
+          while (performance.now() - start < ms) {}  // the main thread does nothing else meanwhile
+          return [start, performance.now()];
+        }""",
+        MAIN_THREAD_BLOCK_MS,
+    )
+    page.wait_for_timeout(1500)
+    after = hooks(page)
+    assert after["state"] == "live"
+    # the uplink went on: no pause between pieces sent during the block comes near its length
+    during = [g for g in after["uplinkGaps"] if window[0] <= g["at"] <= window[1] + 100]
+    assert all(g["ms"] < MAIN_THREAD_BLOCK_MS / 2 for g in during), (window, after["uplinkGaps"])
+    # the player went on: the echo kept arriving and playing with no gap heard
+    assert after["underruns"] == before["underruns"], (before["underruns"], after["underruns"], after["jitter"])
+    assert after["playedMs"] - before["playedMs"] >= MAIN_THREAD_BLOCK_MS + 500  # figures lag by up to 0.75 s
+    page.click("#stop")
+    wait_for_state(page, "closed")
+
+
 def test_second_window_takes_the_call_over(channels_live_server, browser, make_user):
     url = channels_live_server.url
     make_user("switcher")

@@ -3,7 +3,8 @@
 The echo engine cannot produce everything the page must handle (unit engines' listen/speak,
 video capabilities, malformed events), so here Playwright's ``page.route_web_socket`` takes the
 page's ``/v1/realtime`` socket: the test plays the server, and asserts on what the page shows and
-sends. The page, its WebSocket, its modules, the fake microphone and the fake camera are all real.
+sends. The page, its socket Worker, its modules, the fake microphone and the fake camera are all real;
+the Worker's socket reaches the route through the page's main thread (``worker_socket_relay``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import time
 import pytest
 from playwright.sync_api import Page, WebSocketRoute, expect
 
-from tests.browser.pages import hooks, login, open_call_page, wait_for_state
+from tests.browser.pages import hooks, login, open_call_page, wait_for, wait_for_state
+from tests.browser.worker_socket_relay import relay_worker_sockets
 from webapp.personas.models import Persona
 
 pytestmark = pytest.mark.browser
@@ -34,6 +36,7 @@ class ScriptedServer:
         self.page = page
         self.sockets: list[WebSocketRoute] = []
         self.received: list[dict] = []
+        relay_worker_sockets(page)
         page.route_web_socket(re.compile(r".*/v1/realtime$"), self._connected)
 
     def _connected(self, ws: WebSocketRoute) -> None:
@@ -151,8 +154,7 @@ def test_unit_engine_call_with_camera_through_a_scripted_socket(channels_live_se
     expect(page.locator("#notice")).to_contain_text("input_backpressure")
     server.sends({"type": "response.output_audio.delta", "delta": "%%% not base64 %%%"})
     server.sends("{not json")
-    codes = [e["code"] for e in hooks(page)["errors"]]
-    assert "client_bad_event" in codes and "client_invalid_json" in codes
+    wait_for(page, "['client_bad_event', 'client_invalid_json'].every((c) => p.errors.some((e) => e.code === c))")
     assert hooks(page)["state"] == "live"
 
     server.sends({"type": "session.closed", "reason": "max_duration"})
