@@ -19,6 +19,13 @@ always ends with audio that arrived moments before the tick:
   moves: beyond the margin (plus a little hysteresis) it is pure latency and is dropped; when the
   window had no short take, the margin gives back a quarter of its excess, so it follows the jitter down again
   within seconds.
+- That trim lands the frame's end on a piece boundary where it can (``_aligned_drop``): the end of the
+  newest piece whose arrival, even at the window's worst, came at least the margin before the tick. A
+  frame that ends inside a piece holds that piece's first samples back for the rest of it (the client cut
+  the piece later), and a frame end inside the newest piece is not safer for it either: if that piece is
+  late, the frame is short all the same. Measured on the call page (20 ms pieces), the capture wait of a
+  frame's last sample was 10-16 ms in most 60 s echo calls, and 1-2 ms in those whose frames happened to end
+  at a piece boundary, which were 20-30 ms faster end to end (bench/notes/latency.md, stop 26).
 
 ``push`` runs on the session's event loop and ``take`` on the worker thread, hence the lock.
 """
@@ -69,15 +76,17 @@ class TickAlignedFramer:
         frame_samples: samples per engine frame (the engine's ``input_chunk_samples``).
         rate: the stream's sample rate (Hz), to turn the margins into samples.
         max_frames: bound of the FIFO in frames; overflow drops the oldest samples.
+        clock: monotonic seconds (tests pass their own to place pushes and ticks in time).
     """
 
-    def __init__(self, frame_samples: int, rate: int, *, max_frames: int = 16):
+    def __init__(self, frame_samples: int, rate: int, *, max_frames: int = 16, clock=time.monotonic):
         if frame_samples < 1 or rate < 1 or max_frames < 1:
             raise ValueError("frame_samples, rate and max_frames must be >= 1")
         self.frame_samples = frame_samples
         self._per_ms = rate / 1000.0
         self._buffer = np.zeros(frame_samples * max_frames, dtype=np.float32)
         self._lock = threading.Lock()
+        self._clock = clock
         self._start = 0  # index of the oldest buffered sample in _buffer
         self._size = 0  # buffered samples
         self._position = 0  # samples ever pushed (the stream position after the newest sample)
@@ -87,6 +96,7 @@ class TickAlignedFramer:
         self._window_ticks = 0
         self._window_min = 1 << 62
         self._window_short = False
+        self._window_lead = float("inf")  # smallest lead of the newest piece over the window's takes (s)
         self.dropped = 0  # samples lost: overflow, alignment and standing-depth trims
         self.short_frames = 0
 
@@ -116,7 +126,7 @@ class TickAlignedFramer:
             self._buffer[: len(samples) - first] = samples[first:]
             self._size += len(samples)
             self._position += len(samples)
-            self._pushes.append((self._position, time.monotonic()))
+            self._pushes.append((self._position, self._clock()))
             return overflow
 
     def take(self) -> TakenFrame | None:
@@ -148,15 +158,16 @@ class TickAlignedFramer:
                     self.margin = min(self._samples(MAX_MARGIN_MS), self.margin + (n - got))
                 frame = self._pop_padded(got)
             end_position = self._position - self._size
-            wait_s = self._wait_of(end_position)
-            self._end_of_tick()
+            now = self._clock()
+            wait_s = self._wait_of(end_position, now)
+            self._end_of_tick(now)
             return TakenFrame(frame, end_position, short, wait_s)
 
     def realign(self) -> None:
         """The next take starts the stream afresh (after a pause or a prefill): it keeps only the newest audio."""
         with self._lock:
             self._mode = "realign"
-            self._window_ticks, self._window_min, self._window_short = 0, 1 << 62, False
+            self._new_window()
 
     def clear(self) -> None:
         """Forget the buffered audio (a frozen slot resumes from fresh audio); the next take realigns."""
@@ -171,7 +182,7 @@ class TickAlignedFramer:
             self._pushes.clear()
             self._mode = "fresh"
             self.margin = self._samples(START_MARGIN_MS)
-            self._window_ticks, self._window_min, self._window_short = 0, 1 << 62, False
+            self._new_window()
             self.dropped = self.short_frames = 0
 
     def keep_newest(self, samples: int) -> int:
@@ -205,22 +216,54 @@ class TickAlignedFramer:
         self._size -= count
         return frame
 
-    def _wait_of(self, position: int) -> float:
+    def _wait_of(self, position: int, now: float) -> float:
         """How long ago the push that delivered the sample just before stream position ``position`` happened."""
         while self._pushes and self._pushes[0][0] < position:
             self._pushes.popleft()  # pushes taken entirely by earlier frames
-        return time.monotonic() - self._pushes[0][1] if self._pushes else 0.0
+        return now - self._pushes[0][1] if self._pushes else 0.0
 
-    def _end_of_tick(self) -> None:
+    def _new_window(self) -> None:
+        self._window_ticks, self._window_min, self._window_short = 0, 1 << 62, False
+        self._window_lead = float("inf")
+
+    def _end_of_tick(self, now: float) -> None:
         self._window_min = min(self._window_min, self._size)
+        if self._pushes:
+            self._window_lead = min(self._window_lead, now - self._pushes[-1][1])
         self._window_ticks += 1
         if self._window_ticks < WINDOW_TICKS:
             return
+        aligned = self._aligned_drop()
         standing = self._window_min - self.margin
-        if standing > self._samples(HYSTERESIS_MS):
+        if aligned is not None:
+            self._drop(aligned)
+        elif standing > self._samples(HYSTERESIS_MS):
             self._drop(standing)
         if not self._window_short:
             floor = self._samples(MIN_MARGIN_MS)
             give_back = max(self._samples(DECAY_MS), int((self.margin - floor) * DECAY_FRACTION))
             self.margin = max(floor, self.margin - give_back)
-        self._window_ticks, self._window_min, self._window_short = 0, 1 << 62, False
+        self._new_window()
+
+    def _aligned_drop(self) -> int | None:
+        """Samples to drop so that frames end where a piece ends, or None when no piece end will do.
+
+        The frame just taken ended at stream position ``end``. Had it ended at the end ``B`` of a buffered push
+        instead, its last sample would have arrived ``lead + (t_newest - t_B)`` before the tick at the window's
+        worst (``lead``: the smallest time between the newest push and a take, over the window); pieces that
+        come as regularly as the ticks keep that phase, so dropping ``B - end`` samples makes the following
+        frames end at piece ends too. Of the ends that arrive at least the margin before the tick and that every
+        take of the window left buffered, the newest one is taken: 0 when the frame already ends there.
+        """
+        if not self._pushes or self._window_lead == float("inf") or self._window_short:
+            return None
+        end = self._position - self._size
+        newest_at = self._pushes[-1][1]
+        margin_s = self.margin / self._per_ms / 1000.0
+        best = None
+        for boundary, pushed_at in self._pushes:
+            if boundary < end or boundary - end > self._window_min:
+                continue
+            if self._window_lead + (newest_at - pushed_at) >= margin_s:
+                best = boundary - end  # pushes are in stream order: a later qualifying one replaces it
+        return best

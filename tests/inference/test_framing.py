@@ -184,3 +184,62 @@ def test_reset_starts_a_new_stream_at_position_zero():
     assert (framer.pending, framer.dropped, framer.short_frames) == (0, 0, 0)
     framer.push(ramp(0, N + MARGIN))
     assert framer.take().end_position == N
+
+
+class TimedCaller:
+    """A caller on a clock: 20 ms pieces (what the call page sends), the newest before each 80 ms tick arriving
+    ``lead_s`` before it, and pieces listed in ``late`` arriving that much later. The framer sees when pieces
+    and ticks happen, not just their order."""
+
+    PIECE = 480
+
+    def __init__(self, lead_s: float, late: dict[int, float]) -> None:
+        self.now = 0.0
+        self.framer = TickAlignedFramer(N, RATE, clock=lambda: self.now)
+        self.lead_s = lead_s
+        self.late = late
+        self.pushed = 0
+        self.piece = 0
+        self.ticks = 0
+
+    def tick(self):
+        self.ticks += 1
+        tick_at = 0.080 * self.ticks
+        while (arrival := 0.020 * (self.piece + 1) - self.lead_s + self.late.get(self.piece, 0.0)) <= tick_at:
+            self.now = arrival
+            self.framer.push(ramp(self.pushed, self.PIECE))
+            self.pushed += self.PIECE
+            self.piece += 1
+        self.now = tick_at
+        return self.framer.take()
+
+    def run(self, ticks: int) -> list[int]:
+        """Take ``ticks`` frames; returns each one's residual: samples that had arrived beyond its end."""
+        residuals = []
+        for _ in range(ticks):
+            taken = self.tick()
+            residuals.append(self.pushed - taken.end_position)
+        return residuals
+
+
+def test_after_a_late_piece_frames_come_to_end_where_the_newest_piece_ends():
+    # the newest piece of tick 6 30 ms late: a short take pads the stream, the piece then stands in the FIFO and is trimmed
+    caller = TimedCaller(lead_s=0.012, late={23: 0.030})
+    piece = TimedCaller.PIECE
+    residuals = caller.run(20 * WINDOW_TICKS)  # 20 s
+    assert caller.framer.short_frames == 1
+    # the padded piece keeps frames one piece back while the grown margin says so; the trim then never leaves
+    # a frame ending inside a piece (a margin's worth short of its end, as it used to): once the margin has
+    # decayed below the newest piece's 12 ms lead, every frame ends exactly with the newest piece
+    assert residuals[-3 * WINDOW_TICKS :] == [0] * (3 * WINDOW_TICKS)
+    assert caller.framer.margin < int(0.012 * RATE)
+    assert caller.framer.dropped < 3 * piece  # the late piece's padding taken back, and no more
+
+
+def test_a_newest_piece_inside_the_margin_leaves_frames_ending_at_the_piece_before():
+    caller = TimedCaller(lead_s=0.002, late={23: 0.030})  # the newest piece lands 2 ms before every tick
+    piece = TimedCaller.PIECE
+    residuals = caller.run(20 * WINDOW_TICKS)
+    # 2 ms is inside even the margin's 5 ms floor: frames end one whole piece back, never inside one
+    assert residuals[-3 * WINDOW_TICKS :] == [piece] * (3 * WINDOW_TICKS)
+    assert caller.framer.short_frames == 1
