@@ -269,6 +269,7 @@ def summarize(args, call: MeasuredCall, load: dict, server_cpu_s: float, cold_fi
             "first_audio_ms_first_call": rounded(
                 cold_first_audio
             ),  # lockstep: the call before, which filled the prefill cache
+            "start_timeline_ms": final.get("startTimeline"),  # where the first audio's time went (hooks.js)
             "buffer_ms": percentiles([s["bufferMs"] for s in call.samples if s.get("bufferMs") is not None]),
             "measured_mouth_to_ear_ms": percentiles([s["measuredMs"] for s in call.samples if s.get("measuredMs")]),
             "shown_mouth_to_ear_ms": percentiles([s["shownMs"] for s in call.samples if s.get("shownMs")]),

@@ -347,7 +347,8 @@ class EngineWorker:
             self._fail(s, f"could not open slot: {type(exc).__name__}: {exc}")
             return
         s.opened = True
-        s.prefilling = True  # until a step reports otherwise
+        # until a step reports otherwise; a slot with nothing to prefill is stepped with input at once
+        s.prefilling = not self.engine.live_at_open(s.index)
         s.prefill_reported = False
 
     def _cmd_close(self, s: WorkerSlot, on_closed: Callable[[], None], loop) -> None:

@@ -97,6 +97,14 @@ class Engine(abc.ABC):
     def open_slot(self, slot: int, config: SlotConfig) -> None:
         """Prepare ``slot`` for a new session. Heavy prefill work should be spread over step() calls."""
 
+    def live_at_open(self, slot: int) -> bool:
+        """True when ``slot`` opened with nothing to prefill (no prompt, or a prefill-cache hit).
+
+        Such a slot takes input from its very first tick, so the caller's first audio comes back a tick
+        sooner; otherwise the first tick prepares the slot and input starts with the next one.
+        """
+        return False
+
     @abc.abstractmethod
     def close_slot(self, slot: int) -> None:
         """Release everything ``slot`` holds. Returning means cleanup is confirmed."""

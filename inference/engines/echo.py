@@ -96,6 +96,10 @@ class EchoEngine(Engine):
             prefill_total=self.prefill_ticks,
         )
 
+    def live_at_open(self, slot: int) -> bool:
+        """Without a simulated prefill the slot echoes from its first tick."""
+        return slot in self._slots and self._slots[slot].prefill_left == 0
+
     def close_slot(self, slot: int) -> None:
         """Forget everything ``slot`` held."""
         self._check_slot(slot)

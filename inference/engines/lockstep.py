@@ -274,6 +274,10 @@ class LockstepEngine(Engine):
             raise
         self._slots[slot] = _Slot(prefill=prefill, prefill_total=total, start_key=key)
 
+    def live_at_open(self, slot: int) -> bool:
+        """A prefill-cache hit starts the slot live (instant start): it takes input from its first tick."""
+        return slot in self._slots and self._slots[slot].live
+
     def close_slot(self, slot: int) -> None:
         """Forget the slot and give back its KV pages; its rows are frozen until the next open resets them."""
         self._check_slot(slot)

@@ -63,6 +63,13 @@ export class Call {
     this.lastSentAt = null; // when the previous microphone piece went out (ms since the time origin)
   }
 
+  /** Note how long after Start one step of the start was done (hooks.startTimeline), once per call. */
+  markStart(step) {
+    if (hooks.startTimeline && !(step in hooks.startTimeline)) {
+      hooks.startTimeline[step] = Math.round(performance.now() - this.startedAt);
+    }
+  }
+
   setState(state, detail = "") {
     if (this.state !== state) pushBounded(hooks.stateHistory, state, 100);
     this.state = state;
@@ -80,6 +87,7 @@ export class Call {
   async start() {
     this.startedAt = performance.now();
     hooks.firstAudioMs = null;
+    hooks.startTimeline = {};
     this.ctx = new AudioContext({ latencyHint: LATENCY_HINT });
     const resuming = this.ctx.resume(); // still inside the user gesture
     this.setState("connecting");
@@ -88,6 +96,7 @@ export class Call {
       await resuming;
       await this.ctx.audioWorklet.addModule(new URL("./mic-worklet.js", import.meta.url));
       if (chosenMode() !== "chat") await this.openMicrophone(); // chat takes typed messages, no stream
+      this.markStart("microphone");
     } catch (err) {
       this.fail(`Microphone unavailable: ${err.message}`);
       return;
@@ -103,6 +112,7 @@ export class Call {
       this.fail(`Audio output unavailable: ${err.message}`);
       return;
     }
+    this.markStart("player");
     this.ui.drawOutput(this.player.analyser);
     if (TAP && this.mic) await installTap(this.ctx, this.mic.source, this.player.gain);
     hooks.framesSent = 0;
@@ -212,6 +222,8 @@ export class Call {
     if (hooks.firstAudioMs === null) {
       const output = (this.ctx.baseLatency ?? 0) + (this.ctx.outputLatency ?? 0);
       hooks.firstAudioMs = performance.now() - this.startedAt + (at - this.ctx.currentTime + output) * 1000;
+      this.markStart("first_chunk_queued");
+      hooks.startTimeline.first_sound = Math.round(hooks.firstAudioMs);
       this.ui.setFigures({ first_audio: fmt(hooks.firstAudioMs) });
     }
   }
@@ -242,7 +254,7 @@ export class Call {
     if (chosenMode() === "chat") params.set("mode", "chat");
     const query = params.size ? `?${params}` : "";
     const transport = new Transport({
-      onOpen: () => {},
+      onOpen: () => this.markStart("socket_open"),
       onEvent: (text) => this.onMessage(text),
       onAudio: (audio) => noteAgentAudio(this, audio),
       onMic: (piece) => this.onMicPiece(piece),

@@ -21,6 +21,9 @@ export const hooks = {
   mouthToEarMs: null, // measured (latency.js), refreshed about once a second
   latencyParts: null, // where that time went: {capture, roundTrip, buffer, output} (ms)
   firstAudioMs: null, // from pressing Start to the first agent audio reaching the speaker
+  // Where that time went: ms after Start at which each step of the start was done (audio graph, microphone,
+  // socket open, session.created, first agent chunk received, first agent audio at the speaker).
+  startTimeline: null,
   jitter: null, // the jitter buffer's target (ms) and how often it grew and shrank (player.js)
   underruns: 0,
   overruns: 0,

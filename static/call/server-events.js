@@ -24,6 +24,7 @@ const HANDLERS = {
   "session.created"(call, e) {
     const session = e.session ?? {};
     const duplex = session.duplex ?? {};
+    call.markStart("session_created");
     hooks.sessionId = session.id ?? null;
     hooks.resumed = Boolean(e.resumed ?? duplex.resumed);
     hooks.capabilities = duplex.capabilities ?? null;
@@ -98,6 +99,7 @@ const HANDLERS = {
  */
 export function noteAgentAudio(call, { samples, sumSquares, viaEvent }) {
   if (viaEvent) hooks.eventCounts["response.output_audio.delta"] = (hooks.eventCounts["response.output_audio.delta"] ?? 0) + 1;
+  call.markStart("first_chunk_received");
   hooks.audioChunksReceived++;
   hooks.audioMsReceived += (samples / WIRE_RATE) * 1000;
   call.receivedSumSquares += sumSquares;

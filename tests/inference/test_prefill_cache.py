@@ -60,6 +60,7 @@ def run_session(engine: LockstepEngine, config: SlotConfig, audio: np.ndarray) -
     """Open slot 0, tick until it is live, feed LIVE_FRAMES frames; the agent's tokens, PCM and text."""
     log = TokenLog(engine, 0)
     engine.open_slot(0, config)
+    live_at_open = engine.live_at_open(0)
     prefill_ticks = 0
     while engine._slots[0].live is False:
         out = engine.step({})
@@ -72,7 +73,13 @@ def run_session(engine: LockstepEngine, config: SlotConfig, audio: np.ndarray) -
         text.append(out[0].text)
     engine.close_slot(0)
     engine.backend.step = type(engine.backend).step.__get__(engine.backend)  # unwrap
-    return {"tokens": log.tokens, "pcm": np.concatenate(pcm), "text": text, "prefill_ticks": prefill_ticks}
+    return {
+        "tokens": log.tokens,
+        "pcm": np.concatenate(pcm),
+        "text": text,
+        "prefill_ticks": prefill_ticks,
+        "live_at_open": live_at_open,
+    }
 
 
 @pytest.mark.parametrize("backend", ["eager", "fast"])
@@ -87,6 +94,7 @@ def test_cached_start_equals_prefilled_start_token_for_token(checkpoint, backend
     cached = run_session(engine, config, audio)
 
     assert cached["prefill_ticks"] == 0, "a cached start is live before its first tick"
+    assert cached["live_at_open"] and not prefilled["live_at_open"]  # so the worker feeds it from that tick
     assert engine.prefill_cache.hits == 1
     assert len(cached["tokens"]) == len(prefilled["tokens"]) == LIVE_FRAMES
     assert cached["tokens"] == prefilled["tokens"]

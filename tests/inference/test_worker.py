@@ -233,3 +233,34 @@ async def test_first_audio_survives_without_prefill_but_not_a_long_prefill(worke
     await rec.wait_for(lambda: len(rec.texts) >= 2)
     echoed = [round(float(o.audio[0]) * 100) for o, pcm in rec.outputs if pcm]
     assert echoed[0] == 4 and slow.slots[0].dropped_in == 3
+
+
+class StepLog(EchoEngine):
+    """The echo engine, noting which slots each step got input for."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.inputs_per_step: list[list[int]] = []
+
+    def step(self, inputs):
+        self.inputs_per_step.append(sorted(inputs))
+        return super().step(inputs)
+
+
+@pytest.mark.parametrize(("prefill_ticks", "first_fed_step"), [(0, 0), (2, 2)])
+async def test_a_slot_with_nothing_to_prefill_is_fed_from_the_tick_that_opens_it(
+    worker_factory, prefill_ticks, first_fed_step
+):
+    """The first audio opens the slot; with nothing to prefill (a prefill-cache hit) it is answered that very
+    tick, a tick sooner than when the first tick went to preparing the slot."""
+    loop = asyncio.get_running_loop()
+    engine = StepLog(1, delay_frames=0, prefill_ticks=prefill_ticks)
+    worker = worker_factory(engine)
+    rec = Recorder()
+    # open and push between two ticks, as the session does at the first audio
+    worker.open(0, SlotConfig(), rec, loop)
+    worker.push(0, chunk(0.5))
+    await rec.wait_for(lambda: len(rec.texts) >= 1)
+    # the worker steps the engine only while a slot is open: step 0 is the tick that opened it
+    fed = [i for i, inputs in enumerate(engine.inputs_per_step) if 0 in inputs]
+    assert fed[0] == first_fed_step, engine.inputs_per_step
