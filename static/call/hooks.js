@@ -24,7 +24,7 @@ export const hooks = {
   // Where that time went: ms after Start at which each step of the start was done (audio graph, microphone,
   // socket open, session.created, first agent chunk received, first agent audio at the speaker).
   startTimeline: null,
-  jitter: null, // the jitter buffer's target (ms) and how often it grew and shrank (player.js)
+  jitter: null, // the jitter buffer's target (ms) and how often it grew and shrank (player-worklet.js)
   underruns: 0,
   overruns: 0,
   // Pauses in the uplink while live: {at, ms} for each pair of consecutive microphone pieces sent more than

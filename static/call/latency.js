@@ -1,10 +1,10 @@
 // Measured mouth-to-ear for the call page, from timestamps only (no estimate, works for any engine).
 //
-// The page notes when each piece of microphone audio entered the audio graph (the worklet's
-// context time) and when each chunk of agent audio is scheduled to play (the player worklet's
-// clock, the same context's). About once a second the
-// server's session.metrics name one tick: it had heard the input up to sample `heard_input_samples`
-// of this connection, and its audio ends at sample `heard_output_samples` of what it sent us. So:
+// The page notes when each piece of microphone audio entered the audio graph (the mic worklet's
+// context time) and when each chunk of agent audio is scheduled to play (the player worklet's, on
+// the same clock). About once a second the server's session.metrics name one tick: it had heard the
+// input up to sample `heard_input_samples` of this connection, and its audio ends at sample
+// `heard_output_samples` of what it sent us. So:
 //
 //   mouth-to-ear = (context time the end of that chunk plays) - (context time that input sample
 //                  entered the graph) + the output latency the AudioContext reports
@@ -36,7 +36,10 @@ export class LatencyMeter {
     push(this.sent, [this.sentSamples, time, sentAt]);
   }
 
-  /** An agent chunk ending at received sample `receivedEnd`, received at `receivedAt`, plays from `at` for `duration` s. */
+  /**
+   * An agent chunk ending at received sample `receivedEnd` arrived at `receivedAt` and plays from `at` for
+   * `duration` s (context times).
+   */
   noteScheduled(receivedEnd, at, duration, receivedAt) {
     push(this.played, [receivedEnd, at + duration, receivedAt]);
   }
