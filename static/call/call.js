@@ -225,6 +225,7 @@ export class Call {
       this.markStart("first_chunk_queued");
       hooks.startTimeline.first_sound = Math.round(hooks.firstAudioMs);
       this.ui.setFigures({ first_audio: fmt(hooks.firstAudioMs) });
+      this.ui.setFigureDetail("first_audio", describeStart(hooks.startTimeline));
     }
   }
 
@@ -396,6 +397,21 @@ export class Call {
     });
     if (this.ctx) this.ui.pushLatency({ mouthToEar, depth: hooks.bufferMs, tickP99: m.tick_ms_p99 });
   }
+}
+
+/** The start's steps, in the order they happened: "microphone 29 ms · connected 81 ms · ...". */
+function describeStart(timeline) {
+  const names = {
+    microphone: "microphone",
+    socket_open: "socket open",
+    session_created: "session created",
+    first_chunk_received: "first agent audio received",
+    first_sound: "heard",
+  };
+  return Object.entries(names)
+    .filter(([step]) => Number.isFinite(timeline[step]))
+    .map(([step, name]) => `${name} ${timeline[step]} ms`)
+    .join(" · ");
 }
 
 function fmt(ms) {

@@ -192,6 +192,12 @@ export class CallUi {
     }
   }
 
+  /** A figure's breakdown, shown when the pointer rests on it. */
+  setFigureDetail(key, text) {
+    const cell = document.querySelector(`[data-figure="${key}"]`);
+    if (cell) cell.title = text;
+  }
+
   pushLatency({ mouthToEar, depth, tickP99 }) {
     for (const [key, value] of Object.entries({ mouthToEar, depth, tickP99 })) {
       const list = this.latency[key];

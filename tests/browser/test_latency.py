@@ -94,6 +94,12 @@ def test_echo_mouth_to_ear_p95_is_within_the_bound(zero_delay_echo_server, marke
     # ... and the time from Start to the first agent audio is measured and shown.
     assert 0 < call.final["firstAudioMs"] < 5000
     assert page.locator("[data-figure=first_audio]").text_content().endswith(" ms")
+    # where that time went, step by step, on the figure itself (its title) and in the hooks
+    timeline = call.final["startTimeline"]
+    assert timeline["microphone"] <= timeline["session_created"] <= timeline["first_chunk_received"]
+    assert timeline["first_chunk_received"] <= timeline["first_sound"]
+    detail = page.locator("[data-figure=first_audio]").get_attribute("title")
+    assert "session created" in detail and f"heard {timeline['first_sound']} ms" in detail
 
 
 @pytest.mark.browser
