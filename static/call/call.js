@@ -9,7 +9,7 @@
 // The DOM is ui.js's, server events are server-events.js's, and the test hooks (hooks.js) are
 // a one-way window onto all of it.
 
-import { hooks, installTap, pushBounded } from "./hooks.js";
+import { countEvent, hooks, installTap, pushBounded } from "./hooks.js";
 import { JitterPlayer, WIRE_RATE } from "./player.js";
 import { LatencyMeter } from "./latency.js";
 import { bindChat, handleChatEvent } from "./chat.js";
@@ -310,7 +310,7 @@ export class Call {
       pushBounded(hooks.errors, { code: "client_invalid_json", message: String(data).slice(0, 200) }, 50);
       return;
     }
-    hooks.eventCounts[event.type] = (hooks.eventCounts[event.type] ?? 0) + 1;
+    countEvent(event.type);
     try {
       handleServerEvent(this, event);
       handleModeEvent(event, this); // the mode picker and the half-duplex speech indicator (modes.js)

@@ -43,6 +43,11 @@ export const hooks = {
 
 window.parley = hooks;
 
+/** Count one server event of `type` (hooks.eventCounts). */
+export function countEvent(type) {
+  hooks.eventCounts[type] = (hooks.eventCounts[type] ?? 0) + 1;
+}
+
 /** Append to a hook list, keeping only the newest `limit` entries. */
 export function pushBounded(list, value, limit) {
   list.push(value);

@@ -272,7 +272,6 @@ class ParleyPlayerProcessor extends AudioWorkletProcessor {
         stats: { ...this.stats },
         targetMs: this.targetMs,
         depthMs: this.depthMs,
-        queuedMs: ((this.queued - this.head) / WIRE_RATE) * 1000,
         contextTime: currentTime,
       },
     });

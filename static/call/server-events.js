@@ -1,7 +1,7 @@
 // Server events of /v1/realtime -> the call's state, the player, the view and the test hooks.
 // One handler per event type; types the page has no use for (response.created, ...) are ignored.
 
-import { hooks, pushBounded } from "./hooks.js";
+import { countEvent, hooks, pushBounded } from "./hooks.js";
 import { WIRE_RATE } from "./player.js";
 
 const TRANSCRIPT_HOOK_LIMIT = 200_000; // characters kept on window.parley.transcript
@@ -98,7 +98,7 @@ const HANDLERS = {
  * reports it: counted and measured here; the Worker has already handed it to the player.
  */
 export function noteAgentAudio(call, { samples, sumSquares, viaEvent }) {
-  if (viaEvent) hooks.eventCounts["response.output_audio.delta"] = (hooks.eventCounts["response.output_audio.delta"] ?? 0) + 1;
+  if (viaEvent) countEvent("response.output_audio.delta");
   call.markStart("first_chunk_received");
   hooks.audioChunksReceived++;
   hooks.audioMsReceived += (samples / WIRE_RATE) * 1000;
