@@ -45,6 +45,7 @@ from inference.models.minicpmo.audio_encoder import MelFrontEnd  # noqa: E402
 from inference.models.minicpmo.config import MiniCPMOConfig  # noqa: E402
 from inference.models.minicpmo.duplex import DuplexRunner  # noqa: E402
 from inference.models.minicpmo.fast.runner import FastDuplexRunner  # noqa: E402
+from inference.models.minicpmo.invariant.modules import use_row_invariant_kernels  # noqa: E402
 from inference.models.minicpmo.loading import build_parts, load_model, load_tokenizer  # noqa: E402
 
 BUDGET_MS = 1000.0
@@ -66,6 +67,8 @@ def build_model(dtype: torch.dtype, config: dict, device: str):
         module.to(dtype=dtype).eval()
     parts.tts.bake()
     parts.device, parts.dtype = torch.device(device), dtype
+    if device == "cuda":  # as load_model does on CUDA: the eager path on the fast path's reductions
+        use_row_invariant_kernels(parts)
     keep_speaking(parts)
     return parts
 
@@ -304,26 +307,51 @@ def single_session_and_equality(result: dict, eager, fast, reference, args, devi
     if reference is not None:
         result["reference"] = reference_side(reference, result["one_session_fast"])
         print("ratios (fast / reference)", json.dumps(result["reference"]["ratios"]), flush=True)
-    # Greedy equality, bf16, 30 units with the same inputs on both runners.
-    want = [u["ids"] for u in one_session(eager, 20, 10, seed=21)["units"]]
-    got = [u["ids"] for u in one_session(fast, 20, 10, seed=21)["units"]]
+    result["greedy_equality_bf16"] = greedy_equality(eager, fast)
+
+
+def session_ids(runner, seeds: list[int], audio_units: int = 20, omni_units: int = 10) -> list[list[list[int]]]:
+    """The LLM ids of every unit of ``len(seeds)`` sessions ticked together (one ``one_session`` each when
+    alone: the same prompt, reference audio, audio and frame per seed); session k speaks as ``speaks(k, u)``."""
+    frame = np.random.default_rng(seeds[0]).integers(0, 256, (448, 448, 3), dtype=np.uint8)
+    sessions = [runner.new_session() for _ in seeds]
+    audios = [make_audio(audio_units + omni_units, seed) for seed in seeds]
+    for session, seed in zip(sessions, seeds, strict=True):
+        runner.prepare(session, "Streaming Omni Conversation.", make_audio(2, seed + 1))
+    ids: list[list[list[int]]] = [[] for _ in seeds]
+    for u in range(audio_units + omni_units):
+        results = tick(runner, sessions, audios, frame if u >= audio_units else None, u, list(range(len(seeds))))
+        for k, r in enumerate(results):
+            ids[k].append(list(r.llm_ids))
+    for session in sessions:
+        runner.finalize(session)
+    return ids
+
+
+def greedy_equality(eager, fast, seed: int = 21) -> dict:
+    """bf16, 30 units (20 audio, 10 omni) with the same inputs: the eager runner, the fast runner with the
+    session alone, and the fast runner with the session as one of four ticked together (other calls beside it
+    in the batched steps and padded prefills)."""
+    want = [u["ids"] for u in one_session(eager, 20, 10, seed=seed)["units"]]
+    got = [u["ids"] for u in one_session(fast, 20, 10, seed=seed)["units"]]
+    batched = session_ids(fast, [seed, seed + 10, seed + 20, seed + 30])[0]
     same = [a == b for a, b in zip(want, got, strict=True)]
     listen = eager.ids.listen
-    result["greedy_equality_bf16"] = {
+    out = {
         "units": len(same),
         "units_with_identical_ids": int(sum(same)),
         "first_difference_unit": same.index(False) if False in same else None,
         "units_with_same_decision": sum((listen in w) == (listen in g) for w, g in zip(want, got, strict=True)),
+        "units_speaking": sum(listen not in w for w in want),
+        "ids_compared": sum(len(w) for w in want),
+        "batched_units_with_identical_ids": sum(a == b for a, b in zip(want, batched, strict=True)),
         "eager_ids": want,
         "fast_ids": got,
     }
-    print(
-        "equality",
-        {k: v for k, v in result["greedy_equality_bf16"].items() if k not in ("eager_ids", "fast_ids")},
-        flush=True,
-    )
-    result["greedy_equality_bf16"]["same_history"] = forced_agreement(eager, fast)
-    print("same history", result["greedy_equality_bf16"]["same_history"], flush=True)
+    print("equality", {k: v for k, v in out.items() if k not in ("eager_ids", "fast_ids")}, flush=True)
+    out["same_history"] = forced_agreement(eager, fast)
+    print("same history", out["same_history"], flush=True)
+    return out
 
 
 def main() -> int:
@@ -353,6 +381,7 @@ def main() -> int:
     )
     parser.add_argument("--vocoder-units", type=int, default=300, help="units per Token2Wav row (0: none)")
     parser.add_argument("--vocoder-only", action="store_true", help="only the Token2Wav section (its own results)")
+    parser.add_argument("--equality-only", action="store_true", help="only the greedy equality section")
     parser.add_argument(
         "--capacity-only",
         action="store_true",
@@ -415,7 +444,10 @@ def main() -> int:
             "pools_allocated_gb": round(pools / 1e9, 2),
         },
     }
-    if not args.capacity_only:
+    if args.equality_only:
+        result["greedy_equality_bf16"] = greedy_equality(eager, fast)
+        sizes = []
+    elif not args.capacity_only:
         single_session_and_equality(result, eager, fast, reference, args, device)
     rows = []
     for n in sizes:
@@ -429,7 +461,7 @@ def main() -> int:
     fits = [r["sessions"] for r in rows if "ticks" in r and r["ticks"]["p99_ms"] <= BUDGET_MS]
     result["capacity_fast"] = {"budget_ms": BUDGET_MS, "max_sessions_within_budget": max(fits, default=0), "rows": rows}
     try:
-        if not args.capacity_only:
+        if not (args.capacity_only or args.equality_only):
             result["profile_16_all_speaking"] = profile_tick(fast, min(16, max(sizes))).splitlines()
     except RuntimeError as exc:  # the profiler is optional evidence; the numbers above stand without it
         result["profile_16_all_speaking"] = f"profiler failed: {exc}"

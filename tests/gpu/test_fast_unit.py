@@ -1,10 +1,9 @@
 """Unit engine fast path on a GPU: the captured decode graphs reproduce the tiny golden calls and the eager path.
 
-Skipped without CUDA (CI). The runner's CUDA defaults are under test: decode steps through the compiled layer
-and the in-pool attention kernel (``compile_steps``, ``pool_attention``). float32 on the tiny golden checkpoint:
-tokens, TTS codes and cache lengths must be exact (against the goldens and against the eager runner on the same
-device). The real-shape bf16 comparison
-lives in ``bench/unit_gpu.py`` because it needs the 9 B model.
+Skipped without CUDA (CI). The runner's CUDA defaults are under test: decode steps and prefills through the
+row-invariant kernels (``invariant``), which ``load_model`` also gives the eager modules on CUDA. float32 on
+the tiny golden checkpoint: tokens, TTS codes and cache lengths must be exact (against the goldens and against
+the eager runner on the same device). The real-shape bf16 comparison is ``test_unit_bf16_equality.py``.
 """
 
 from __future__ import annotations

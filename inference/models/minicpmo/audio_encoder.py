@@ -128,9 +128,13 @@ class WhisperAttention(nn.Module):
         if past is not None:
             k = torch.cat([past[0], k], dim=2)  # [B, H, T_past + T, hd]
             v = torch.cat([past[1], v], dim=2)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, T, hd]
-        out = out.transpose(1, 2).reshape(B, T, D)
-        return self.out_proj(out), (k, v)
+        out = self.attend(q, k, v, mask)  # [B, T, H, hd]
+        return self.out_proj(out.reshape(B, T, D)), (k, v)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Each query over the keys (the last T of them are its own unit's): [B, T, H, hd]. On CUDA
+        ``use_row_invariant_kernels`` replaces this on each instance."""
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2)
 
 
 class WhisperEncoderLayer(nn.Module):

@@ -167,4 +167,8 @@ def load_model(
         module.to(device=device, dtype=dtype).eval()
     parts.tts.bake()
     del tensors
+    if parts.device.type == "cuda":  # the eager path on the fast path's reductions (invariant/modules.py)
+        from inference.models.minicpmo.invariant.modules import use_row_invariant_kernels
+
+        use_row_invariant_kernels(parts)
     return parts

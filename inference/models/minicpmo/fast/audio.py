@@ -45,10 +45,17 @@ class FastAudio(ShapeGraphs):
         audio: the loaded ``StreamingAudioInput`` (its modules are used as they are).
         num_slots: sessions served at once.
         max_rows: the most units one forward takes.
+        invariant: attend through the row-invariant kernel (CUDA), as the eager encoder does once
+            ``use_row_invariant_kernels`` swapped it in; its projections and norms are the modules' own.
     """
 
-    def __init__(self, audio: StreamingAudioInput, *, num_slots: int, max_rows: int):
+    def __init__(self, audio: StreamingAudioInput, *, num_slots: int, max_rows: int, invariant: bool = False):
         self.audio, self.apm = audio, audio.apm
+        self.invariant = invariant
+        if invariant:
+            from inference.models.minicpmo.invariant import kernels  # Triton: imported only where it runs
+
+            self._attention = kernels.attention
         attn = self.apm.layers[0].self_attn
         weight = self.apm.conv1.weight
         device, dtype = weight.device, weight.dtype
@@ -93,9 +100,12 @@ class FastAudio(ShapeGraphs):
             keys, values = self.pool.keys[i], self.pool.values[i]
             keys[slot_rows, :, positions] = k  # [R, T, H, hd] into [S, H, C, hd]
             values[slot_rows, :, positions] = v
-            ks, vs = keys[slots, :, :kv_len], values[slots, :, :kv_len]  # [R, H, L, hd]
-            out = F.scaled_dot_product_attention(q, ks, vs, attn_mask=mask)
-            x = x + attn.out_proj(out.transpose(1, 2).reshape(R, T, D))
+            if self.invariant:  # every frame sees its slot's first start + T keys, as the eager encoder's do
+                out = self._attention(q, keys, values, slots, starts, kv_len, attn.head_dim**-0.5, causal=False)
+            else:
+                ks, vs = keys[slots, :, :kv_len], values[slots, :, :kv_len]  # [R, H, L, hd]
+                out = F.scaled_dot_product_attention(q, ks, vs, attn_mask=mask).transpose(1, 2)
+            x = x + attn.out_proj(out.reshape(R, T, D))
             x = x + layer.fc2(F.gelu(layer.fc1(layer.final_layer_norm(x))))
         states = self.apm.layer_norm(x)
         emb = self.audio.audio_projection_layer(states)  # [R, T, llm]

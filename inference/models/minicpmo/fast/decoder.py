@@ -15,7 +15,6 @@ different subset of sessions, each at its own position, every second.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -101,20 +100,29 @@ def fused_linear_weight(owner: nn.Module, name: str, linears: list[nn.Linear]) -
     return fused
 
 
-def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """A Qwen3 / Llama RMSNorm module applied in torch's fused kernel (one launch on CUDA instead of eight).
+class TorchRowOps:
+    """The layer's reductions as torch ops (CPU; float32 tests against the goldens)."""
 
-    Same statistics in float32; the weight is applied before the cast back instead of after, which changes
-    only the last bit of some bf16 outputs (float32: the same products).
-    """
-    return F.rms_norm(x, (x.shape[-1],), weight=norm.weight, eps=norm.variance_epsilon)
+    linear = staticmethod(F.linear)
 
+    @staticmethod
+    def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """Qwen3 / Llama RMSNorm in the modules' order: float32 statistics, cast back, then the weight."""
+        xf = x.float()
+        return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
-def residual_linear(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``residual + x @ weight.T`` in one GEMM (the addition in its epilogue instead of a kernel of its own)."""
-    shape = residual.shape
-    out = torch.addmm(residual.reshape(-1, shape[-1]), x.reshape(-1, x.shape[-1]), weight.t())
-    return out.view(shape)
+    @staticmethod
+    def attend(q, keys, values, slot_ids, starts, kv_len, scale, groups):
+        """q [R, H, T, hd] over each row's slot, causal from ``starts``: [R, T, H, hd]."""
+        R, H, T, hd = q.shape
+        positions = starts[:, None] + torch.arange(T, device=q.device)  # [R, T]
+        visible = torch.arange(kv_len, device=q.device)[None, None, :] <= positions[:, :, None]  # [R, T, L]
+        # Grouped queries share their KV head: the groups fold into the query axis instead of repeating keys.
+        mask = visible[:, None, None].expand(R, 1, groups, T, kv_len).reshape(R, 1, groups * T, kv_len)
+        ks, vs = keys[slot_ids, :, :kv_len], values[slot_ids, :, :kv_len]  # [R, H_kv, L, hd]
+        qg = q.reshape(R, H // groups, groups * T, hd)
+        out = F.scaled_dot_product_attention(qg, ks, vs, attn_mask=mask, scale=scale)
+        return out.reshape(R, H, T, hd).transpose(1, 2)
 
 
 @dataclass(frozen=True)
@@ -133,8 +141,7 @@ class AttentionShape:
 
 
 class LayerWeights(NamedTuple):
-    """One decoder layer's weights as plain tensors (the module's own), unpacked into the layer function's
-    arguments, so that one compiled graph serves every layer with its weights as inputs."""
+    """One decoder layer's weights as plain tensors (the module's own; q/k/v and gate/up fused)."""
 
     input_norm: torch.Tensor
     qkv: torch.Tensor  # [q + k + v outputs, D]
@@ -148,59 +155,53 @@ class LayerWeights(NamedTuple):
 
 def decoder_layer(
     h: torch.Tensor,  # [R, T, D]
-    input_norm: torch.Tensor,  # the fields of LayerWeights, in order
-    qkv_weight: torch.Tensor,
-    q_norm: torch.Tensor | None,
-    k_norm: torch.Tensor | None,
-    o_proj: torch.Tensor,
-    post_norm: torch.Tensor,
-    gate_up: torch.Tensor,
-    down: torch.Tensor,
+    weights: LayerWeights,
     keys: torch.Tensor,  # this layer's pool [S + 1, H_kv, C, hd], written in place
     values: torch.Tensor,
-    slot_rows: torch.Tensor,  # [R, T] slot each position writes to
-    write_at: torch.Tensor,  # [R, T] position it writes at
-    slot_ids: torch.Tensor,  # [R] slot each row reads
-    cos: torch.Tensor,  # [R, T, 1, hd]
-    signed_sin: torch.Tensor,  # [R, T, 1, hd]
-    mask: torch.Tensor | None,  # [R, 1, groups x T, L]; None only where pool_attention serves the step
-    kv_len: int,
+    rows: RowPositions,
     *,
     shape: AttentionShape,
-    pool_attention: bool = False,
+    ops: type,  # TorchRowOps or invariant.kernels.RowOps
 ) -> torch.Tensor:
     """One Qwen3 / Llama decoder layer (SiLU MLP) over the pool: writes the rows' keys and values, returns h.
 
-    ``pool_attention``: one-position rows attend through ``decode_attention`` (CUDA) instead of a gather + SDPA.
+    Every rounding happens where ``transformers``' modules round (the norm's cast before its weight, the
+    rotation's two products, each residual addition after its projection), so with the invariant kernels' ``RowOps`` the
+    bits equal the eager model's with the same kernels swapped in (``invariant.modules``).
     """
     R, T, _ = h.shape
     hd, eps = shape.head_dim, shape.norm_eps
-    y = F.rms_norm(h, (h.shape[-1],), weight=input_norm, eps=eps)
-    qkv = F.linear(y, qkv_weight)
+    qkv = ops.linear(ops.rms_norm(h, weights.input_norm, eps), weights.qkv)
     q_width, kv_width = shape.heads * hd, shape.kv_heads * hd
     q = qkv[..., :q_width].view(R, T, shape.heads, hd)
     k = qkv[..., q_width : q_width + kv_width].view(R, T, shape.kv_heads, hd)
     v = qkv[..., q_width + kv_width :].view(R, T, shape.kv_heads, hd)
-    if q_norm is not None:
-        q = F.rms_norm(q, (hd,), weight=q_norm, eps=eps)
-        k = F.rms_norm(k, (hd,), weight=k_norm, eps=eps)
-    # rotate_half(x) * sin == roll(x, half) * signed_sin: the rotation in three kernels (mul, roll, addcmul)
-    qk = torch.cat([q, k], dim=2)  # [R, T, H + H_kv, hd]: queries and keys rotated together
-    qk = torch.addcmul(qk * cos, qk.roll(hd // 2, dims=-1), signed_sin)
+    if weights.q_norm is not None:
+        q = ops.rms_norm(q, weights.q_norm, eps)
+        k = ops.rms_norm(k, weights.k_norm, eps)
+    # queries and keys rotated together; rotate_half(x) * sin is roll(x, half) * signed_sin to the bit
+    qk = torch.cat([q, k], dim=2)  # [R, T, H + H_kv, hd]
+    qk = qk * rows.cos + qk.roll(hd // 2, dims=-1) * rows.signed_sin
     q, k = qk[:, :, : shape.heads].transpose(1, 2), qk[:, :, shape.heads :]  # [R, H, T, hd], [R, T, H_kv, hd]
-    keys[slot_rows, :, write_at] = k  # [R, T, H_kv, hd] into [S, H_kv, C, hd]
-    values[slot_rows, :, write_at] = v
-    # Grouped queries share their KV head: the groups are folded into the query axis instead of repeating keys.
-    qg = q.reshape(R, shape.kv_heads, shape.groups * T, hd)
-    if pool_attention and T == 1:  # the pool read in place (decode_attention.py); its visible keys: 0 .. position
-        out = torch.ops.parley.decode_attention(qg, keys, values, slot_ids, write_at[:, 0] + 1, kv_len, shape.scaling)
-    else:
-        ks, vs = keys[slot_ids, :, :kv_len], values[slot_ids, :, :kv_len]  # [R, H_kv, L, hd]
-        out = F.scaled_dot_product_attention(qg, ks, vs, attn_mask=mask, scale=shape.scaling)
-    out = out.reshape(R, shape.heads, T, hd).transpose(1, 2).reshape(R, T, -1)
-    h = residual_linear(h, out, o_proj)
-    gate, up = F.linear(F.rms_norm(h, (h.shape[-1],), weight=post_norm, eps=eps), gate_up).chunk(2, dim=-1)
-    return residual_linear(h, F.silu(gate) * up, down)
+    keys[rows.write_slots, :, rows.write_at] = k  # [R, T, H_kv, hd] into [S, H_kv, C, hd]
+    values[rows.write_slots, :, rows.write_at] = v
+    out = ops.attend(q, keys, values, rows.slot_ids, rows.starts, rows.kv_len, shape.scaling, shape.groups)
+    h = h + ops.linear(out.reshape(R, T, -1), weights.o_proj)
+    gate, up = ops.linear(ops.rms_norm(h, weights.post_norm, eps), weights.gate_up).chunk(2, dim=-1)
+    return h + ops.linear(F.silu(gate) * up, weights.down)
+
+
+@dataclass(frozen=True)
+class RowPositions:
+    """Where a forward's rows read and write (the same for every layer)."""
+
+    slot_ids: torch.Tensor  # [R] slot each row reads
+    starts: torch.Tensor  # [R] first position of each row
+    write_slots: torch.Tensor  # [R, T] slot each position writes to (padding: the scratch slot)
+    write_at: torch.Tensor  # [R, T] position it writes at
+    cos: torch.Tensor  # [R, T, 1, hd]
+    signed_sin: torch.Tensor  # [R, T, 1, hd]
+    kv_len: int
 
 
 class RowDecoder:
@@ -209,12 +210,10 @@ class RowDecoder:
     Args:
         model: a ``Qwen3Model`` or ``LlamaModel`` (``layers``, ``norm``, ``rotary_emb``); Qwen3's per-head
             q/k norms are used when present.
-        compile_steps: run one-position feeds (decode steps) through a ``torch.compile``d layer.
-        pool_attention: one-position feeds attend through ``decode_attention`` (Triton; CUDA, or the CPU
-            interpreter in tests) instead of gathering each row's slot for SDPA.
+        invariant: reduce through the row-invariant Triton kernels (CUDA) instead of torch's ops.
     """
 
-    def __init__(self, model: nn.Module, *, compile_steps: bool = False, pool_attention: bool = False):
+    def __init__(self, model: nn.Module, *, invariant: bool = False):
         self.model = model
         attn = model.layers[0].self_attn
         head_dim = attn.head_dim
@@ -228,6 +227,7 @@ class RowDecoder:
             norm_eps=model.layers[0].input_layernorm.variance_epsilon,
         )
         # q, k and v in one GEMM and gate and up in another: a decode step is launch-bound, not bandwidth-bound
+        # (the invariant GEMM gives each output column the same bits fused or not)
         self.layers = [
             LayerWeights(
                 input_norm=layer.input_layernorm.weight,
@@ -245,21 +245,12 @@ class RowDecoder:
             )
             for layer in model.layers
         ]
-        # One-token steps through one compiled layer (every layer's weights are its inputs): torch.compile
-        # fuses each layer's norms, rotation and cache writes into a few kernels; a step is mostly such small
-        # kernels. Shapes are dynamic, so the row and KV buckets share compiled code; torch still compiles apart
-        # what it specialises (1 row, sizes that happen to coincide), and the LLM and TTS share the function.
-        if pool_attention:
-            from inference.models.minicpmo.fast import decode_attention  # noqa: F401  (registers the op; Triton)
-        self.pool_attention = pool_attention
-        self._layer = partial(decoder_layer, shape=self.shape, pool_attention=pool_attention)
-        self._compiled_layer = None
-        if compile_steps:
-            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-            # Without duck shapes a row count that happens to equal another size (4 groups, 8 KV heads) does
-            # not tie the two together, which would recompile at the next row bucket.
-            torch.fx.experimental._config.use_duck_shape = False
-            self._compiled_layer = torch.compile(self._layer, dynamic=True, fullgraph=True)
+        self.ops = TorchRowOps
+        if invariant:
+            from inference.models.minicpmo.invariant.kernels import RowOps  # Triton: imported only where it runs
+
+            self.ops = RowOps
+        self.final_norm = (model.norm.weight, model.norm.variance_epsilon)
 
     def new_pool(self, num_slots: int, capacity: int) -> KVPool:
         w = self.model.norm.weight
@@ -291,28 +282,17 @@ class RowDecoder:
         R, T, _ = x.shape
         steps = torch.arange(T, device=x.device)
         positions = starts[:, None] + steps  # [R, T]
-        slot_rows = slot_ids[:, None].expand(R, T)
+        write_slots = slot_ids[:, None].expand(R, T)
         write_at = positions
         if lengths is not None:
             real = steps[None, :] < lengths[:, None]  # [R, T]
-            slot_rows = torch.where(real, slot_rows, pool.scratch)
+            write_slots = torch.where(real, write_slots, pool.scratch)
             write_at = positions.clamp(max=pool.capacity - 1)  # padding may run past the slot's end
         cos, sin = self.model.rotary_emb(x, positions)  # [R, T, hd]
-        # rotate_half(x) * sin == roll(x, half) * signed_sin (see decoder_layer)
         half = self.shape.head_dim // 2
-        signed_sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
-        cos, signed_sin = cos[:, :, None], signed_sin[:, :, None]  # [R, T, 1, hd]: every head of a position
-        mask = None  # decode_attention reads each row's length instead
-        if not (self.pool_attention and T == 1):
-            # Query (r, t) sees key j of its slot iff j <= its own position.
-            groups = self.shape.groups
-            mask = torch.arange(kv_len, device=x.device)[None, None, :] <= positions[:, :, None]  # [R, T, L]
-            # Grouped queries share their KV head: fold the groups into the query axis instead of repeating keys.
-            mask = mask[:, None, None].expand(R, 1, groups, T, kv_len).reshape(R, 1, groups * T, kv_len)
-        layer = self._compiled_layer if (self._compiled_layer is not None and T == 1) else self._layer
+        signed_sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)  # see decoder_layer
+        rows = RowPositions(slot_ids, starts, write_slots, write_at, cos[:, :, None], signed_sin[:, :, None], kv_len)
         h = x
         for i, weights in enumerate(self.layers):
-            h = layer(
-                h, *weights, pool.keys[i], pool.values[i], slot_rows, write_at, slot_ids, cos, signed_sin, mask, kv_len
-            )
-        return rms_norm(self.model.norm, h)
+            h = decoder_layer(h, weights, pool.keys[i], pool.values[i], rows, shape=self.shape, ops=self.ops)
+        return self.ops.rms_norm(h, *self.final_norm)

@@ -39,7 +39,7 @@ class FastLLM:
         num_slots: sessions served at once.
         capacity: LLM positions per session (the sliding window keeps a call under it).
         max_rows: the most sessions one decode step takes.
-        compile_steps, pool_attention: how decode steps run (CUDA; see ``RowDecoder``).
+        invariant: reduce through the row-invariant kernels (CUDA; see ``RowDecoder``).
     """
 
     def __init__(
@@ -49,12 +49,11 @@ class FastLLM:
         num_slots: int,
         capacity: int,
         max_rows: int,
-        compile_steps: bool = False,
-        pool_attention: bool = False,
+        invariant: bool = False,
     ):
         self.llm = llm.llm  # the HF Qwen3ForCausalLM (DuplexRunner reads its dtype)
         self.hidden_size = llm.hidden_size
-        self.decoder = RowDecoder(self.llm.model, compile_steps=compile_steps, pool_attention=pool_attention)
+        self.decoder = RowDecoder(self.llm.model, invariant=invariant)
         self.pool = self.decoder.new_pool(num_slots, capacity)
         self.capacity = capacity
         self.graphs = StepGraphs(

@@ -58,8 +58,8 @@ class FastDuplexRunner(DuplexRunner):
         num_slots: sessions alive at once (each takes one LLM and one TTS slot).
         capacity: LLM positions per session; the sliding window keeps calls inside it.
         max_rows: the most sessions one batched step takes (default ``num_slots``).
-        compile_steps: LLM and TTS decode steps through torch.compile'd layers (default: on CUDA).
-        pool_attention: decode steps attend in place in the KV pools, a Triton kernel (default: on CUDA).
+        invariant: the LLM, TTS and audio encoder reduce through the row-invariant kernels, as the eager modules
+            do once ``use_row_invariant_kernels`` swapped them in (default: on CUDA, where ``load_model`` does).
         **kwargs: passed to ``DuplexRunner`` (``force_listen_count``, window overrides).
     """
 
@@ -70,20 +70,16 @@ class FastDuplexRunner(DuplexRunner):
         num_slots: int,
         capacity: int = DEFAULT_CAPACITY,
         max_rows: int | None = None,
-        compile_steps: bool | None = None,
-        pool_attention: bool | None = None,
+        invariant: bool | None = None,
         **kwargs,
     ):
         capacity = min(capacity, parts.config.max_position_embeddings)
         rows = max_rows or num_slots
         on_cuda = torch.device(parts.device).type == "cuda"
-        kernels = {
-            "compile_steps": on_cuda if compile_steps is None else compile_steps,
-            "pool_attention": on_cuda if pool_attention is None else pool_attention,
-        }
-        fast_llm = FastLLM(parts.llm, num_slots=num_slots, capacity=capacity, max_rows=rows, **kernels)
-        fast_tts = FastTTS(parts.tts, num_slots=num_slots, max_rows=rows, **kernels)
-        fast_audio = FastAudio(parts.audio, num_slots=num_slots, max_rows=rows)
+        invariant = on_cuda if invariant is None else invariant
+        fast_llm = FastLLM(parts.llm, num_slots=num_slots, capacity=capacity, max_rows=rows, invariant=invariant)
+        fast_tts = FastTTS(parts.tts, num_slots=num_slots, max_rows=rows, invariant=invariant)
+        fast_audio = FastAudio(parts.audio, num_slots=num_slots, max_rows=rows, invariant=invariant)
         window_max, window_target = window_bounds(capacity)
         kwargs.setdefault("window_max", window_max)
         kwargs.setdefault("window_target", window_target)

@@ -50,7 +50,7 @@ class FastTTS:
         tts: the loaded TTS head (``bake()`` already applied).
         num_slots: sessions served at once.
         max_rows: the most sessions one step takes.
-        compile_steps, pool_attention: how decode steps run (CUDA; see ``RowDecoder``).
+        invariant: reduce through the row-invariant kernels (CUDA; see ``RowDecoder``).
     """
 
     def __init__(
@@ -59,13 +59,12 @@ class FastTTS:
         *,
         num_slots: int,
         max_rows: int,
-        compile_steps: bool = False,
-        pool_attention: bool = False,
+        invariant: bool = False,
     ):
         self.tts = tts
         self.cfg = tts.cfg
         self.eos = tts.eos
-        self.decoder = RowDecoder(tts.model, compile_steps=compile_steps, pool_attention=pool_attention)
+        self.decoder = RowDecoder(tts.model, invariant=invariant)
         self.pool = self.decoder.new_pool(num_slots, tts.cfg.max_position_embeddings)
         self.graphs = StepGraphs(
             self.decoder,
