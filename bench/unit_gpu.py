@@ -10,7 +10,8 @@ device synchronised.
 
 Reports: listen / speak / omni unit median and p99 for one session (eager and fast); sessions served
 within the 1 s budget by the fast runner with ~40% of units speaking (p99 of the whole tick over >= 60
-ticks); device memory per session; greedy equality (eager vs fast, bf16, 30 units); a torch.profiler
+ticks); device memory per session; greedy equality (bf16, 30 units: eager vs fast alone, and vs the same
+session ticked with three others); a torch.profiler
 summary of one 16-session tick; the native Token2Wav per 1 s unit (the unit's vocoder stage, timed on its
 own: random assets at the published flow / HiFT shapes and tiny ones, 5 and 10 flow steps).
 

@@ -163,8 +163,8 @@ class UnitEngine(Engine):
             raise EngineError(f"cannot load {self.checkpoint}: {exc}") from exc
         if self.fast:
             runner = FastDuplexRunner(self.parts, num_slots=self.num_slots + 1)  # +1: the warm-up session
-            # torch.compile of the decode layers comes first: about a minute on an H200 when its cache is cold
-            report(0.4, "compiling decode steps, capturing CUDA graphs")
+            # the invariant kernels' first launches build them (Triton), then every bucket is captured (~17 s on an H200)
+            report(0.4, "building kernels, capturing CUDA graphs")
             runner.capture()
             self.runner = runner
         else:
