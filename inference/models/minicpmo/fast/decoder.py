@@ -166,8 +166,8 @@ def decoder_layer(
     """One Qwen3 / Llama decoder layer (SiLU MLP) over the pool: writes the rows' keys and values, returns h.
 
     Every rounding happens where ``transformers``' modules round (the norm's cast before its weight, the
-    rotation's two products, each residual addition after its projection), so with the invariant kernels' ``RowOps`` the
-    bits equal the eager model's with the same kernels swapped in (``invariant.modules``).
+    rotation's two products, each residual addition after its projection), so with the invariant kernels'
+    ``RowOps`` the bits equal the eager model's with the same kernels swapped in (``invariant.modules``).
     """
     R, T, _ = h.shape
     hd, eps = shape.head_dim, shape.norm_eps
