@@ -36,7 +36,10 @@ ADMISSION_KEY = "parley:admission"
 # A placement outlives the session's longest possible life (max duration plus the disconnect grace);
 # a stale one is harmless: the router checks that the service still holds the user's session.
 PLACEMENT_TTL_S = 2 * 3600
-PENDING_WINDOW_S = 3.0  # local placements not yet visible in a heartbeat count against a service
+PENDING_WINDOW_S = 3.0  # placements not yet visible in a heartbeat count against a service
+# Recent placements per service (user key -> unix time placed), shared by every router: two daphnes behind one
+# nginx both see a placement the other made before the service's next heartbeat shows it.
+PENDING_KEY = "parley:pending:{service_id}"
 
 
 def _redis(url: str):
@@ -166,6 +169,17 @@ class Heartbeat:
 # ---- the web tier's side ------------------------------------------------------------------------
 
 
+async def _recent_placements(client, service_ids: list[str]) -> dict[str, dict[str, float]]:
+    """Per service, the users placed there within ``PENDING_WINDOW_S`` by any router (user key -> time)."""
+    since = time.time() - PENDING_WINDOW_S
+    out: dict[str, dict[str, float]] = {}
+    for service_id in service_ids:
+        key = PENDING_KEY.format(service_id=service_id)
+        await client.zremrangebyscore(key, "-inf", since)
+        out[service_id] = {user.decode(): t for user, t in await client.zrange(key, 0, -1, withscores=True)}
+    return out
+
+
 class Registry:
     """Reads services, places sessions and records placements.
 
@@ -177,8 +191,6 @@ class Registry:
     def __init__(self, redis_url: str, *, heartbeat_timeout_s: float):
         self.redis_url = redis_url
         self.heartbeat_timeout_s = heartbeat_timeout_s
-        self._pending: dict[str, list[float]] = {}  # service_id -> unix times of recent placements here
-        self._pending_users: dict[str, tuple[str, float]] = {}  # user_key -> (service_id, when placed)
 
     async def services(self) -> list[ServiceStatus]:
         """Every registered service, sorted by id, with ``state='down'`` for the silent ones."""
@@ -210,51 +222,45 @@ class Registry:
         services = [s for s in await self.services() if s.service_id not in avoid]
         by_id = {s.service_id: s for s in services}
         client = _redis(self.redis_url)
+        pending = await _recent_placements(client, [s.service_id for s in services])
         held = await client.get(PLACEMENT_KEY.format(user_key=user_key))
         current = by_id.get(held.decode()) if held else None
         if current is not None and current.state != "down":
             # Sticky only while the user's session lives there (or was just placed, before a heartbeat
             # could show it): a user whose session ended is placed afresh, like anyone else.
             holds = any(s.user_key == user_key for s in current.sessions)
-            if holds or current.service_id in self._pending_here(user_key):
+            if holds or user_key in pending[current.service_id]:
                 return current
         if await client.get(ADMISSION_KEY) == b"stopped":
             raise admission_stopped_error()
-        chosen = self.least_loaded(services)
+        chosen = self.least_loaded(services, pending)
         await client.set(PLACEMENT_KEY.format(user_key=user_key), chosen.service_id, ex=PLACEMENT_TTL_S)
-        self._note_pending(chosen.service_id, user_key)
+        key = PENDING_KEY.format(service_id=chosen.service_id)
+        await client.zadd(key, {user_key: time.time()})
+        await client.expire(key, int(PENDING_WINDOW_S) + 1)
         return chosen
 
-    def least_loaded(self, services: list[ServiceStatus]) -> ServiceStatus:
-        """A serving service with a free slot (fewest used, counting placements not yet in a heartbeat);
-        when none has one, the shortest queue per slot: the service queues the call and tells its position."""
+    def least_loaded(
+        self, services: list[ServiceStatus], pending: dict[str, dict[str, float]] | None = None
+    ) -> ServiceStatus:
+        """A serving service with a free slot (fewest used, counting ``pending`` placements not yet in a
+        heartbeat); when none has one, the shortest queue per slot: the service queues the call and tells its
+        position."""
         serving = [s for s in services if s.state == "serving"]
         if not serving:
             down = ", ".join(f"{s.service_id} ({s.state})" for s in services) or "none registered"
             raise ParleyError(
                 f"no inference service is accepting calls: {down}", code="resource_exhausted", error_type="server_error"
             )
+        pending = pending or {}
 
-        def used(s: ServiceStatus) -> int:  # placements made here after its last heartbeat are not in it yet
-            return s.slots_used + sum(t > s.heartbeat_at for t in self._pending.get(s.service_id, ()))
+        def used(s: ServiceStatus) -> int:  # placements made after its last heartbeat are not in it yet
+            return s.slots_used + sum(t > s.heartbeat_at for t in pending.get(s.service_id, {}).values())
 
         with_room = [s for s in serving if used(s) < s.slots_total]
         if with_room:
             return min(with_room, key=lambda s: (used(s) / s.slots_total, s.service_id))
         return min(serving, key=lambda s: ((s.queue_length + 1) / s.slots_total, s.service_id))
-
-    def _note_pending(self, service_id: str, user_key: str) -> None:
-        now = time.time()
-        self._pending_users = {k: v for k, v in self._pending_users.items() if now - v[1] < PENDING_WINDOW_S}
-        self._pending_users[user_key] = (service_id, now)
-        recent = [t for t in self._pending.get(service_id, []) if now - t < PENDING_WINDOW_S]
-        self._pending[service_id] = [*recent, now]
-
-    def _pending_here(self, user_key: str) -> set[str]:
-        placed = self._pending_users.get(user_key)
-        if placed is None or time.time() - placed[1] > PENDING_WINDOW_S:
-            return set()
-        return {placed[0]}
 
     async def set_draining(self, service_id: str, draining: bool) -> None:
         client = _redis(self.redis_url)

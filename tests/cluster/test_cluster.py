@@ -137,14 +137,16 @@ async def wait_until(predicate, wait_s: float = 10.0, what: str = "condition"):
 
 async def test_sessions_spread_over_both_services_through_nginx(cluster):
     callers = [await Caller.open(cluster.nginx.ws_url, cluster.keys[f"cluster{i}"]) for i in range(4)]
-    ids = {c.session_id for c in callers}
-    placed = await wait_until(
-        lambda: ids <= set(holders(cluster)) and holders(cluster), what="all sessions in heartbeats"
-    )
-    per_service = {sid: sum(placed[i] == sid for i in ids) for sid in ("svc-a", "svc-b")}
-    assert per_service == {"svc-a": 2, "svc-b": 2}, per_service  # least loaded first: 2 and 2, not 4 and 0
-    for caller in callers:
-        await hang_up(caller)
+    try:
+        ids = {c.session_id for c in callers}
+        placed = await wait_until(
+            lambda: ids <= set(holders(cluster)) and holders(cluster), what="all sessions in heartbeats"
+        )
+        per_service = {sid: sum(placed[i] == sid for i in ids) for sid in ("svc-a", "svc-b")}
+        assert per_service == {"svc-a": 2, "svc-b": 2}, per_service  # least loaded first: 2 and 2, not 4 and 0
+    finally:  # a failure here must not leave four slots taken for the tests after it
+        for caller in callers:
+            await hang_up(caller)
 
 
 async def test_a_reconnect_through_the_other_daphne_resumes_the_same_session(cluster):

@@ -62,6 +62,18 @@ async def test_placement_spreads_then_sticks_to_the_users_service(registry_url):
     assert (await Registry(registry_url, heartbeat_timeout_s=2).route("user0")).service_id == placed[0]
 
 
+async def test_routers_behind_one_nginx_see_each_others_placements_before_a_heartbeat(registry_url):
+    """Two daphnes (two routers) place alternately on idle services: each counts the other's placements, which
+    no heartbeat shows yet, so the calls spread 2 and 2; a user placed by one router stays there via the other."""
+    publish(registry_url, "svc-a", used=0)
+    publish(registry_url, "svc-b", used=0)
+    routers = [Registry(registry_url, heartbeat_timeout_s=2), Registry(registry_url, heartbeat_timeout_s=2)]
+    placed = [(await routers[i % 2].route(f"user{i}")).service_id for i in range(4)]
+    # the second call goes to svc-b although its router placed nothing yet (alone it would pick svc-a again)
+    assert placed == ["svc-a", "svc-b", "svc-a", "svc-b"], placed
+    assert (await routers[1].route("user0")).service_id == "svc-a"  # sticky across routers
+
+
 async def test_full_services_queue_on_the_shortest_queue_and_down_ones_are_skipped(registry_url):
     publish(registry_url, "svc-a", used=4, queue=3)
     publish(registry_url, "svc-b", used=4, queue=1)
