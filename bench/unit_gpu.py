@@ -39,9 +39,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.stats import summary  # noqa: E402
+from bench.unit_equality import greedy_equality  # noqa: E402
+from bench.unit_sessions import one_session, tick  # noqa: E402
 from bench.unit_side_by_side import reference_side, run_reference  # noqa: E402
 from bench.unit_vocoder import vocoder_section  # noqa: E402
-from bench.unit_workload import DATA, REAL_45, make_audio, speaks, sync  # noqa: E402
+from bench.unit_workload import DATA, REAL_45, make_audio, sync  # noqa: E402
 from inference.models.minicpmo.audio_encoder import MelFrontEnd  # noqa: E402
 from inference.models.minicpmo.config import MiniCPMOConfig  # noqa: E402
 from inference.models.minicpmo.duplex import DuplexRunner  # noqa: E402
@@ -85,130 +87,6 @@ def keep_speaking(parts) -> None:
 
 def stats(values: list[float]) -> dict:
     return summary(values, suffix="_ms", digits=1, median=True)
-
-
-def jobs_of(runner, sessions, audios, frames, unit: int) -> list:
-    jobs = []
-    for k, s in enumerate(sessions):
-        embeds = None if frames is None else runner.parts.vision.embed_frame(frames)
-        jobs.append((s, audios[k][unit * 16000 : (unit + 1) * 16000], embeds))
-    return jobs
-
-
-def tick(runner, sessions, audios, frames, unit: int, indices: list[int]) -> list:
-    """One tick for ``sessions``: prefill each, decide all together; returns the results."""
-    runner.prefill_many(jobs_of(runner, sessions, audios, frames, unit))
-    return runner.generate_many([(s, not speaks(indices[k], unit)) for k, s in enumerate(sessions)])
-
-
-def timed(fn, *args):
-    sync()
-    t0 = time.perf_counter()
-    out = fn(*args)
-    sync()
-    return out, (time.perf_counter() - t0) * 1000
-
-
-class StageTimer:
-    """Wraps one method of a model part on the instance (``obj.name``), summing its calls' time into ``ms``; the
-    model's code is untouched. ``synced``: the device is synchronised around each call (a device stage's time,
-    not its launch); the host mel is timed without, as it runs."""
-
-    def __init__(self, obj, name: str, *, synced: bool) -> None:
-        self.inner, self.synced, self.ms = getattr(obj, name), synced, 0.0
-        setattr(obj, name, self)
-
-    def __call__(self, *args, **kwargs):
-        if self.synced:
-            sync()
-        t0 = time.perf_counter()
-        out = self.inner(*args, **kwargs)
-        if self.synced:
-            sync()
-        self.ms += (time.perf_counter() - t0) * 1000
-        return out
-
-
-def stage_timer(obj, name: str, *, synced: bool) -> StageTimer:
-    """The timer on ``obj.name``, installed on first use (once per model part, for every runner on it), zeroed."""
-    timer = getattr(obj, name)
-    if not isinstance(timer, StageTimer):
-        timer = StageTimer(obj, name, synced=synced)
-    timer.ms = 0.0
-    return timer
-
-
-def one_session(runner, audio_units: int, omni_units: int, seed: int) -> dict:
-    """Prepare + audio units + omni units (one 448x448 frame each), each unit timed (device synchronised) as
-    prefill (the previous unit's close, this unit's mel, encoder, frame and LLM run) + generate (decisions, TTS
-    codes); every unit's record is kept (``units``) for the tail's evidence."""
-    ref = make_audio(2, seed + 1)
-    audio = make_audio(audio_units + omni_units, seed)
-    frame = np.random.default_rng(seed).integers(0, 256, (448, 448, 3), dtype=np.uint8)
-    session = runner.new_session()
-    _, prepare_ms = timed(runner.prepare, session, "Streaming Omni Conversation.", ref)
-    units = []
-    for u in range(audio_units + omni_units):
-        omni = u >= audio_units
-        kv = runner.parts.llm.cache_length(session.llm_cache)
-        mel = stage_timer(runner.parts.audio, "unit_mel", synced=False)
-        # the TTS codes of the unit (the batched decode on the fast runner, per session on the eager one)
-        fast_tts = getattr(runner, "fast_tts", None)
-        tts = stage_timer(fast_tts, "generate_units", synced=True) if fast_tts else None
-        tts = tts or stage_timer(runner.parts.tts, "generate_unit", synced=True)
-        _, prefill_ms = timed(runner.prefill_many, jobs_of(runner, [session], [audio], frame if omni else None, u))
-        (result,), generate_ms = timed(runner.generate_many, [(session, not speaks(0, u))])
-        kind = ("omni_" if omni else "") + ("listen" if result.is_listen else "speak")
-        units.append({
-            "unit": u, "kind": kind, "unit_ms": round(prefill_ms + generate_ms, 2), "prefill_ms": round(prefill_ms, 2),
-            "mel_ms": round(mel.ms, 2), "generate_ms": round(generate_ms, 2), "tts_ms": round(tts.ms, 2), "kv_len": kv,
-            "n_ids": len(result.llm_ids), "ids": list(result.llm_ids),
-        })  # fmt: skip
-    runner.finalize(session)
-    del session
-    return {"prepare_ms": round(prepare_ms, 1), "units": units}
-
-
-def forced_agreement(eager, fast, seed: int = 21) -> dict:
-    """Both runners on the same history: the eager one decides 30 units freely, keeping each decided id and its
-    raw top-2 margin; the fast one then runs the same inputs with every decision replaced by the eager one's, so
-    the two always see the same history, and keeps what it would have chosen. Free-running equality ends at the
-    first flip (the histories part); this counts every step, and a flip at a near tie shows a small margin."""
-    chunk_eos = eager.ids.chunk_eos
-    decided: list[tuple[int, float]] = []
-    eager_decode = eager._decode
-
-    def record(session, logits, margins):
-        token = eager_decode(session, logits, margins)
-        decided.append((token, margins[-1]))
-        return token
-
-    fast_decode, forced, steps = fast._decode, iter(decided), []
-
-    def follow(session, logits, margins):
-        token = fast_decode(session, logits, margins)
-        want, margin = next(forced)
-        steps.append((token, want, margin))
-        if token != want:  # keep the repetition history the eager run had (chunk_eos is never kept)
-            if token != chunk_eos:
-                session.generated_tokens.pop()
-            if want != chunk_eos:
-                session.generated_tokens.append(want)
-        return want
-
-    eager._decode, fast._decode = record, follow  # instance attributes: generate_steps looks them up there
-    try:
-        one_session(eager, 20, 10, seed)
-        one_session(fast, 20, 10, seed)
-    finally:
-        del eager._decode, fast._decode
-    flips = [margin for token, want, margin in steps if token != want]
-    return {
-        "decision_steps": len(steps),
-        "same_id": len(steps) - len(flips),
-        "flip_eager_margins": [round(m, 4) for m in flips],
-        "median_eager_margin": round(float(np.median([m for _, _, m in steps])), 4) if steps else None,
-    }
 
 
 def step_costs(runner, reps: int = 200) -> dict:
@@ -309,50 +187,6 @@ def single_session_and_equality(result: dict, eager, fast, reference, args, devi
         result["reference"] = reference_side(reference, result["one_session_fast"])
         print("ratios (fast / reference)", json.dumps(result["reference"]["ratios"]), flush=True)
     result["greedy_equality_bf16"] = greedy_equality(eager, fast)
-
-
-def session_ids(runner, seeds: list[int], audio_units: int = 20, omni_units: int = 10) -> list[list[list[int]]]:
-    """The LLM ids of every unit of ``len(seeds)`` sessions ticked together (one ``one_session`` each when
-    alone: the same prompt, reference audio, audio and frame per seed); session k speaks as ``speaks(k, u)``."""
-    frame = np.random.default_rng(seeds[0]).integers(0, 256, (448, 448, 3), dtype=np.uint8)
-    sessions = [runner.new_session() for _ in seeds]
-    audios = [make_audio(audio_units + omni_units, seed) for seed in seeds]
-    for session, seed in zip(sessions, seeds, strict=True):
-        runner.prepare(session, "Streaming Omni Conversation.", make_audio(2, seed + 1))
-    ids: list[list[list[int]]] = [[] for _ in seeds]
-    for u in range(audio_units + omni_units):
-        results = tick(runner, sessions, audios, frame if u >= audio_units else None, u, list(range(len(seeds))))
-        for k, r in enumerate(results):
-            ids[k].append(list(r.llm_ids))
-    for session in sessions:
-        runner.finalize(session)
-    return ids
-
-
-def greedy_equality(eager, fast, seed: int = 21) -> dict:
-    """bf16, 30 units (20 audio, 10 omni) with the same inputs: the eager runner, the fast runner with the
-    session alone, and the fast runner with the session as one of four ticked together (other calls beside it
-    in the batched steps and padded prefills)."""
-    want = [u["ids"] for u in one_session(eager, 20, 10, seed=seed)["units"]]
-    got = [u["ids"] for u in one_session(fast, 20, 10, seed=seed)["units"]]
-    batched = session_ids(fast, [seed, seed + 10, seed + 20, seed + 30])[0]
-    same = [a == b for a, b in zip(want, got, strict=True)]
-    listen = eager.ids.listen
-    out = {
-        "units": len(same),
-        "units_with_identical_ids": int(sum(same)),
-        "first_difference_unit": same.index(False) if False in same else None,
-        "units_with_same_decision": sum((listen in w) == (listen in g) for w, g in zip(want, got, strict=True)),
-        "units_speaking": sum(listen not in w for w in want),
-        "ids_compared": sum(len(w) for w in want),
-        "batched_units_with_identical_ids": sum(a == b for a, b in zip(want, batched, strict=True)),
-        "eager_ids": want,
-        "fast_ids": got,
-    }
-    print("equality", {k: v for k, v in out.items() if k not in ("eager_ids", "fast_ids")}, flush=True)
-    out["same_history"] = forced_agreement(eager, fast)
-    print("same history", out["same_history"], flush=True)
-    return out
 
 
 def main() -> int:

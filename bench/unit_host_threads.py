@@ -24,7 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.unit_gpu import build_model, one_session, per_kind, stats  # noqa: E402
+from bench.unit_gpu import build_model, per_kind, stats  # noqa: E402
+from bench.unit_sessions import one_session  # noqa: E402
 from bench.unit_workload import DATA, REAL_45, make_audio  # noqa: E402
 from inference.models.minicpmo.fast.runner import FastDuplexRunner  # noqa: E402
 

@@ -172,12 +172,13 @@ class Heartbeat:
 async def _recent_placements(client, service_ids: list[str]) -> dict[str, dict[str, float]]:
     """Per service, the users placed there within ``PENDING_WINDOW_S`` by any router (user key -> time)."""
     since = time.time() - PENDING_WINDOW_S
-    out: dict[str, dict[str, float]] = {}
+    pipe = client.pipeline(transaction=False)  # one round trip, whatever the number of services
     for service_id in service_ids:
         key = PENDING_KEY.format(service_id=service_id)
-        await client.zremrangebyscore(key, "-inf", since)
-        out[service_id] = {user.decode(): t for user, t in await client.zrange(key, 0, -1, withscores=True)}
-    return out
+        pipe.zremrangebyscore(key, "-inf", since)
+        pipe.zrange(key, 0, -1, withscores=True)
+    replies = (await pipe.execute())[1::2]
+    return {sid: {user.decode(): t for user, t in placed} for sid, placed in zip(service_ids, replies, strict=True)}
 
 
 class Registry:

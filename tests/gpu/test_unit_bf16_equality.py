@@ -14,7 +14,8 @@ import torch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-from bench.unit_gpu import build_model, greedy_equality  # noqa: E402
+from bench.unit_equality import greedy_equality  # noqa: E402
+from bench.unit_gpu import build_model  # noqa: E402
 from bench.unit_workload import REAL_45  # noqa: E402
 from inference.models.minicpmo.duplex import DuplexRunner  # noqa: E402
 from inference.models.minicpmo.fast.runner import FastDuplexRunner  # noqa: E402

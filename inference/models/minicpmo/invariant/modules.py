@@ -33,23 +33,25 @@ def _layer_norm(module: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
     return kernels.layer_norm(x, module.weight, module.bias, module.eps)
 
 
+def _over_cache(q, k, v, scale: float, *, causal: bool) -> torch.Tensor:
+    """Attention over per-sequence caches [B, H_kv, L, hd] whose last T keys are the queries' own: each batch
+    entry is a slot of its own, starting at L - T."""
+    B, _, T, _ = q.shape
+    L = k.shape[2]
+    slots = torch.arange(B, device=q.device)
+    starts = torch.full((B,), L - T, dtype=torch.long, device=q.device)
+    return kernels.attention(q, k, v, slots, starts, L, scale, causal=causal)
+
+
 def _causal_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-    """``transformers``' attention interface over a cache: the last T of the L keys are the queries' own."""
-    B, _, T, _ = query.shape
-    L = key.shape[2]
-    slots = torch.arange(B, device=query.device)
-    starts = torch.full((B,), L - T, dtype=torch.long, device=query.device)
-    return kernels.attention(query, key, value, slots, starts, L, scaling, causal=True), None
+    """``transformers``' attention interface (the mask is not needed: a cache's queries are its last keys)."""
+    return _over_cache(query, key, value, scaling, causal=True), None
 
 
 def _whisper_attend(module: WhisperAttention, q, k, v, mask):
     if mask is not None:  # the reference audio's masked pass: shared by both paths as it is
         return WhisperAttention.attend(module, q, k, v, mask)
-    B, _, T, hd = q.shape
-    L = k.shape[2]
-    slots = torch.arange(B, device=q.device)
-    starts = torch.full((B,), L - T, dtype=torch.long, device=q.device)
-    return kernels.attention(q, k, v, slots, starts, L, hd**-0.5, causal=False)
+    return _over_cache(q, k, v, q.shape[-1] ** -0.5, causal=False)
 
 
 def use_row_invariant_kernels(parts) -> None:
