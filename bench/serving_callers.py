@@ -1,0 +1,215 @@
+"""The callers of bench/serving_e2e.py: real speech, paced as the call page sends it, with its playback acks.
+
+Each caller line runs calls back to back until the run ends; a call's length is drawn from the 3-minute
+mix (exponential, mean ``mean_call_s``, capped), so lines hang up and call again as real users do, and
+the number of calls in progress stays at the number of lines. A call:
+
+- connects with its own API key, waits for ``session.created``, turns on binary audio both ways
+  (``duplex.binary_audio``, as the call page does) and sends pcm16 24 kHz speech as binary frames of 80 ms
+  on an absolute schedule (frames overdue after a stall go at once, as a browser's buffered audio would);
+- sends ``playback.ack`` every 500 ms with the audio it has "played" (received minus a 120 ms buffer);
+- ends with ``session.close`` and waits for ``session.closed``.
+
+Every frame carries its index in its first ``MARK_SAMPLES`` samples (a 0.7 ms mark: 8 samples of +v then 8
+of -v; the rest is speech), so with the echo engine each echo is matched to the frame it echoes. The mark
+is searched for anywhere in the returned audio: the service's framer cuts engine frames out of a FIFO, so
+an echoed frame need not start where a returned chunk does. Per-frame numbers stay in numpy
+arrays: the load generator shares the machine it measures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FRAME_S = 0.080
+FRAME_SAMPLES = 1920  # 80 ms at 24 kHz
+MARK_SAMPLES = 16
+MARK_STEP = 8  # the mark is 8 * (index mod MARK_MOD + 1): survives the echo's float round trip
+MARK_MOD = 4000
+ACK_EVERY_S = 0.5
+PLAYOUT_BUFFER_MS = 120.0
+AUDIO_KIND = b"\x01"
+
+
+@dataclass
+class CallRecord:
+    """One call: when each frame went out and when its echo came back (perf_counter, NaN = never)."""
+
+    line: int
+    planned_s: float
+    sent: np.ndarray  # per frame index
+    echoed: np.ndarray
+    audio_frames_in: int = 0  # binary audio frames received (one per tick once live)
+    audio_arrivals: list[float] = field(default_factory=list)
+    session_id: str = ""
+    opened_at: float = 0.0  # session.created
+    closed_at: float = 0.0  # session.closed (or the socket's end)
+    errors: dict[str, int] = field(default_factory=dict)
+    failed: str = ""
+    close_reason: str = ""
+    last_metrics: dict = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)  # the service's drop counters over the call
+    in_wait_ms_max: float = 0.0
+    out_wait_ms_max: float = 0.0
+    frames_sent: int = 0
+    tail: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))  # a mark may straddle chunks
+
+
+def marked_frames(speech: np.ndarray, frames: int, offset: int) -> list[bytes]:
+    """``frames`` binary frames of speech (looped from ``offset``), frame k marked with its index."""
+    out = []
+    n = len(speech)
+    for k in range(frames):
+        start = (offset + k * FRAME_SAMPLES) % max(1, n - FRAME_SAMPLES)
+        pcm = speech[start : start + FRAME_SAMPLES].copy()
+        v = MARK_STEP * (k % MARK_MOD + 1)
+        pcm[: MARK_SAMPLES // 2] = v
+        pcm[MARK_SAMPLES // 2 : MARK_SAMPLES] = -v
+        out.append(AUDIO_KIND + pcm.tobytes())
+    return out
+
+
+def find_marks(samples: np.ndarray) -> np.ndarray:
+    """Frame indices (mod ``MARK_MOD``) of the marks that start in ``samples`` (int32), in order."""
+    h = MARK_SAMPLES // 2
+    if len(samples) < MARK_SAMPLES:
+        return np.zeros(0, dtype=np.int64)
+    a = samples[: len(samples) - MARK_SAMPLES + 1]
+    cond = a >= MARK_STEP - 1
+    for j in (1, h - 1):
+        cond &= np.abs(samples[j : j + len(a)] - a) <= 1
+    for j in (h, MARK_SAMPLES - 1):
+        cond &= np.abs(samples[j : j + len(a)] + a) <= 1
+    hits = np.flatnonzero(cond)
+    if hits.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    values = a[hits]
+    near = np.abs(values - np.round(values / MARK_STEP) * MARK_STEP) <= 1
+    return np.round(values[near] / MARK_STEP).astype(np.int64) - 1
+
+
+def note_audio(payload: bytes, call: CallRecord, now: float) -> None:
+    """An agent audio frame: count it, and with the echo engine match the marks in it to their frames."""
+    samples = np.frombuffer(payload, dtype="<i2").astype(np.int32)
+    call.audio_frames_in += 1
+    call.audio_arrivals.append(now)
+    joined = np.concatenate([call.tail, samples]) if call.tail.size else samples
+    call.tail = joined[-(MARK_SAMPLES - 1) :]
+    sent_so_far = call.frames_sent
+    for m in find_marks(joined):
+        if not 0 <= m < MARK_MOD:
+            continue
+        # the newest frame sent with that mark (indices repeat every MARK_MOD frames, 320 s)
+        k = m + max(0, (sent_so_far - 1 - m) // MARK_MOD) * MARK_MOD
+        if k < len(call.echoed) and np.isnan(call.echoed[k]) and not np.isnan(call.sent[k]):
+            call.echoed[k] = now
+
+
+async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng: random.Random) -> None:
+    from websockets.asyncio.client import connect
+
+    frames = max(1, int(call.planned_s / FRAME_S))
+    payloads = marked_frames(speech, frames, rng.randrange(len(speech)))
+    closed = asyncio.Event()
+    try:
+        async with connect(
+            url, additional_headers={"Authorization": f"Bearer {key}"}, max_size=2**22, open_timeout=60
+        ) as ws:
+            while True:
+                event = json.loads(await asyncio.wait_for(ws.recv(), 60))
+                if event["type"] == "session.created":
+                    call.session_id = event["session"]["id"]
+                    call.opened_at = time.perf_counter()
+                    break
+                if event["type"] == "error":
+                    call.failed = event["error"]["code"]
+                    return
+            fmt = {"type": "audio/pcm", "rate": 24000}
+            update = {"audio": {"input": {"format": fmt}}, "duplex": {"binary_audio": True}}
+            await ws.send(json.dumps({"type": "session.update", "session": update}))
+
+            async def receive() -> None:
+                async for message in ws:
+                    now = time.perf_counter()
+                    if isinstance(message, bytes):
+                        if message[:1] == AUDIO_KIND:
+                            note_audio(message[1:], call, now)
+                        continue
+                    event = json.loads(message)
+                    kind = event["type"]
+                    if kind == "session.metrics":
+                        values = event.get("metrics") or {}
+                        call.last_metrics = values
+                        for name in ("trimmed_frames", "underruns"):  # counted since the previous metrics event
+                            call.counters[name] = call.counters.get(name, 0) + int(values.get(name, 0))
+                        call.counters["dropped_frames_max"] = max(
+                            call.counters.get("dropped_frames_max", 0), int(values.get("dropped_frames", 0))
+                        )
+                        call.in_wait_ms_max = max(call.in_wait_ms_max, float(values.get("in_wait_ms_max", 0.0)))
+                        call.out_wait_ms_max = max(call.out_wait_ms_max, float(values.get("out_wait_ms_max", 0.0)))
+                    elif kind == "error":
+                        code = event["error"]["code"]
+                        call.errors[code] = call.errors.get(code, 0) + 1
+                    elif kind == "session.closed":
+                        call.close_reason = event.get("reason", "")
+                        closed.set()
+
+            receiver = asyncio.create_task(receive())
+            loop = asyncio.get_running_loop()
+            start = loop.time() + 0.02
+            next_ack = start + ACK_EVERY_S
+            for k in range(frames):
+                due = start + k * FRAME_S
+                delay = due - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                call.sent[k] = time.perf_counter()
+                call.frames_sent = k + 1
+                await ws.send(payloads[k])
+                if loop.time() >= next_ack:
+                    next_ack += ACK_EVERY_S
+                    played = max(0.0, call.audio_frames_in * FRAME_S * 1000.0 - PLAYOUT_BUFFER_MS)
+                    await ws.send(json.dumps({"type": "playback.ack", "played_ms": played}))
+            await asyncio.sleep(8 * FRAME_S)  # the last echoes are still in flight
+            await ws.send(json.dumps({"type": "session.close"}))
+            try:
+                await asyncio.wait_for(closed.wait(), 15)
+            except TimeoutError:
+                call.failed = call.failed or "no session.closed within 15 s"
+            call.closed_at = time.perf_counter()
+            receiver.cancel()
+    except Exception as exc:  # noqa: BLE001 - a failed call is reported, the others go on
+        call.failed = call.failed or f"{type(exc).__name__}: {exc}"[:200]
+        call.closed_at = call.closed_at or time.perf_counter()
+
+
+async def caller_line(
+    line: int,
+    url: str,
+    key: str,
+    start_after_s: float,
+    until: float,
+    mean_call_s: float,
+    max_call_s: float,
+    speech: np.ndarray,
+    calls: list[CallRecord],
+    seed: int,
+) -> None:
+    """Calls back to back from ``start_after_s`` until ``until`` (perf_counter), lengths from the mix."""
+    rng = random.Random(seed)
+    await asyncio.sleep(start_after_s)
+    while (left := until - time.perf_counter()) > 2.0:
+        planned = min(rng.expovariate(1.0 / mean_call_s), max_call_s, left)
+        planned = max(planned, 1.0)
+        frames = max(1, int(planned / FRAME_S))
+        call = CallRecord(line, planned, np.full(frames, np.nan), np.full(frames, np.nan))
+        calls.append(call)
+        await one_call(url, key, call, speech, rng)
+        if call.failed:
+            await asyncio.sleep(1.0)  # a refused call retries after a second, not in a tight loop
