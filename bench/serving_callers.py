@@ -146,11 +146,8 @@ async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng
                     if kind == "session.metrics":
                         values = event.get("metrics") or {}
                         call.last_metrics = values
-                        for name in ("trimmed_frames", "underruns"):  # counted since the previous metrics event
-                            call.counters[name] = call.counters.get(name, 0) + int(values.get(name, 0))
-                        call.counters["dropped_frames_max"] = max(
-                            call.counters.get("dropped_frames_max", 0), int(values.get("dropped_frames", 0))
-                        )
+                        for name in ("trimmed_frames", "underruns", "dropped_frames"):  # the slot's, cumulative
+                            call.counters[name] = max(call.counters.get(name, 0), int(values.get(name, 0)))
                         call.in_wait_ms_max = max(call.in_wait_ms_max, float(values.get("in_wait_ms_max", 0.0)))
                         call.out_wait_ms_max = max(call.out_wait_ms_max, float(values.get("out_wait_ms_max", 0.0)))
                     elif kind == "error":

@@ -118,8 +118,9 @@ def _generator(args_dict: dict, lines: list[int], keys: list[str], url: str, t0:
         )
 
     asyncio.run(main())
-    for c in calls:  # the arrival list is only needed as an interval summary
-        c.audio_arrivals = np.diff(np.asarray(c.audio_arrivals)).astype(np.float32) if c.audio_arrivals else []
+    for c in calls:
+        c.audio_arrivals = np.asarray(c.audio_arrivals, dtype=np.float64)
+        c.tail = np.zeros(0, dtype=np.int32)
     out.put(calls)
 
 
@@ -214,12 +215,30 @@ def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S)
 
 
 def analyse_downlink(calls: list[CallRecord], period: float = FRAME_S) -> dict:
-    """Agent audio arrival gaps (any engine): how far the 80 ms cadence is kept at the caller."""
-    gaps = np.concatenate([np.asarray(c.audio_arrivals) for c in calls if len(c.audio_arrivals)] or [np.zeros(0)])
-    late = gaps - period
+    """Agent audio as the callers receive it, any engine. Every tick sends one frame to every live call at
+    once, so per 2 s window the tick grid is the leading edge of the arrivals (mod 80 ms: the end of the
+    widest empty stretch); ``downlink_added`` is each frame's arrival after its tick. The gaps between a
+    call's frames show whether the 80 ms cadence survives."""
+    arrivals = [np.asarray(c.audio_arrivals) for c in calls if len(c.audio_arrivals) > 1]
+    if not arrivals:
+        return {"audio_frames_in": 0}
+    gaps = np.concatenate([np.diff(a) for a in arrivals])
+    t = np.sort(np.concatenate(arrivals))
+    window = np.floor((t - t[0]) / PHASE_WINDOW_S).astype(int)
+    added = []
+    for part in np.split(t, np.flatnonzero(np.diff(window)) + 1):
+        if part.size < 50:
+            continue
+        m = np.sort(np.mod(part, period))
+        spans = np.diff(np.concatenate([m, [m[0] + period]]))
+        edge = m[(int(np.argmax(spans)) + 1) % m.size]
+        added.append(np.mod(part - edge, period))
+    d = np.concatenate(added) * 1000.0 if added else np.zeros(0)
     return {
         "audio_frames_in": int(sum(c.audio_frames_in for c in calls)),
-        "gap_minus_80ms_ms": summary(late * 1000.0, (50, 99, 99.9), digits=2),
+        "downlink_added_ms": summary(d, (50, 99, 99.9), digits=2),
+        "gap_minus_80ms_ms": summary((gaps - period) * 1000.0, (50, 99, 99.9), digits=2),
+        "note": "downlink_added wraps at 80 ms: a frame a whole tick late reads as early",
     }
 
 
@@ -272,13 +291,10 @@ def engine_tick(calls: list[CallRecord]) -> dict:
 
 
 def service_counters(calls: list[CallRecord]) -> dict:
-    """The service's own counts over all calls: input trimmed by the framer (standing depth), ticks that
-    found no new input (underruns), and the largest drop count one call reported (session + outbox + inbox)."""
-    out = {
-        "trimmed_frames": int(sum(c.counters.get("trimmed_frames", 0) for c in calls)),
-        "underruns": int(sum(c.counters.get("underruns", 0) for c in calls)),
-        "dropped_frames_worst_call": int(max((c.counters.get("dropped_frames_max", 0) for c in calls), default=0)),
-    }
+    """The service's own counts (each call's last ``session.metrics``, cumulative per slot): input trimmed by
+    the framer (standing depth), ticks that found no new input (underruns), frames dropped in all."""
+    out = {name: int(sum(c.counters.get(name, 0) for c in calls)) for name in ("trimmed_frames", "underruns")}
+    out["dropped_frames"] = int(sum(c.counters.get("dropped_frames", 0) for c in calls))
     out["in_wait_ms_max_worst_call"] = round(max((c.in_wait_ms_max for c in calls), default=0.0), 1)
     out["out_wait_ms_max_worst_call"] = round(max((c.out_wait_ms_max for c in calls), default=0.0), 1)
     return out
@@ -310,8 +326,11 @@ class Sampler(threading.Thread):
 
 
 def commit() -> str:
+    """The commit the code under test is at (``PARLEY_COMMIT`` for a copy outside its checkout)."""
+    if os.environ.get("PARLEY_COMMIT"):
+        return os.environ["PARLEY_COMMIT"]
     out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return out.stdout.strip() or os.environ.get("PARLEY_COMMIT", "unknown")
+    return out.stdout.strip() or "unknown"
 
 
 def service_command(args) -> list[str] | None:
@@ -443,7 +462,8 @@ def headline(result: dict) -> str:
         f"p50 {lat.get('p50')} p99 {lat.get('p99')} ms; tick wait p50 {f.get('tick_wait_ms', {}).get('p50')}; "
         f"internal_error {result['internal_error']}; errors {result['errors']}; recordings raw complete "
         f"{result['recordings']['raw_complete']}/{result['recordings']['raw_sampled']}, rendered "
-        f"{result['recordings']['rendered_status']}; engine tick "
+        f"{result['recordings']['rendered_status']}; downlink added {result['downlink'].get('downlink_added_ms')}; "
+        f"service {result['service_counters']}; engine tick "
         f"{result['engine_tick']}; {cpu}"
     )
 

@@ -79,6 +79,7 @@ def start_topology(
 ) -> Iterator[Topology]:
     env = django_env(var_dir, lines, delay_frames)
     env |= {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
         "PARLEY_ENGINE": engine,
         "PARLEY_RECORDINGS_DIR": str(var_dir / "recordings" / "raw"),
         "PARLEY_LOG_LEVEL": "WARNING",
