@@ -253,6 +253,18 @@ def test_a_tcp_connection_without_the_shared_token_is_refused_and_logged(cluster
     assert "refused" in log.lower()
 
 
+def test_the_clusters_redis_refuses_a_client_without_its_password(cluster):
+    import redis
+
+    url = redis.connection.parse_url(cluster.redis_url)
+    assert url["password"], "make cluster's Redis URL carries its password"
+    anonymous = redis.Redis(host=url["host"], port=url["port"])
+    with pytest.raises(redis.AuthenticationError):  # what a local process as nobody tried in issue 30
+        anonymous.hset("parley:services", "rogue", "{}")
+    anonymous.close()
+    assert "rogue" not in cluster.registry()
+
+
 def test_each_service_exposes_its_own_prometheus_metrics(cluster):
     text = cluster.metrics("svc-a")
     assert 'parley_slots_total{service="svc-a"} 4.0' in text
