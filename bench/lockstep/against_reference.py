@@ -1,4 +1,4 @@
-"""Issue 13's round on one H200, PersonaPlex shape (dep_q 16), random bf16 weights shared by both paths.
+"""The fast path against the reference moshi 0.2.13 on one H200 (issue 13), PersonaPlex shape (dep_q 16), random bf16 weights shared by both paths.
 
 Sections, in order (each one's failure is recorded in the results and the next one still runs):
 
@@ -148,7 +148,7 @@ def serving(lm, sessions: int, ticks: int, engine_ticks: int) -> dict:
     return out
 
 
-def run_round(args, results: dict) -> None:
+def run_against_reference(args, results: dict) -> None:
     out = args.out
     log("== reference (moshi 0.2.13), dep_q 16, random bf16 weights")
     lm_ref = build_reference(16)
