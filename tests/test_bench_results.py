@@ -14,7 +14,7 @@ import pytest
 
 from bench import results_io
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 # A result file: what it measures, the hardware, the commit (and a side by side's second half, or a trace).
 RESULT_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*-[a-z0-9]+-[0-9a-f]{7,40}(\.reference)?\.(json|jsonl\.gz)$")
