@@ -38,10 +38,10 @@ from bench.results_io import write_result  # noqa: E402
 from bench.stats import summary  # noqa: E402
 from inference.engines.base import SlotConfig  # noqa: E402
 from inference.engines.echo import EchoEngine  # noqa: E402
-from inference.metrics import TimingRing  # noqa: E402
 from inference.recording.chunks import folder_size  # noqa: E402
 from inference.recording.recorder import Recorder  # noqa: E402
-from inference.worker import EngineWorker  # noqa: E402
+from inference.slots.timing import TimingRing  # noqa: E402
+from inference.slots.worker import EngineWorker  # noqa: E402
 
 MAX_SESSIONS = 256
 MAX_SEGMENT_S = 120

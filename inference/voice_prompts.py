@@ -9,7 +9,7 @@ Owned here (and reached by the web tier only through ``inference.api``):
   engines (Moshi / PersonaPlex): the Mimi codes of the loudness-normalised clip, computed exactly as the engine
   computes them from a ``.wav`` prompt (``load_voice_wav`` then ``stream_encode``), so a session started from the
   stored codes equals one started from the wav. The unit engine (MiniCPM-o): the reference-audio embedding.
-- ``read_codes_prompt``: the lockstep engine's reader for such a codes file.
+  The lockstep engine reads such a codes file with ``inference.models.moshi.codes_prompt.read_codes_prompt``.
 
 Torch is imported only inside the prompt functions: ``prepare_clip`` needs PyAV, numpy and scipy only.
 """
@@ -358,21 +358,6 @@ def _unit_embedding(wav_path: Path, target: PromptTarget, report: Progress) -> b
 
 def _metadata(target: PromptTarget) -> dict[str, str]:
     return {"family": target.family, "model_key": target.model_key, "sample_rate": str(SAMPLE_RATE)}
-
-
-def read_codes_prompt(path: str | Path) -> np.ndarray | None:
-    """The Mimi codes [8, F] of a lockstep codes prompt, or None when the file is another kind of prompt."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="numpy") as handle:
-            metadata = handle.metadata() or {}
-            if metadata.get("family") != "lockstep" or "codes" not in handle.keys():
-                return None
-            return handle.get_tensor("codes")
-    except (SafetensorError, OSError) as exc:
-        raise ValueError(f"{path}: not a readable voice prompt ({exc})") from exc
-
 
 
 PT_MODEL_KEY = "personaplex-pt"  # an imported PersonaPlex .pt prompt: embeddings of the PersonaPlex LM itself

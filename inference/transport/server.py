@@ -1,38 +1,46 @@
-"""The socket face of an ``InferenceService``: ``python -m inference serve``.
+"""The socket face of an ``InferenceService``: its connections, served on a unix socket (and TCP).
 
 Each connection is either one session handle (``open``, then calls and events until it ends) or a
 single one-shot call (``capabilities``, ``occupancy``, ``status``, ``end_session``). Framing is
-``inference.wire``; the client side is ``inference.client``. The unix socket is always served; with
-``--tcp`` the same connections are also taken over TCP, and the service heartbeats into the registry
-(``inference.membership``).
+``inference.transport.wire``; the client side is ``inference.transport.client``. The unix socket is
+always served; a ``Listeners`` (the process's ``inference.cluster.membership``) also takes the same
+connections over TCP. The process itself, ``python -m inference serve``, is ``inference.serve``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
 import logging
 import os
-import signal
 import socket
-import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Protocol
 
-from inference import transport_auth, wire
-from inference.config import InferenceConfig
 from inference.contracts import ParleyError, VoiceRef
 from inference.errors import WireError
-from inference.local_handle import LocalHandle
-from inference.log_format import configure_logging
-from inference.membership import Membership
 from inference.service import InferenceService
+from inference.session.local_handle import LocalHandle
 from inference.status import ServiceStatus, status_to_dict
+from inference.transport import auth, wire
 from inference.voice_files import checked_voice
 
 logger = logging.getLogger(__name__)
+
+ConnectionHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class Listeners(Protocol):
+    """More ways in than the unix socket (a TCP listener, a heartbeat saying where it is), and the status
+    the ``status`` call answers with. ``inference.cluster.membership.Membership`` is one."""
+
+    def status(self) -> ServiceStatus: ...
+
+    async def start(self, handler: ConnectionHandler) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class Connection:
@@ -53,8 +61,8 @@ class Connection:
         try:
             token = self.service.config.inference_token or ""  # serve() refuses to start without one
             try:
-                await transport_auth.server_handshake(self.reader, self.writer, token)
-            except transport_auth.HandshakeRefused:
+                await auth.server_handshake(self.reader, self.writer, token)
+            except auth.HandshakeRefused:
                 return  # answered and logged by the handshake
             first = await wire.read_frame(self.reader)
             if first is not None and first[0] == wire.JSON:
@@ -183,17 +191,17 @@ class Connection:
 
 
 async def serve(
-    service: InferenceService, socket_path: str, stop: asyncio.Event, membership: Membership | None = None
+    service: InferenceService, socket_path: str, stop: asyncio.Event, membership: Listeners | None = None
 ) -> None:
     """Accept connections on ``socket_path`` (in a private directory), and on ``membership``'s TCP port
     with its heartbeat, until ``stop`` is set."""
     if not service.config.inference_token:
         raise SystemExit(
-            f"{transport_auth.TOKEN_ENV} is not set: the service authenticates every connection with it "
+            f"{auth.TOKEN_ENV} is not set: the service authenticates every connection with it "
             "(the web tier needs the same value; make run generates var/inference-token)"
         )
     try:
-        transport_auth.private_socket_dir(Path(socket_path).parent)
+        auth.private_socket_dir(Path(socket_path).parent)
     except PermissionError as exc:
         raise SystemExit(f"refusing to serve on {socket_path}: {exc}") from exc
     _remove_stale_socket(socket_path)
@@ -231,51 +239,3 @@ def _remove_stale_socket(path: str) -> None:
     finally:
         probe.close()
     raise SystemExit(f"another inference service is already listening on {path}")
-
-
-# ---- python -m inference serve ------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--socket", help="unix socket path, in a private directory (default: PARLEY_INFERENCE_URL, else var/run/)"
-    )
-    parser.add_argument("--engine", help="engine name (default: PARLEY_ENGINE, else echo)")
-    parser.add_argument("--slots", type=int, help="slots (default: PARLEY_SLOTS, else 4)")
-    parser.add_argument("--tcp", metavar="HOST:PORT", help="also serve TCP here (another host's web tier)")
-    parser.add_argument("--advertise", metavar="HOST:PORT", help="the address web hosts dial (default: --tcp)")
-    parser.add_argument("--service-id", help="name in the registry (default: PARLEY_SERVICE_ID, else host-pid)")
-    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
-
-
-def run(args: argparse.Namespace) -> int:
-    pairs = (("engine", args.engine), ("slots", args.slots), ("service_id", args.service_id))
-    overrides = {k: v for k, v in pairs if v is not None}
-    config = InferenceConfig.from_env().with_overrides(**overrides)
-    socket_path = args.socket or config.socket_path
-    configure_logging(json_lines=config.log_json)  # JSON lines in production, key=value extras otherwise
-
-    def progress(fraction: float, stage: str) -> None:
-        print(f"warming up {config.engine}: {fraction * 100:5.1f}% {stage}", flush=True)
-
-    async def main() -> None:
-        service = InferenceService(config)
-        print(f"starting engine {config.engine!r} with {config.slots} slot(s) on {config.device}", flush=True)
-        await service.start(progress)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        membership = Membership(
-            service,
-            config,
-            socket_path=socket_path,
-            tcp=args.tcp,
-            advertise=args.advertise,
-            metrics_port=args.metrics_port,
-        )
-        await serve(service, socket_path, stop, membership)
-
-    asyncio.run(main())
-    print("stopped", file=sys.stderr, flush=True)
-    return 0

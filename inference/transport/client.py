@@ -2,7 +2,7 @@
 
 - ``RemoteSessionHandle``: the ``SessionHandle`` over one connection (unix socket or TCP). Calls wait
   for the service's reply, so bad input raises ``ParleyError`` here exactly as in-process
-  (``inference.local_handle.LocalHandle``). A connection lost before the session ended (the service
+  (``inference.session.local_handle.LocalHandle``). A connection lost before the session ended (the service
   died) ends the session with ``engine_failed`` and the reason, as does ``fail`` (the registry watch
   saw the service go silent).
 - ``remote_occupancy``, ``remote_end_session``, ``remote_status``, ``remote_capabilities``: one-shot calls.
@@ -22,7 +22,6 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
-from inference import transport_auth, wire
 from inference.config import InferenceConfig
 from inference.contracts import (
     ChatMessage,
@@ -39,6 +38,7 @@ from inference.contracts import (
 )
 from inference.errors import WireError
 from inference.status import ServiceStatus, status_from_dict
+from inference.transport import auth, wire
 
 logger = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ def _tcp_endpoint(address: str) -> tuple[str, int] | None:
 
 
 async def _connect(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection that has passed the service's handshake (inference/transport_auth.py)."""
+    """A connection that has passed the service's handshake (inference/transport/auth.py)."""
     endpoint = _tcp_endpoint(address)
     try:
         if endpoint is None:
@@ -271,7 +271,7 @@ async def _connect(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWr
     except (OSError, TimeoutError) as exc:
         raise _not_running(address) from exc
     try:
-        await asyncio.wait_for(transport_auth.client_handshake(reader, writer, _token()), CONNECT_TIMEOUT_S)
+        await asyncio.wait_for(auth.client_handshake(reader, writer, _token()), CONNECT_TIMEOUT_S)
     except TimeoutError as exc:
         writer.close()
         raise _not_running(address) from exc
@@ -327,7 +327,7 @@ def remote_capabilities(address: str, timeout_s: float = 5.0) -> EngineCapabilit
             sock.connect(address.removeprefix("unix://") if endpoint is None else endpoint)
         except OSError as exc:
             raise _not_running(address) from exc
-        transport_auth.client_handshake_sync(sock, _token())
+        auth.client_handshake_sync(sock, _token())
         sock.sendall(wire.json_frame({"op": "capabilities"}))
         header = _recv_exactly(sock, 5)
         length = int.from_bytes(header[:4], "big")

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from inference.output_jitter import OutputJitter
+from inference.session.output_jitter import OutputJitter
 
 
 async def test_outputs_are_delayed_up_to_the_maximum_and_never_reordered():

@@ -10,7 +10,7 @@ import pytest
 
 from inference.engines.base import EngineError, SlotConfig, SlotInput, SlotOutput
 from inference.engines.echo import ECHO_LABEL, EchoEngine
-from inference.worker import EngineWorker
+from inference.slots.worker import EngineWorker
 
 
 class Recorder:

@@ -16,18 +16,18 @@ import numpy as np
 from inference.config import InferenceConfig
 from inference.contracts import EngineCapabilities
 from inference.engines.base import ChatRequest, SlotConfig, SlotTurn
-from inference.outbox import Outbox
 from inference.recording.policy import RecordingPolicy
 from inference.recording.recorder import SessionRecording
-from inference.worker import SlotCounters, SlotListener, WorkerStats
-from inference.worker_chats import ChatListener
+from inference.session.outbox import Outbox
+from inference.slots.chats import ChatListener
+from inference.slots.worker import SlotCounters, SlotListener, WorkerStats
 
 if TYPE_CHECKING:
-    from inference.session import DialogueSession
+    from inference.session.dialogue import DialogueSession
 
 
 class SlotDriver(Protocol):
-    """The engine worker, as a session drives its slot (``inference.worker.EngineWorker``)."""
+    """The engine worker, as a session drives its slot (``inference.slots.worker.EngineWorker``)."""
 
     def open(
         self,

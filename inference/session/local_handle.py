@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, get_args
 
 from inference.contracts import ChatMessage, CloseReason, Mode, ParleyError, SessionEvent, TurnDetection, VoiceRef
-from inference.outbox import Outbox
+from inference.session.outbox import Outbox
 
 if TYPE_CHECKING:
-    from inference.session import DialogueSession
+    from inference.session.dialogue import DialogueSession
 
 CLOSE_REASONS: frozenset[str] = frozenset(get_args(CloseReason))
 

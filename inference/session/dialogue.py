@@ -1,14 +1,14 @@
 """DialogueSession: one user's persistent session, on the service's event loop.
 
 A session outlives the connections that attach to it. Each connection gets a
-``inference.local_handle.LocalHandle`` (the in-process ``SessionHandle``) with its own bounded outbox
+``inference.session.local_handle.LocalHandle`` (the in-process ``SessionHandle``) with its own bounded outbox
 of events; a new connection replaces the old handle, a dropped one detaches and starts the grace timer.
 
-The session knows its collaborators only through the narrow interfaces of ``inference.session_context``
+The session knows its collaborators only through the narrow interfaces of ``inference.session.context``
 (one ``SessionContext`` per service): the engine worker as a ``SlotDriver``, the slot pool as an
 ``Admission``, and the service as a ``forget`` callback. It imports neither the service, the pool nor the
-handle. What its Metrics say is ``inference.session_metrics``; its stream positions (the mouth-to-ear pair
-in Metrics) are ``inference.stream_positions``.
+handle. What its Metrics say is ``inference.session.metrics``; its stream positions (the mouth-to-ear pair
+in Metrics) are ``inference.session.stream_positions``.
 
 States: ``queued`` -> ``admitted`` (slot reserved) -> ``prefilling`` (slot opened at the first audio)
 -> ``live`` -> ``closed``. Paused (by the user) and detached (no connection) are flags on top of
@@ -47,13 +47,13 @@ from inference.contracts import (
     VoiceRef,
 )
 from inference.engines.base import SlotConfig, SlotOutput
-from inference.named_timers import NamedTimers
-from inference.output_jitter import OutputJitter
 from inference.recording.recorder import SessionRecording
-from inference.session_context import Admission, Attachment, SessionContext, SessionTimeouts, SlotDriver
-from inference.session_metrics import session_metrics
-from inference.session_recording import SessionRecordingMixin
-from inference.stream_positions import StreamPositions
+from inference.session.context import Admission, Attachment, SessionContext, SessionTimeouts, SlotDriver
+from inference.session.metrics import session_metrics
+from inference.session.named_timers import NamedTimers
+from inference.session.output_jitter import OutputJitter
+from inference.session.recording import SessionRecordingMixin
+from inference.session.stream_positions import StreamPositions
 from inference.turns.session_modes import TurnModes
 
 logger = logging.getLogger(__name__)

@@ -30,9 +30,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from inference import wire
 from inference.contracts import ParleyError
 from inference.errors import WireError
+from inference.transport import wire
 
 logger = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import contextlib
 import logging
 import weakref
 
+from inference.cluster.registry import Registry
 from inference.config import InferenceConfig
 from inference.contracts import ParleyError, SessionRequest
-from inference.registry import Registry
 from inference.status import ServiceStatus
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class Router:
 
     async def open_session(self, request: SessionRequest):
         """Open (or reattach to) the user's session on the service the registry picks."""
-        from inference.client import RemoteSessionHandle
+        from inference.transport.client import RemoteSessionHandle
 
         self._ensure_watch()
         unreachable: set[str] = set()
@@ -57,7 +57,7 @@ class Router:
         return await self.registry.services()
 
     async def end_session(self, session_id: str, reason: str) -> bool:
-        from inference.client import remote_end_session
+        from inference.transport.client import remote_end_session
 
         for service in await self.registry.services():
             if service.state != "down" and any(s.session_id == session_id for s in service.sessions):

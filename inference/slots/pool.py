@@ -11,7 +11,7 @@ from collections import deque
 from typing import Generic, Protocol, TypeVar
 
 from inference.contracts import ParleyError
-from inference.worker import EngineWorker
+from inference.slots.worker import EngineWorker
 
 QUEUE_NOTIFY_PERIOD_S = 3.0
 DEFAULT_SESSION_S = 120.0  # wait estimate before any session has finished

@@ -1,4 +1,4 @@
-"""The inference service's handshake (inference/transport_auth.py) against real peers: other processes
+"""The inference service's handshake (inference/transport/auth.py) against real peers: other processes
 connecting to a unix socket without a token, with a wrong one, with the right one; and the socket's
 private directory."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from inference import transport_auth, wire
+from inference.transport import auth, wire
 
 TOKEN = "s3cret-token-for-this-test"
 # A second process: connects, optionally says hello, prints what the server answered.
@@ -38,8 +38,8 @@ print(data[5:].decode(errors="replace"))
 async def serve(path: Path) -> asyncio.AbstractServer:
     async def handle(reader, writer):
         try:
-            await transport_auth.server_handshake(reader, writer, TOKEN)
-        except transport_auth.HandshakeRefused:
+            await auth.server_handshake(reader, writer, TOKEN)
+        except auth.HandshakeRefused:
             writer.close()
             return
         writer.write(wire.json_frame({"served": True}))
@@ -64,9 +64,9 @@ async def run_peer(path: Path, first: str) -> str:
 )
 async def test_a_peer_without_the_right_token_is_refused_and_logged(tmp_path, caplog, first, reason):
     path = tmp_path / "run" / "t.sock"
-    transport_auth.private_socket_dir(path.parent)
+    auth.private_socket_dir(path.parent)
     server = await serve(path)
-    with caplog.at_level(logging.WARNING, logger="inference.transport_auth"):
+    with caplog.at_level(logging.WARNING, logger="inference.transport.auth"):
         answer = await run_peer(path, first)
     server.close()
     assert '"unauthenticated"' in answer and "served" not in answer
@@ -85,11 +85,11 @@ async def test_the_right_token_is_welcomed_and_served(tmp_path):
 
 
 async def test_a_silent_peer_is_dropped_after_the_hello_timeout(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(transport_auth, "HELLO_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(auth, "HELLO_TIMEOUT_S", 0.3)
     path = tmp_path / "t.sock"
     server = await serve(path)
     reader, writer = await asyncio.open_unix_connection(str(path))
-    with caplog.at_level(logging.WARNING, logger="inference.transport_auth"):  # whatever logging set up before
+    with caplog.at_level(logging.WARNING, logger="inference.transport.auth"):  # whatever logging set up before
         item = await asyncio.wait_for(wire.read_frame(reader), 5)
     assert item is not None and b"unauthenticated" in item[1]
     assert "no hello within" in caplog.text
@@ -101,27 +101,27 @@ async def test_client_handshake_raises_when_refused(tmp_path):
     path = tmp_path / "t.sock"
     server = await serve(path)
     reader, writer = await asyncio.open_unix_connection(str(path))
-    with pytest.raises(transport_auth.ParleyError, match="refused"):
-        await transport_auth.client_handshake(reader, writer, "not-it")
+    with pytest.raises(auth.ParleyError, match="refused"):
+        await auth.client_handshake(reader, writer, "not-it")
     writer.close()
     reader, writer = await asyncio.open_unix_connection(str(path))
-    await transport_auth.client_handshake(reader, writer, TOKEN)
+    await auth.client_handshake(reader, writer, TOKEN)
     assert wire.parse_json((await wire.read_frame(reader))[1]) == {"served": True}
     writer.close()
     server.close()
 
 
 def test_private_socket_dir_is_made_0700_and_a_shared_or_foreign_one_is_refused(tmp_path):
-    made = transport_auth.private_socket_dir(tmp_path / "a" / "run")
+    made = auth.private_socket_dir(tmp_path / "a" / "run")
     assert stat.S_IMODE(made.stat().st_mode) == 0o700
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o1777)  # like /tmp itself
     with pytest.raises(PermissionError, match="writable by others"):
-        transport_auth.private_socket_dir(shared)
+        auth.private_socket_dir(shared)
     if os.geteuid() == 0:  # CI and this machine run as root: make the directory another user's
         foreign = tmp_path / "foreign"
         foreign.mkdir(mode=0o700)
         os.chown(foreign, 65534, 65534)
         with pytest.raises(PermissionError, match="belongs to uid 65534"):
-            transport_auth.private_socket_dir(foreign)
+            auth.private_socket_dir(foreign)

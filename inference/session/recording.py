@@ -1,6 +1,6 @@
 """The session's side of its recording: whether it is recorded, when the recording begins, its events.
 
-``DialogueSession`` mixes this in (kept out of session.py). The recording itself is written off the tick's
+``DialogueSession`` mixes this in (kept out of dialogue.py). The recording itself is written off the tick's
 path by ``inference.recording``; this only decides and forwards.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from inference.session import DialogueSession
+    from inference.session.dialogue import DialogueSession
 
 
 class SessionRecordingMixin:

@@ -27,9 +27,9 @@ import numpy as np
 from inference.audio.framing import TickAlignedFramer
 from inference.audio.pcm import encode_pcm16_many
 from inference.engines.base import ChatRequest, Engine, SlotConfig, SlotInput, SlotOutput, SlotTurn
-from inference.metrics import TimingRing
 from inference.recording.recorder import record_steps
-from inference.worker_chats import ChatJobs, ChatListener
+from inference.slots.chats import ChatJobs, ChatListener
+from inference.slots.timing import TimingRing
 
 if TYPE_CHECKING:
     from inference.recording.recorder import SessionRecording

@@ -15,11 +15,11 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 
-from inference import wire
+from inference.cluster.exporter import StatusCollector, serve_metrics
+from inference.cluster.registry import Heartbeat
 from inference.config import InferenceConfig
-from inference.exporter import StatusCollector, serve_metrics
-from inference.registry import Heartbeat
 from inference.status import ServiceStatus
+from inference.transport import wire
 
 logger = logging.getLogger(__name__)
 

@@ -1,13 +1,13 @@
 """What a session's once-a-second ``Metrics`` event says: the worker's tick timings and the slot's counters.
 
-Kept apart from ``inference.session`` so that the session owns state and timers, and this module owns
+Kept apart from ``inference.session.dialogue`` so that the session owns state and timers, and this module owns
 the names and units of the numbers a client sees (docs/protocol.md lists them).
 """
 
 from __future__ import annotations
 
-from inference.outbox import Outbox
-from inference.worker import SlotCounters, WorkerStats
+from inference.session.outbox import Outbox
+from inference.slots.worker import SlotCounters, WorkerStats
 
 
 def session_metrics(

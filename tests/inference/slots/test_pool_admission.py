@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from inference.contracts import ParleyError
-from inference.pool import SlotPool
+from inference.slots.pool import SlotPool
 
 
 class Applicant:

@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from inference import api, wire
+from inference import api
 from inference.contracts import (
     AudioOut,
     ChatMessage,
@@ -24,6 +24,7 @@ from inference.contracts import (
     SessionRequest,
     TextOut,
 )
+from inference.transport import wire
 from tests.inference.event_helpers import EventReader, pcm16_frame, send_frames
 from tests.inference_service_process import start_inference_service
 
