@@ -96,14 +96,22 @@ def voice_create_clone(
 ) -> Voice:
     """Store a cloned voice as ``pending`` with its consent record, then queue its processing.
 
-    The consent recording must be real speech: it is checked (decoded, not silent) before anything is stored.
+    Both files are probed first (their container headers, nothing decoded): a file that is not audio, or whose
+    header declares more than the caps (a decompression bomb), is refused here and nothing is stored. The consent
+    recording must be real speech: it is decoded (in the limited child process ``prepare_voice_clip`` uses) and
+    checked before anything is stored; the clip is decoded later, by the voice task.
 
     Raises:
-        VoiceError: duplicate name, or an unusable consent recording.
+        VoiceError: duplicate name, an unusable clip header, or an unusable consent recording.
     """
     if not consent.phrase or consent.phrase not in consent.sentence:
         raise VoiceError("The consent step is missing: read the displayed sentence aloud and record it.")
     try:
+        api.probe_voice_clip(clip)
+    except ParleyError as exc:
+        raise VoiceError(f"The clip cannot be used: {exc.message}") from exc
+    try:
+        api.probe_voice_clip(consent.audio)
         api.prepare_voice_clip(consent.audio, min_speech_s=CONSENT_MIN_SPEECH_S)
     except ParleyError as exc:
         raise VoiceError(f"The consent recording cannot be used: {exc.message}") from exc

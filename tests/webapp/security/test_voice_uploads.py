@@ -1,0 +1,138 @@
+"""Untrusted voice uploads (issue 30, finding 3): probed from their container headers before a sample is decoded,
+decoded only in a child process under memory and time limits, refused with typed errors.
+
+The web process's memory is measured as its peak RSS (VmHWM, reset before each act through
+/proc/self/clear_refs): a decompression bomb decoded in this process raises it by gigabytes."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+from django.core.files.base import ContentFile
+from django.urls import reverse
+
+from inference.clip_sandbox import SandboxLimits, prepare_clip_in_child
+from inference.media_probe import MAX_RATE, VoiceClipError
+from tests.webapp.personas.test_personas_voices import speech, wav
+from webapp.personas.models import Voice
+from webapp.personas.services import voice_process
+
+pytestmark = pytest.mark.django_db
+BOMB_RATE, BOMB_SECONDS = 655_350, 290
+RSS_GROWTH_BOUND_MB = 400  # generous: the bomb decoded in-process costs ~2,400 MB
+
+
+def silent_flac(rate: int, seconds: float) -> bytes:
+    """FLAC of digital silence: constant subframes, so hours of samples take a few hundred kB."""
+    buffer = io.BytesIO()
+    with soundfile.SoundFile(buffer, "w", samplerate=rate, channels=1, format="FLAC", subtype="PCM_16") as out:
+        block = np.zeros(1 << 20, np.int16)
+        left = int(rate * seconds)
+        while left > 0:
+            out.write(block[: min(left, len(block))])
+            left -= len(block)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def flac_bomb() -> bytes:
+    bomb = silent_flac(BOMB_RATE, BOMB_SECONDS)  # 190 M samples
+    assert len(bomb) < 800_000
+    return bomb
+
+
+class PeakRss:
+    """This process's peak resident memory since ``reset`` (Linux's VmHWM, which clear_refs 5 resets)."""
+
+    def reset(self) -> None:
+        Path("/proc/self/clear_refs").write_text("5")
+        self.start_mb = self._hwm_mb()
+
+    def growth_mb(self) -> float:
+        return self._hwm_mb() - self.start_mb
+
+    @staticmethod
+    def _hwm_mb() -> float:
+        return int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
+
+
+@pytest.fixture
+def peak_rss() -> PeakRss:
+    return PeakRss()
+
+
+@pytest.fixture
+def alice(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("alice", password="pw"))
+    return client
+
+
+def post_form(client, clip: bytes, consent: bytes, *, clip_name: str = "clip.wav", consent_name: str = "c.wav"):
+    """The voice page's form, as a browser without JavaScript posts it (the answer is the HTML page)."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    client.get(reverse("personas:voice-new"))  # the consent sentence is put in the session
+    fields = {"name": "v", "clip": SimpleUploadedFile(clip_name, clip), "consent": SimpleUploadedFile(consent_name, consent)}
+    return client.post(reverse("personas:voice-new"), fields)
+
+
+# ---- finding 3: decompression bombs -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("as_file", ["clip", "consent"])
+def test_a_flac_bomb_is_refused_from_its_header_on_the_voice_page(alice, flac_bomb, peak_rss, as_file,
+                                                                  django_capture_on_commit_callbacks):  # fmt: skip
+    """694 kB declaring 655,350 Hz for 290 s: refused from the header in the request, nothing stored, and the web
+    process (which also runs the eager voice task) never holds the decoded samples."""
+    good = wav(speech(4.0))
+    clip, consent = (flac_bomb, good) if as_file == "clip" else (good, flac_bomb)
+    peak_rss.reset()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post_form(alice, clip, consent)
+    growth = peak_rss.growth_mb()
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert f"declares a sample rate of {BOMB_RATE} Hz; at most {MAX_RATE} Hz are accepted" in page
+    assert ("The clip cannot be used" if as_file == "clip" else "The consent recording cannot be used") in page
+    assert not Voice.objects.exists()
+    assert growth < RSS_GROWTH_BOUND_MB, f"the web process's peak RSS grew by {growth:.0f} MB"
+
+
+def test_a_stored_bomb_fails_in_the_voice_task_without_touching_the_web_process(alice, django_user_model, flac_bomb,
+                                                                                peak_rss):  # fmt: skip
+    """A bomb that reached storage another way (an old row, importvoices) is refused by the task, which decodes
+    only in its child: the reason is on the voice's page, and the process running the task stays small."""
+    voice = Voice.objects.create(owner=django_user_model.objects.get(username="alice"), name="bomb")
+    voice.reference_audio.save("clip.flac", ContentFile(flac_bomb), save=True)
+    peak_rss.reset()
+    assert voice_process(voice_id=voice.pk) == "failed"
+    growth = peak_rss.growth_mb()
+    voice.refresh_from_db()
+    assert f"{BOMB_RATE} Hz" in voice.failure_reason and not voice.processed_audio
+    assert f"{BOMB_RATE} Hz" in alice.get(reverse("personas:voice-detail", args=[voice.pk])).content.decode()
+    assert growth < RSS_GROWTH_BOUND_MB, f"the task's process peak RSS grew by {growth:.0f} MB"
+
+
+@pytest.fixture(scope="module")
+def heavy_but_allowed() -> bytes:
+    """Within every header cap (192 kHz, 150 s: 28.8 M samples), but ~0.5 GB to decode and prepare."""
+    return silent_flac(192_000, 150)
+
+
+def test_the_decode_runs_in_a_child_under_memory_and_time_limits(heavy_but_allowed, peak_rss):
+    peak_rss.reset()
+    with pytest.raises(VoiceClipError) as finished:  # default limits: decoded to the end, then judged
+        prepare_clip_in_child(heavy_but_allowed, min_speech_s=3.0)
+    assert finished.value.code == "silent"
+    assert peak_rss.growth_mb() < 150, "the samples were decoded in the child, not here"
+    limits = [SandboxLimits(memory_bytes=600 * 1024**2), SandboxLimits(cpu_s=1), SandboxLimits(wall_s=0.5)]
+    for limit in limits:
+        with pytest.raises(VoiceClipError) as stopped:
+            prepare_clip_in_child(heavy_but_allowed, min_speech_s=3.0, limits=limit)
+        assert stopped.value.code == "too_demanding", (limit, stopped.value.message)
+        assert "Decoding the clip was stopped" in stopped.value.message
