@@ -303,8 +303,8 @@ def probe_voice_clip(data: bytes):
     Decodes nothing: cheap enough for the web request, before anything is stored.
 
     Raises:
-        VoiceClipError (a ParleyError): ``empty``, ``not_audio``, ``corrupted``, ``no_audio_track``, ``too_long``
-        or ``too_demanding``.
+        VoiceClipError (a ParleyError): ``empty``, ``not_audio``, ``corrupted``, ``unsupported_codec``,
+        ``no_audio_track``, ``too_long`` or ``too_demanding``.
     """
     from inference.media_probe import probe
     from inference.voice_prompts import MAX_INPUT_S
@@ -317,7 +317,7 @@ def prepare_voice_clip(data: bytes, *, progress=None, min_speech_s: float | None
     process under memory, CPU and wall-clock limits (``inference.clip_sandbox``).
 
     Returns a ``PreparedClip`` (``wav`` bytes, ``speech_s``); raises ``ParleyError`` subclass ``VoiceClipError``
-    whose ``code`` names the problem (empty, too_big, not_audio, corrupted, too_demanding,
+    whose ``code`` names the problem (empty, too_big, not_audio, corrupted, unsupported_codec, too_demanding,
     truncated, no_audio_track, too_long, too_short, silent, clipped).
     """
     from inference.clip_sandbox import prepare_clip_in_child

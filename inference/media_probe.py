@@ -3,7 +3,8 @@
 ``probe`` opens the container (PyAV reads the header and, for some formats, up to ``PROBE_BYTES`` of packets to
 fill in stream parameters) and refuses, from what the header declares alone, a file whose decoded audio would be
 too large: sample rate, channels, duration and decoded samples each have a cap. A 700 kB FLAC declaring
-655,350 Hz for 290 s (190 M samples, gigabytes once decoded and resampled) is refused from its STREAMINFO.
+655,350 Hz for 290 s (190 M samples, gigabytes once decoded and resampled) is refused from its STREAMINFO; a WAV
+whose fmt chunk names no decodable codec (bits 0, format tag 0xFFFF) is a typed refusal, not an AttributeError.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ _MEDIA_MAGIC = (b"RIFF", b"fLaC", b"OggS", b"ID3", b"\x1aE\xdf\xa3", b"\xff\xfb"
 
 class VoiceClipError(ParleyError):
     """A clip that cannot become a voice. ``code`` is one of: ``empty``, ``too_big``, ``not_audio``,
-    ``corrupted``, ``too_demanding`` (its header declares, or its decoding needed, more
+    ``corrupted``, ``unsupported_codec``, ``too_demanding`` (its header declares, or its decoding needed, more
     than the caps), ``truncated``, ``no_audio_track``, ``too_long``, ``too_short``, ``silent``, ``clipped``,
     ``bad_prompt`` (a ``.pt`` / ``.safetensors`` prompt file that is not the expected tensors)."""
 
@@ -71,7 +72,7 @@ def read_header(container, *, max_seconds: float) -> MediaHeader:
     """The first audio stream's declared parameters, each checked against its cap; nothing is decoded.
 
     Raises:
-        VoiceClipError: ``no_audio_track``, ``too_long`` or ``too_demanding``.
+        VoiceClipError: ``no_audio_track``, ``unsupported_codec``, ``too_long`` or ``too_demanding``.
     """
     if not container.streams.audio:
         if container.streams.video:
@@ -79,6 +80,12 @@ def read_header(container, *, max_seconds: float) -> MediaHeader:
         raise VoiceClipError("The file has no audio stream.", code="no_audio_track")
     stream = container.streams.audio[0]
     context = stream.codec_context
+    if context is None:  # e.g. a WAV fmt chunk with 0 bits per sample or format tag 0xFFFF
+        raise VoiceClipError(
+            "The audio stream's format header names no codec that can decode it (unknown format tag or a damaged "
+            "fmt chunk, such as 0 bits per sample).",
+            code="unsupported_codec",
+        )
     rate, channels = int(context.sample_rate or 0), int(context.channels or 0)
     if not 0 < rate <= MAX_RATE:
         raise VoiceClipError(

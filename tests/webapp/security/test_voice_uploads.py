@@ -1,5 +1,5 @@
-"""Untrusted voice uploads (issue 30, finding 3): probed from their container headers before a sample is decoded,
-decoded only in a child process under memory and time limits, refused with typed errors.
+"""Untrusted voice uploads (issue 30, findings 3 and 6): probed from their container headers before a sample is
+decoded, decoded only in a child process under memory and time limits, refused with typed errors (never a 500).
 
 The web process's memory is measured as its peak RSS (VmHWM, reset before each act through
 /proc/self/clear_refs): a decompression bomb decoded in this process raises it by gigabytes."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import re
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ import soundfile
 from django.core.files.base import ContentFile
 from django.urls import reverse
 
+from inference import api
 from inference.clip_sandbox import SandboxLimits, prepare_clip_in_child
 from inference.media_probe import MAX_RATE, VoiceClipError
 from tests.webapp.personas.test_personas_voices import speech, wav
@@ -44,6 +46,17 @@ def flac_bomb() -> bytes:
     bomb = silent_flac(BOMB_RATE, BOMB_SECONDS)  # 190 M samples
     assert len(bomb) < 800_000
     return bomb
+
+
+def wav_with_fmt(*, tag: int | None = None, bits: int | None = None) -> bytes:
+    """A 3 s speech WAV whose fmt chunk is rewritten: format tag and/or bits per sample."""
+    data = bytearray(wav(speech(3.0)))
+    fmt = data.index(b"fmt ")
+    if tag is not None:
+        struct.pack_into("<H", data, fmt + 8, tag)
+    if bits is not None:
+        struct.pack_into("<H", data, fmt + 8 + 14, bits)
+    return bytes(data)
 
 
 class PeakRss:
@@ -136,3 +149,20 @@ def test_the_decode_runs_in_a_child_under_memory_and_time_limits(heavy_but_allow
             prepare_clip_in_child(heavy_but_allowed, min_speech_s=3.0, limits=limit)
         assert stopped.value.code == "too_demanding", (limit, stopped.value.message)
         assert "Decoding the clip was stopped" in stopped.value.message
+
+
+# ---- finding 6: a fmt chunk naming no codec -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("tag", "bits"), [(None, 0), (0xFFFF, None)], ids=["bits-0", "tag-FFFF"])
+@pytest.mark.parametrize("as_file", ["clip", "consent"])
+def test_a_wav_whose_fmt_chunk_names_no_codec_is_a_typed_refusal_not_a_500(alice, tag, bits, as_file):
+    bad, good = wav_with_fmt(tag=tag, bits=bits), wav(speech(4.0))
+    clip, consent = (bad, good) if as_file == "clip" else (good, bad)
+    response = post_form(alice, clip, consent)
+    assert response.status_code == 400
+    assert "names no codec that can decode it" in response.content.decode()
+    with pytest.raises(VoiceClipError) as refused:
+        api.probe_voice_clip(bad)
+    assert refused.value.code == "unsupported_codec"
+    assert not Voice.objects.exists()
