@@ -299,7 +299,7 @@ async def shutdown() -> None:
 
 def probe_voice_clip(data: bytes):
     """What an uploaded clip's container header declares (``inference.media_probe.MediaHeader``: format, codec,
-    rate, channels, declared seconds), each checked against its cap.
+    rate, channels, declared seconds, and the ``extension`` to store it with), each checked against its cap.
     Decodes nothing: cheap enough for the web request, before anything is stored.
 
     Raises:

@@ -5,6 +5,9 @@ fill in stream parameters) and refuses, from what the header declares alone, a f
 too large: sample rate, channels, duration and decoded samples each have a cap. A 700 kB FLAC declaring
 655,350 Hz for 290 s (190 M samples, gigabytes once decoded and resampled) is refused from its STREAMINFO; a WAV
 whose fmt chunk names no decodable codec (bits 0, format tag 0xFFFF) is a typed refusal, not an AttributeError.
+
+The probe also says what the file is: a stored upload is named with ``MediaHeader.extension``, taken from the
+content, never from the name the client sent (``clip.WAV;.html`` holding a WAV is stored as ``.wav``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,21 @@ PROBE_BYTES = 2 * 1024 * 1024  # what FFmpeg may read past the header to find th
 # Container signatures: a file starting with one of these is meant to be audio/video, so failing to open it
 # means a damaged file rather than something that is not audio at all.
 _MEDIA_MAGIC = (b"RIFF", b"fLaC", b"OggS", b"ID3", b"\x1aE\xdf\xa3", b"\xff\xfb", b"\xff\xf3", b"\xff\xf2")
+
+# FFmpeg's demuxer name -> the extension a stored copy gets. Anything else FFmpeg opens is stored as ``.bin``:
+# a name no web server renders as a page.
+_EXTENSIONS = {
+    "wav": ".wav",
+    "flac": ".flac",
+    "ogg": ".ogg",
+    "matroska,webm": ".webm",
+    "mp3": ".mp3",
+    "mov,mp4,m4a,3gp,3g2,mj2": ".m4a",
+    "aiff": ".aiff",
+    "aac": ".aac",
+    "caf": ".caf",
+}
+
 
 class VoiceClipError(ParleyError):
     """A clip that cannot become a voice. ``code`` is one of: ``empty``, ``too_big``, ``not_audio``,
@@ -42,6 +60,7 @@ class MediaHeader:
         rate: declared sample rate (Hz).
         channels: declared channel count.
         declared_s: declared duration, or None when the container has none (MediaRecorder webm).
+        extension: what a stored copy of the file is named with (from the content).
     """
 
     format_name: str
@@ -49,6 +68,7 @@ class MediaHeader:
     rate: int
     channels: int
     declared_s: float | None
+    extension: str
 
 
 def open_media(data: bytes):
@@ -115,6 +135,7 @@ def read_header(container, *, max_seconds: float) -> MediaHeader:
         rate=rate,
         channels=channels,
         declared_s=declared_s,
+        extension=_EXTENSIONS.get(container.format.name, ".bin"),
     )
 
 

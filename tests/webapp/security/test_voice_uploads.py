@@ -1,5 +1,6 @@
-"""Untrusted voice uploads (issue 30, findings 3 and 6): probed from their container headers before a sample is
-decoded, decoded only in a child process under memory and time limits, refused with typed errors (never a 500).
+"""Untrusted voice uploads (issue 30, findings 3, 6 and 8d): probed from their container headers before a sample
+is decoded, decoded only in a child process under memory and time limits, refused with typed errors, and stored
+under the extension of what they are, never the one in the client's file name.
 
 The web process's memory is measured as its peak RSS (VmHWM, reset before each act through
 /proc/self/clear_refs): a decompression bomb decoded in this process raises it by gigabytes."""
@@ -20,7 +21,7 @@ from django.urls import reverse
 from inference import api
 from inference.clip_sandbox import SandboxLimits, prepare_clip_in_child
 from inference.media_probe import MAX_RATE, VoiceClipError
-from tests.webapp.personas.test_personas_voices import speech, wav
+from tests.webapp.personas.test_personas_voices import speech, tgz, wav
 from webapp.personas.models import Voice
 from webapp.personas.services import voice_process
 
@@ -166,3 +167,30 @@ def test_a_wav_whose_fmt_chunk_names_no_codec_is_a_typed_refusal_not_a_500(alice
         api.probe_voice_clip(bad)
     assert refused.value.code == "unsupported_codec"
     assert not Voice.objects.exists()
+
+
+# ---- finding 8d: the stored extension comes from the content -------------------------------------------------
+
+
+def test_the_stored_extension_is_the_detected_format_never_the_client_name(alice, django_capture_on_commit_callbacks):
+    flac = io.BytesIO()
+    soundfile.write(flac, speech(4.0), 48_000, format="FLAC")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post_form(alice, flac.getvalue(), wav(speech(3.0)), clip_name="clip.WAV;.html",
+                             consent_name="consent.html")  # fmt: skip
+    assert response.status_code == 302, response.content
+    voice = Voice.objects.get(name="v")
+    assert voice.reference_audio.name.endswith("/clip.flac"), voice.reference_audio.name
+    assert voice.consent_audio.name.endswith("/consent.wav"), voice.consent_audio.name
+    assert voice.status == "ready", voice.failure_reason
+
+
+def test_importvoices_names_a_stored_clip_by_its_content(tmp_path):
+    from django.core.management import call_command
+
+    flac = io.BytesIO()
+    soundfile.write(flac, speech(4.0), 48_000, format="FLAC")
+    out = io.StringIO()
+    call_command("importvoices", str(tgz(tmp_path, {"voices/calm.wav": flac.getvalue()})), stdout=out)
+    assert "Imported 1: voices/calm.wav" in out.getvalue()
+    assert Voice.objects.get(name="calm").reference_audio.name.endswith("/clip.flac")

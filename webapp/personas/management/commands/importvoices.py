@@ -137,9 +137,13 @@ class Command(BaseCommand):
                                              progress_stage="ready", progress_percent=100)  # fmt: skip
                 services.voice_store_prompt(voice, family="lockstep", model_key="personaplex-pt", blob=blob)
             return None
+        try:
+            header = api.probe_voice_clip(entry.data or b"")  # from the header: nothing decoded, nothing stored yet
+        except ParleyError as exc:
+            return exc.message
         voice = Voice(owner=owner, name=name, kind=Voice.Kind.BUILTIN)
         voice.save()
-        voice.reference_audio.save("clip" + suffix, ContentFile(entry.data or b""), save=True)
+        voice.reference_audio.save("clip" + header.extension, ContentFile(entry.data or b""), save=True)
         if services.voice_process(voice_id=voice.pk) == "ready":
             return None
         voice.refresh_from_db()
