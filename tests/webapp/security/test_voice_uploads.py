@@ -1,6 +1,7 @@
-"""Untrusted voice uploads (issue 30, findings 3, 6 and 8d): probed from their container headers before a sample
+"""Untrusted voice uploads (issue 30, findings 3, 6, 8c and 8d): probed from their container headers before a sample
 is decoded, decoded only in a child process under memory and time limits, refused with typed errors, and stored
-under the extension of what they are, never the one in the client's file name.
+under the extension of what they are, never the one in the client's file name; importvoices holds one archive
+member at a time.
 
 The web process's memory is measured as its peak RSS (VmHWM, reset before each act through
 /proc/self/clear_refs): a decompression bomb decoded in this process raises it by gigabytes."""
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 import soundfile
 from django.core.files.base import ContentFile
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from inference import api
@@ -186,11 +188,41 @@ def test_the_stored_extension_is_the_detected_format_never_the_client_name(alice
 
 
 def test_importvoices_names_a_stored_clip_by_its_content(tmp_path):
-    from django.core.management import call_command
-
     flac = io.BytesIO()
     soundfile.write(flac, speech(4.0), 48_000, format="FLAC")
     out = io.StringIO()
     call_command("importvoices", str(tgz(tmp_path, {"voices/calm.wav": flac.getvalue()})), stdout=out)
     assert "Imported 1: voices/calm.wav" in out.getvalue()
     assert Voice.objects.get(name="calm").reference_audio.name.endswith("/clip.flac")
+
+
+# ---- finding 8c: importvoices holds one member at a time -----------------------------------------------------
+
+
+def test_importvoices_reads_one_member_at_a_time(tmp_path, peak_rss):
+    """60 members of 10 MB of zeros: a .tgz of well under 1 MB that is 600 MB once read. Each member is read,
+    refused (not audio) and let go before the next, so memory holds one member, not the archive."""
+    import tarfile
+
+    path, zeros = tmp_path / "zeros.tgz", bytes(10_000_000)
+    with tarfile.open(path, "w:gz") as tar:
+        for index in range(60):
+            info = tarfile.TarInfo(f"voices/z{index:02}.wav")
+            info.size = len(zeros)
+            tar.addfile(info, io.BytesIO(zeros))
+    assert path.stat().st_size < 1_000_000
+    out = io.StringIO()
+    peak_rss.reset()
+    call_command("importvoices", str(path), stdout=out)
+    growth = peak_rss.growth_mb()
+    assert "Refused 60:" in out.getvalue() and "voices/z59.wav: This is not an audio file" in out.getvalue()
+    assert growth < 200, f"importing grew the peak RSS by {growth:.0f} MB"
+
+
+def test_importvoices_refuses_an_archive_of_too_many_entries(tmp_path):
+    from webapp.personas.management.commands.importvoices import MAX_ENTRIES
+
+    archive = tgz(tmp_path, {f"voices/v{index}.wav": wav(speech(0.1)) for index in range(MAX_ENTRIES + 1)})
+    with pytest.raises(CommandError, match=f"more than {MAX_ENTRIES} entries"):
+        call_command("importvoices", str(archive), stdout=io.StringIO())
+    assert not Voice.objects.exists()
