@@ -100,7 +100,12 @@ def _follow(child: subprocess.Popen, progress, *, deadline: float) -> dict | Non
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
-            message = json.loads(line)
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue  # something a library printed: only our own lines are JSON objects
+            if not isinstance(message, dict):
+                continue
             if "progress" in message:
                 if progress is not None:
                     progress(*message["progress"])
@@ -111,7 +116,7 @@ def _follow(child: subprocess.Popen, progress, *, deadline: float) -> dict | Non
 def _stopped(returncode: int | None, limits: SandboxLimits, stderr: str) -> ParleyError:
     memory_mb = limits.memory_bytes // (1024 * 1024)
     if returncode is None or returncode == -signal.SIGKILL:  # our kill at the wall-clock limit, or the OOM killer
-        reason = f"it took longer than {limits.wall_s:.0f} s"
+        reason = f"it took longer than {limits.wall_s:g} s"
     elif returncode in (-signal.SIGXCPU, -signal.SIGSEGV, -signal.SIGABRT, -signal.SIGBUS):
         # past the CPU limit, or a native allocation failing against the memory limit
         reason = f"it needed more than {limits.cpu_s} s of processor time or {memory_mb} MB of memory"
@@ -144,8 +149,13 @@ def _child(source: str, target: str, options: str) -> int:
 
     settings = json.loads(options)
     memory, cpu = int(settings["memory_bytes"]), int(settings["cpu_s"])
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))  # SIGXCPU at the soft limit, SIGKILL 5 s later
+    # RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL 5 s later. A kernel that refuses a limit (macOS and
+    # RLIMIT_AS) leaves the child without it, never without the parent's wall-clock kill.
+    for limit, value in ((resource.RLIMIT_AS, (memory, memory)), (resource.RLIMIT_CPU, (cpu, cpu + 5))):
+        try:
+            resource.setrlimit(limit, value)
+        except (ValueError, OSError) as exc:
+            print(f"clip_sandbox: limit {limit} not set: {exc}", file=sys.stderr)
 
     from inference.voice_prompts import prepare_clip
 
