@@ -145,11 +145,8 @@ def _voice_new_checked(request: HttpRequest, handler) -> HttpResponse:
                     owner=None if shared else request.user,
                     by=request.user,
                     name=form.cleaned_data["name"].strip(),
-                    clip=clip.read(),
-                    clip_filename=clip.name,
-                    consent=services.Consent(
-                        audio=consent.read(), filename=consent.name, sentence=consent_sentence, phrase=phrase
-                    ),
+                    clip=clip.read(),  # the client's file names are not used: what is stored is named by its content
+                    consent=services.Consent(audio=consent.read(), sentence=consent_sentence, phrase=phrase),
                 )
             except services.VoiceError as exc:
                 form.add_error(None, str(exc))
