@@ -62,14 +62,28 @@ class WebEnv(BaseSettings):
     key_failure_rate: str = Field("10/minute", validation_alias="PARLEY_KEY_FAILURE_RATE")
     # wrong passwords per client IP before django-axes locks it out
     login_failure_limit: int = Field(5, ge=1, validation_alias="PARLEY_LOGIN_FAILURE_LIMIT")
+    # proxies whose X-Forwarded-For is believed (addresses or networks); the client is the rightmost other hop
+    trusted_proxies: Csv = Field(["127.0.0.1", "::1"], validation_alias="PARLEY_TRUSTED_PROXIES")
     # production's Strict-Transport-Security max-age
     hsts_seconds: int = Field(365 * 24 * 3600, ge=0, validation_alias="DJANGO_HSTS_SECONDS")
 
-    @field_validator("allowed_hosts", "csrf_trusted_origins", "allowed_origins", mode="before")
+    @field_validator("allowed_hosts", "csrf_trusted_origins", "allowed_origins", "trusted_proxies", mode="before")
     @classmethod
     def _split_csv(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        import ipaddress
+
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{entry!r} is not an IP address or network") from exc
         return value
 
     @field_validator("connect_rate", "key_failure_rate")
