@@ -42,6 +42,8 @@ class WebEnv(BaseSettings):
     redis_url: str = Field("", validation_alias="REDIS_URL")  # "" = in-memory channel layer
     celery_broker_url: str = Field("", validation_alias="CELERY_BROKER_URL")  # "" = eager Celery
     var_dir: Path = Field(BASE_DIR / "var", validation_alias="PARLEY_VAR_DIR")
+    # collectstatic's target; unset = var/staticfiles (production: a folder the front proxy may read)
+    static_root: Path | None = Field(None, validation_alias="DJANGO_STATIC_ROOT")
     max_event_bytes: int = Field(1024 * 1024, ge=1024, validation_alias="PARLEY_MAX_EVENT_BYTES")
     default_model: str = Field("", validation_alias="PARLEY_ENGINE")
     # 0 = keep recordings forever

@@ -134,8 +134,12 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT = ENV.static_root or VAR_DIR / "staticfiles"  # production: outside the private var/ (nginx reads it)
 MEDIA_ROOT = VAR_DIR / "media"
+# Voices and recordings are people's voices: readable by this service's user only, whatever the umask
+# (Django's defaults leave both to the umask: 0644 files under a 022 one).
+FILE_UPLOAD_PERMISSIONS = 0o600
+FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
 
 # Finished recordings (webapp/recordings/storage.py): local files by default, an S3 bucket when configured.
 STORAGES = {
