@@ -88,8 +88,6 @@ async def test_staff_may_use_any_voice_only_with_use_any_voice(inference_service
     assert (await rejected(peer, voice_update(voice.pk)))["code"] == "voice_not_found"  # staff alone: no
     permission = await database_sync_to_async(Permission.objects.get)(codename="use_any_voice")
     await database_sync_to_async(boss.user.user_permissions.add)(permission)
-    await peer.close()
-    peer, _ = await ready_peer(boss)
     await peer.send(voice_update(voice.pk))
     assert (await peer.until("session.updated"))["session"]["duplex"]["voice_id"] == voice.pk
     await peer.close()
