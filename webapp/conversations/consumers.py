@@ -1,8 +1,8 @@
 """``/v1/realtime``: moves events between one WebSocket and the user's inference session.
 
 Transport only. Parsing lives in ``protocol``, server-event bookkeeping in ``server_events``,
-ORM work and fault handling in ``services`` (touched at session edges and on ``session.update``, never
-per frame), and the session itself behind ``inference.api``. Errors arrive typed
+ORM work and fault handling in ``services`` (touched at session edges, on ``session.update`` and by the
+account check, never per frame), and the session itself behind ``inference.api``. Errors arrive typed
 (``ProtocolError``, the facade's and the services' ``ParleyError``); every one becomes one ``error``
 event through ``_reject``, the single place where they are translated, and the session goes on.
 """
@@ -80,6 +80,7 @@ _CONNECT_CLOSE_CODES = {"resource_exhausted": CloseCode.TRY_AGAIN_LATER, "engine
 
 class RealtimeConsumer(AsyncWebsocketConsumer):
     handle: api.SessionHandle | None = None
+    account_watch: asyncio.Task | None = None  # see _watch_account
 
     async def connect(self) -> None:
         self.handle = None
@@ -132,6 +133,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.socket_closed = True
+        if self.account_watch is not None:
+            self.account_watch.cancel()
         for group in self.revocation_groups:
             await self.channel_layer.group_discard(group, self.channel_name)
         if self.pump is not None and self.pump is not asyncio.current_task():
@@ -347,6 +350,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         view.mode = event.mode
         view.turn_detection = {"type": "server_vad", **event.turn_detection} if event.turn_detection else None
         self.ready = True
+        if self.account_watch is None:
+            self.account_watch = asyncio.create_task(self._watch_account())
         await self._emit([self.events.session_created()])
         logger.info(
             "realtime.session_ready",
@@ -356,6 +361,23 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             user=self.user, session_id=event.session_id, engine=event.capabilities.engine
         )
         await self._sync_recording()
+
+    async def _watch_account(self) -> None:
+        """End the call within ``PARLEY_ACCOUNT_CHECK_S`` once its user is deactivated or deleted by any means.
+
+        The save signal (``webapp.accounts.revocation``) ends it at once for the admin and ``save()``, but a
+        queryset ``update()`` or raw SQL sends none; a check on ``session.update`` alone would miss a call
+        that sends no updates. One indexed read per live call per period, off the audio path.
+        """
+        while not self.finished:
+            await asyncio.sleep(settings.PARLEY_ACCOUNT_CHECK_S)
+            try:
+                await database_sync_to_async(services.account_check)(user_id=self.user.pk)
+            except services.AccountInactive:
+                await self._end_for_inactive_account()
+                return
+            except services.ServiceFault:
+                continue  # the database is unreachable just now (logged there): ask again next period
 
     async def _end_for_inactive_account(self) -> None:
         """Like a revocation: the session closes with ``credentials_revoked`` (session.closed, then 4401)."""

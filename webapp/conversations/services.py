@@ -1,8 +1,8 @@
-"""Conversation lifecycle writes and session.update resolution (keyword-only, typed).
+"""Conversation lifecycle writes, session.update resolution and account checks (keyword-only, typed).
 
-Called by the consumer through ``database_sync_to_async`` at session edges and on ``session.update``,
-never per frame. Every refusal and fault leaves here typed, as a ``ParleyError`` whose code the
-protocol names, so that the consumer only translates:
+Called by the consumer through ``database_sync_to_async`` at session edges, on ``session.update`` and
+every ``PARLEY_ACCOUNT_CHECK_S`` of a live call, never per frame. Every refusal and fault leaves here
+typed, as a ``ParleyError`` whose code the protocol names, so that the consumer only translates:
 ``persona_not_found`` / ``voice_not_found`` (with the param), ``AccountInactive``, and ``ServiceFault``
 for a database fault or an unexpected one (``internal_error``; the fault is logged whole here).
 """
@@ -152,6 +152,12 @@ def session_update_choices(*, user_id: object, persona_id: object | None, voice:
             if choice is None:
                 raise ParleyError("No such voice.", code="voice_not_found", param="session.audio.output.voice")
         return SessionChoices(persona=persona, voice=choice)
+
+
+def account_check(*, user_id: object) -> None:
+    """Raise ``AccountInactive`` once the user is deactivated or deleted (``ServiceFault`` if unknown now)."""
+    with database_faults("account_check"):
+        _active_user(user_id)
 
 
 def _active_user(user_id: object) -> AbstractBaseUser:

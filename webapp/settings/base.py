@@ -105,6 +105,8 @@ PARLEY_ALLOWED_ORIGINS = ENV.allowed_origins
 # Per client IP ("limits" notation): WebSocket connects, and wrong API keys before the IP is refused.
 PARLEY_CONNECT_RATE = ENV.connect_rate
 PARLEY_KEY_FAILURE_RATE = ENV.key_failure_rate
+# A live call re-reads its user this often (s): one deactivated without a save signal loses the call.
+PARLEY_ACCOUNT_CHECK_S = ENV.account_check_s
 # Those limits key on the client's address: X-Forwarded-For counts only from these (webapp.common.forwarded).
 PARLEY_TRUSTED_PROXIES = tuple(ENV.trusted_proxies)
 # The pages load scripts and styles from static/ only; the one inline <style> (base.html) carries the nonce.
