@@ -8,7 +8,7 @@ from django.test import Client, override_settings
 
 from tests.webapp.realtime.realtime_helpers import Peer, make_account
 from webapp.asgi import application
-from webapp.conversations import throttling
+from webapp.common import throttling
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
