@@ -1,29 +1,40 @@
-"""Who may talk to the inference service: the shared-token handshake and the socket's private directory.
+"""Who may talk to the inference service: the shared secret's challenge-response, and the socket's private directory.
 
-Only the web tier talks to the inference service, and only the web tier names users, so every
-connection, on the unix socket or over TCP, first proves it holds ``PARLEY_INFERENCE_TOKEN``:
+Only the web tier talks to the inference service, and only the web tier names users, so both ends of
+every connection (unix socket or TCP) prove that they hold ``PARLEY_INFERENCE_TOKEN``, and neither
+ever sends it. Frames are ``wire`` JSON frames; ``Nc``/``Ns`` are 32 random bytes from each side (hex):
 
-    client -> {"op": "hello", "token": "<token>"}        (the first frame, a ``wire`` JSON frame)
+    client -> {"op": "hello", "nonce": Nc}
+    server -> {"op": "challenge", "nonce": Ns, "proof": HMAC-SHA256(token, LABEL "server" Nc Ns)}
+    client    checks the server's proof; a peer that cannot show it gets nothing more (no proof, no call)
+    client -> {"op": "proof", "proof": HMAC-SHA256(token, LABEL "client" Nc Ns)}
     server -> {"reply": 0, "ok": true}                    and the connection goes on as before
            or {"reply": 0, "error": {"code": "unauthenticated", ...}}   and the server closes it
 
-The server compares tokens with ``hmac.compare_digest``, waits at most ``HELLO_TIMEOUT_S`` and reads
-at most ``MAX_HELLO_BYTES`` before it knows who is there, and on a unix socket also checks the peer's
-uid (``SO_PEERCRED``): the service's own user or root. Every refusal is logged with its reason and
-the peer (never the token).
+Why this shape: whoever the client dials (a forged registry record, a squatted address) learns only a
+random nonce, and the service proves itself before the client sends anything of a caller's. The role
+is inside the MAC, so one side's proof is never valid as the other's (a reflected answer fails); each
+side's fresh nonce is inside both MACs, so no proof can be replayed. Proofs are compared in constant
+time. The server waits at most ``HANDSHAKE_TIMEOUT_S`` and reads at most ``MAX_HANDSHAKE_BYTES`` a
+frame before it knows who is there, and on a unix socket also checks the peer's uid (``SO_PEERCRED``):
+the service's own user or root. Every refusal is logged with its reason and the peer (never a secret);
+so is a service that fails to prove itself, on the client's side (``inference.service_unproven``).
+It authenticates, it does not encrypt: TCP between hosts belongs on a private network or a tunnel.
 
 API: ``server_handshake(reader, writer, token)`` -> ``Peer`` or ``HandshakeRefused``;
-``client_handshake(reader, writer, token)`` / ``client_handshake_sync(sock, token)`` raise
-``ParleyError`` when refused; ``private_socket_dir(path)``. The token itself is
+``client_handshake(reader, writer, token, peer=...)`` / ``client_handshake_sync(sock, token, peer=...)``
+raise ``ParleyError`` when either side is refused; ``private_socket_dir(path)``. The token itself is
 ``InferenceConfig.inference_token`` (``PARLEY_INFERENCE_TOKEN``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import logging
 import os
+import secrets
 import socket
 import stat
 import struct
@@ -37,8 +48,10 @@ from inference.transport import wire
 logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "PARLEY_INFERENCE_TOKEN"  # named in messages; read by inference/config.py
-HELLO_TIMEOUT_S = 5.0
-MAX_HELLO_BYTES = 4096  # a hello is a few dozen bytes; a stranger must not make us buffer megabytes
+HANDSHAKE_TIMEOUT_S = 5.0
+MAX_HANDSHAKE_BYTES = 4096  # a handshake frame is ~200 bytes; a stranger must not make us buffer megabytes
+NONCE_BYTES = 32
+LABEL = b"parley-inference-handshake-v2\x00"  # what this MAC is for: never valid as a registry signature
 _FRAME_HEADER = struct.Struct(">IB")  # wire's frame header: length (kind byte + payload), kind
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
@@ -60,7 +73,14 @@ class Peer:
     address: str | None = None
 
 
-def tokens_match(given: object, expected: str) -> bool:
+def proof(token: str, role: bytes, client_nonce: bytes, server_nonce: bytes) -> str:
+    """What ``role`` (b"client" or b"server") sends to show it holds ``token``, bound to both nonces."""
+    message = LABEL + role + b"\x00" + client_nonce + server_nonce
+    return hmac.new(token.encode(), message, hashlib.sha256).hexdigest()
+
+
+def proof_matches(given: object, expected: str) -> bool:
+    """Constant-time; anything but a string (a peer's garbage) simply does not match."""
     return isinstance(given, str) and hmac.compare_digest(given.encode(), expected.encode())
 
 
@@ -77,6 +97,16 @@ def _allowed_uids() -> set[int]:
     return {os.geteuid(), 0}
 
 
+def _nonce(value: object) -> bytes:
+    """A peer's nonce (hex of NONCE_BYTES bytes), or HandshakeRefused."""
+    if not isinstance(value, str) or len(value) != 2 * NONCE_BYTES:
+        raise HandshakeRefused("missing or malformed nonce")
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise HandshakeRefused("missing or malformed nonce") from None
+
+
 # ---- server side ------------------------------------------------------------------------------
 
 
@@ -90,15 +120,10 @@ async def server_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamW
         if peer.uid is not None and peer.uid not in _allowed_uids():
             raise HandshakeRefused(f"peer uid {peer.uid} is not the service's user")
         try:
-            hello = await asyncio.wait_for(_read_hello(reader), HELLO_TIMEOUT_S)
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                await _challenge_the_client(reader, writer, token)
         except TimeoutError:
-            raise HandshakeRefused(f"no hello within {HELLO_TIMEOUT_S:g} s") from None
-        if hello.get("op") != "hello":
-            raise HandshakeRefused(f"first frame was {str(hello.get('op'))[:40]!r}, not a hello")
-        if "token" not in hello:
-            raise HandshakeRefused("no token")
-        if not tokens_match(hello["token"], token):
-            raise HandshakeRefused("wrong token")
+            raise HandshakeRefused(f"handshake not finished within {HANDSHAKE_TIMEOUT_S:g} s") from None
     except HandshakeRefused as exc:
         logger.warning(
             "inference.auth_refused: %s (peer pid=%s uid=%s addr=%s)",
@@ -115,16 +140,38 @@ async def server_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamW
     return peer
 
 
-async def _read_hello(reader: asyncio.StreamReader) -> dict:
+async def _challenge_the_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, token: str) -> None:
+    hello = await _read_handshake_frame(reader, "the hello")
+    if hello.get("op") != "hello":
+        raise HandshakeRefused(f"first frame was {str(hello.get('op'))[:40]!r}, not a hello")
+    if "token" in hello:  # a client of the old handshake, which sent the secret itself
+        raise HandshakeRefused("a hello carrying the token itself (an old client); it must prove it instead")
+    client_nonce = _nonce(hello.get("nonce"))
+    server_nonce = secrets.token_bytes(NONCE_BYTES)
+    challenge = {
+        "op": "challenge",
+        "nonce": server_nonce.hex(),
+        "proof": proof(token, b"server", client_nonce, server_nonce),
+    }
+    writer.write(wire.json_frame(challenge))
+    await writer.drain()
+    answer = await _read_handshake_frame(reader, "the proof")
+    if answer.get("op") != "proof":
+        raise HandshakeRefused(f"second frame was {str(answer.get('op'))[:40]!r}, not a proof")
+    if not proof_matches(answer.get("proof"), proof(token, b"client", client_nonce, server_nonce)):
+        raise HandshakeRefused("wrong proof: the peer does not hold the token")
+
+
+async def _read_handshake_frame(reader: asyncio.StreamReader, what: str) -> dict:
     try:
         length, kind = _FRAME_HEADER.unpack(await reader.readexactly(_FRAME_HEADER.size))
-        if kind != wire.JSON or not 1 < length <= MAX_HELLO_BYTES:
-            raise HandshakeRefused("first frame is not a hello")
+        if kind != wire.JSON or not 1 < length <= MAX_HANDSHAKE_BYTES:
+            raise HandshakeRefused(f"{what} is not a small JSON frame")
         return wire.parse_json(await reader.readexactly(length - 1))
     except (asyncio.IncompleteReadError, ConnectionError) as exc:
-        raise HandshakeRefused("closed before the hello") from exc
+        raise HandshakeRefused(f"closed before {what}") from exc
     except WireError as exc:
-        raise HandshakeRefused(f"malformed hello ({exc})") from exc
+        raise HandshakeRefused(f"malformed frame for {what} ({exc})") from exc
 
 
 async def _try_send(writer: asyncio.StreamWriter, obj: dict) -> None:
@@ -136,49 +183,96 @@ async def _try_send(writer: asyncio.StreamWriter, obj: dict) -> None:
 
 
 # ---- client side ------------------------------------------------------------------------------
+# The steps are plain functions over dicts, so the asyncio client and the blocking one run the same code.
 
 
-def _hello(token: str | None) -> bytes:
+def _client_hello(token: str | None) -> tuple[bytes, bytes]:
+    """(this connection's nonce, the hello frame); a clear error when the token is not configured."""
     if not token:
         raise ParleyError(
             f"{TOKEN_ENV} is not set: the inference service refuses connections without its token",
             code="internal_error",
             error_type="server_error",
         )
-    return wire.json_frame({"op": "hello", "token": token})
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    return nonce, wire.json_frame({"op": "hello", "nonce": nonce.hex()})
+
+
+def _answer_challenge(challenge: dict, token: str, client_nonce: bytes, peer: str) -> bytes:
+    """The proof frame for a service that proved it holds ``token``; ParleyError (and a log line) otherwise."""
+    if "error" in challenge:
+        raise _refused()
+    try:
+        server_nonce = _nonce(challenge.get("nonce"))
+    except HandshakeRefused:
+        server_nonce = b""
+    expected = proof(token, b"server", client_nonce, server_nonce) if server_nonce else ""
+    if challenge.get("op") != "challenge" or not server_nonce or not proof_matches(challenge.get("proof"), expected):
+        # Not the service, or not ours: a forged registry record, a squatted socket, another deployment.
+        logger.warning(
+            "inference.service_unproven: %s did not prove it holds %s; nothing was sent to it",
+            peer,
+            TOKEN_ENV,
+            extra={"peer_address": peer},
+        )
+        raise ParleyError(
+            f"the inference service at this address did not prove it holds {TOKEN_ENV}",
+            code="internal_error",
+            error_type="server_error",
+        )
+    return wire.json_frame({"op": "proof", "proof": proof(token, b"client", client_nonce, server_nonce)})
 
 
 def _check_welcome(reply: dict) -> None:
     if reply.get("ok") is not True:
-        raise ParleyError(
-            f"the inference service refused this process's {TOKEN_ENV}",
-            code="internal_error",
-            error_type="server_error",
-        )
+        raise _refused()
 
 
-async def client_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, token: str | None) -> None:
-    """Say hello with ``token`` and wait for the welcome; raises ParleyError when refused."""
-    writer.write(_hello(token))
+def _refused() -> ParleyError:
+    return ParleyError(
+        f"the inference service refused this process's {TOKEN_ENV}", code="internal_error", error_type="server_error"
+    )
+
+
+async def client_handshake(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, token: str | None, *, peer: str = "the peer"
+) -> None:
+    """Run the client's side; returns once both sides proved themselves, raises ParleyError otherwise."""
+    nonce, hello = _client_hello(token)
+    writer.write(hello)
     await writer.drain()
+    writer.write(_answer_challenge(await _client_read(reader), token, nonce, peer))
+    await writer.drain()
+    _check_welcome(await _client_read(reader))
+
+
+async def _client_read(reader: asyncio.StreamReader) -> dict:
     try:
-        item = await wire.read_frame(reader)
-    except (ConnectionError, WireError):
-        item = None  # dropped without a word: no welcome either
-    _check_welcome(wire.parse_json(item[1]) if item is not None and item[0] == wire.JSON else {})
+        return await _read_handshake_frame(reader, "the answer")
+    except HandshakeRefused:
+        return {}  # dropped or garbled: no challenge, no welcome either
 
 
-def client_handshake_sync(sock: socket.socket, token: str | None) -> None:
+def client_handshake_sync(sock: socket.socket, token: str | None, *, peer: str = "the peer") -> None:
     """The blocking twin of ``client_handshake`` for a plain socket."""
-    sock.sendall(_hello(token))
-    reply: dict = {}
+    nonce, hello = _client_hello(token)
+    sock.sendall(hello)
+    sock.sendall(_answer_challenge(_client_read_sync(sock), token, nonce, peer))
+    _check_welcome(_client_read_sync(sock))
+
+
+def _client_read_sync(sock: socket.socket) -> dict:
     header = _recv_up_to(sock, _FRAME_HEADER.size)
-    if len(header) == _FRAME_HEADER.size:
-        length, kind = _FRAME_HEADER.unpack(header)
-        payload = _recv_up_to(sock, length - 1) if 1 < length <= MAX_HELLO_BYTES else b""
-        if kind == wire.JSON and len(payload) == length - 1:
-            reply = wire.parse_json(payload)
-    _check_welcome(reply)  # a closed or garbled answer is no welcome either
+    if len(header) < _FRAME_HEADER.size:
+        return {}
+    length, kind = _FRAME_HEADER.unpack(header)
+    payload = _recv_up_to(sock, length - 1) if 1 < length <= MAX_HANDSHAKE_BYTES else b""
+    if kind != wire.JSON or len(payload) != length - 1 or not payload:
+        return {}
+    try:
+        return wire.parse_json(payload)
+    except WireError:
+        return {}
 
 
 def _recv_up_to(sock: socket.socket, n: int) -> bytes:

@@ -243,7 +243,7 @@ def _not_running(address: str) -> ParleyError:
 
 
 def _token() -> str | None:
-    """This process's PARLEY_INFERENCE_TOKEN: every connection to the service says hello with it."""
+    """This process's PARLEY_INFERENCE_TOKEN: every connection proves it holds it (and the service that it does)."""
     return InferenceConfig.from_env().inference_token
 
 
@@ -271,7 +271,7 @@ async def _connect(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWr
     except (OSError, TimeoutError) as exc:
         raise _not_running(address) from exc
     try:
-        await asyncio.wait_for(auth.client_handshake(reader, writer, _token()), CONNECT_TIMEOUT_S)
+        await asyncio.wait_for(auth.client_handshake(reader, writer, _token(), peer=address), CONNECT_TIMEOUT_S)
     except TimeoutError as exc:
         writer.close()
         raise _not_running(address) from exc
@@ -327,7 +327,7 @@ def remote_capabilities(address: str, timeout_s: float = 5.0) -> EngineCapabilit
             sock.connect(address.removeprefix("unix://") if endpoint is None else endpoint)
         except OSError as exc:
             raise _not_running(address) from exc
-        auth.client_handshake_sync(sock, _token())
+        auth.client_handshake_sync(sock, _token(), peer=address)
         sock.sendall(wire.json_frame({"op": "capabilities"}))
         header = _recv_exactly(sock, 5)
         length = int.from_bytes(header[:4], "big")
