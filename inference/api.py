@@ -266,7 +266,7 @@ def capabilities_preview() -> dict:
     if config.registry_url:
         from inference.cluster.registry import capabilities_now
 
-        preview = capabilities_now(config.registry_url, config.heartbeat_timeout_s)
+        preview = capabilities_now(config.registry_url, config.heartbeat_timeout_s, config.inference_token)
         if preview is None:
             raise ParleyError("no inference service is serving", code="internal_error", error_type="server_error")
         return preview

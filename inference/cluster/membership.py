@@ -2,8 +2,9 @@
 
 ``python -m inference serve`` always serves its unix socket; ``Membership`` adds what a GPU host
 on another machine needs: a TCP listener (same framing, same connection handler, guarded by the
-shared-token handshake), a status published every ``heartbeat_s`` to the Redis registry when
-``PARLEY_REGISTRY_URL`` is set, and a Prometheus endpoint on a loopback port when asked for.
+shared secret's handshake), a status signed with that secret and published every ``heartbeat_s``
+to the Redis registry when ``PARLEY_REGISTRY_URL`` is set, and a Prometheus endpoint on a loopback
+port when asked for.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class Membership:
         self.heartbeat = Heartbeat(
             self.service,
             redis_url=self.config.registry_url,
+            secret=self.config.inference_token,
             service_id=self.service_id,
             address=self.address,
             interval_s=self.config.heartbeat_s,

@@ -2,14 +2,17 @@
 
 Services write, the web tier reads. Keys (one Redis database, shared with the channel layer):
 
-- ``parley:services`` (hash): service_id -> JSON ``ServiceStatus``, rewritten by each heartbeat.
+- ``parley:services`` (hash): service_id -> JSON ``ServiceStatus``, rewritten by each heartbeat and
+  signed with the shared secret (``signed_records``): a record that is unsigned, altered or filed
+  under another name is ignored and logged (``registry.forged_record``), never dialled.
 - ``parley:placement:<user_key>``: the service_id holding that user's session, set by the web process
   that placed it, so a reconnect through any daphne process finds the session again.
 - ``parley:drain:<service_id>``: present while an admin drains that service (no new sessions there).
 - ``parley:admission``: ``stopped`` while an admin stops admitting new calls everywhere.
 
 A dead service cannot say that it is dead, so "down" is decided by the reader: a record whose last
-heartbeat is older than ``heartbeat_timeout_s`` is down.
+heartbeat is older than ``heartbeat_timeout_s`` is down. The signature covers ``heartbeat_at``, so
+an old record written again reads as down too.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from inference.cluster import signed_records
 from inference.contracts import ParleyError
 from inference.status import History, ServiceStatus, service_status, status_from_dict, status_to_dict
 
@@ -74,10 +78,23 @@ def admission_stopped_error() -> ParleyError:
     )
 
 
-def capabilities_now(redis_url: str, heartbeat_timeout_s: float) -> dict[str, Any] | None:
+def _no_secret() -> ParleyError:
+    return ParleyError(
+        "PARLEY_INFERENCE_TOKEN is not set: registry records are signed with it, so none can be trusted",
+        code="internal_error",
+        error_type="server_error",
+    )
+
+
+_capability_forgeries = signed_records.ForgeryLog()
+
+
+def capabilities_now(redis_url: str, heartbeat_timeout_s: float, secret: str | None) -> dict[str, Any] | None:
     """Blocking: the engine capabilities of a serving service (for pages rendered outside an event loop)."""
     import redis
 
+    if not secret:
+        raise _no_secret()
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
     try:
         raw = client.hgetall(SERVICES_KEY)
@@ -86,8 +103,8 @@ def capabilities_now(redis_url: str, heartbeat_timeout_s: float) -> dict[str, An
     finally:
         client.close()
     now = time.time()
-    for value in sorted(raw.values()):
-        record = json.loads(value)
+    records = signed_records.genuine(raw, secret, _capability_forgeries)
+    for _, record in sorted(records.items()):
         if record.get("state") == "serving" and now - record["heartbeat_at"] <= heartbeat_timeout_s:
             return record.get("capabilities") or None
     return None
@@ -102,6 +119,7 @@ class Heartbeat:
     Args:
         service: the running ``InferenceService`` (read on its own loop).
         redis_url: the registry; None builds statuses for ``on_status`` only (a service on its own).
+        secret: ``PARLEY_INFERENCE_TOKEN``, which signs every record (required with a ``redis_url``).
         service_id: stable name of this service (a restart under the same id replaces the old record).
         address: where the web tier reaches it (``tcp://host:port`` or ``unix:///path``).
         interval_s: heartbeat period.
@@ -113,13 +131,17 @@ class Heartbeat:
         service,
         *,
         redis_url: str | None,
+        secret: str | None = None,
         service_id: str,
         address: str,
         interval_s: float,
         on_status: Callable[[ServiceStatus], None] | None = None,
     ):
         self.service = service
+        if redis_url and not secret:
+            raise _no_secret()
         self.redis_url = redis_url
+        self.secret = secret
         self.service_id = service_id
         self.address = address
         self.interval_s = interval_s
@@ -146,7 +168,8 @@ class Heartbeat:
         if self.on_status is not None:
             self.on_status(status)
         if client is not None:
-            await client.hset(SERVICES_KEY, self.service_id, json.dumps(status_to_dict(status)))
+            record = signed_records.sign(status_to_dict(status), self.secret or "")
+            await client.hset(SERVICES_KEY, self.service_id, json.dumps(record))
         return status
 
     def status(self) -> ServiceStatus:
@@ -187,23 +210,28 @@ class Registry:
     Args:
         redis_url: the registry.
         heartbeat_timeout_s: a service silent for longer is down.
+        secret: ``PARLEY_INFERENCE_TOKEN``: only records signed with it are read.
     """
 
-    def __init__(self, redis_url: str, *, heartbeat_timeout_s: float):
+    def __init__(self, redis_url: str, *, heartbeat_timeout_s: float, secret: str | None):
         self.redis_url = redis_url
         self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.secret = secret
+        self._forgeries = signed_records.ForgeryLog()
 
     async def services(self) -> list[ServiceStatus]:
-        """Every registered service, sorted by id, with ``state='down'`` for the silent ones."""
+        """Every registered service with a genuine record, sorted by id, with ``state='down'`` for the silent ones."""
+        if not self.secret:
+            raise _no_secret()
         try:
             raw = await _redis(self.redis_url).hgetall(SERVICES_KEY)
         except Exception as exc:  # noqa: BLE001 - redis raises several unrelated types
             raise _unavailable(exc) from exc
         now = time.time()
         services = []
-        for value in raw.values():
+        for record in signed_records.genuine(raw, self.secret, self._forgeries).values():
             try:
-                status = status_from_dict(json.loads(value))
+                status = status_from_dict(record)
             except (ValueError, TypeError) as exc:
                 logger.warning("registry.bad_record", extra={"detail": str(exc)})
                 continue

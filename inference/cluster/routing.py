@@ -29,7 +29,9 @@ class Router:
     def __init__(self, config: InferenceConfig):
         assert config.registry_url
         self.config = config
-        self.registry = Registry(config.registry_url, heartbeat_timeout_s=config.heartbeat_timeout_s)
+        self.registry = Registry(
+            config.registry_url, heartbeat_timeout_s=config.heartbeat_timeout_s, secret=config.inference_token
+        )
         self._handles: dict[str, weakref.WeakSet] = {}  # service_id -> this process's open handles there
         self._watch: tuple[asyncio.AbstractEventLoop, asyncio.Task] | None = None
 
