@@ -1,10 +1,10 @@
 """``make cluster``: the production topology on this machine, on loopback, until Ctrl-C.
 
-PostgreSQL, Redis (with a generated password), two inference services (echo, TCP + shared token,
-heartbeating into the Redis registry), two daphne processes behind nginx, a Celery worker and beat.
-Prints where everything is and the admin login; Ctrl-C (or SIGTERM) stops every piece and deletes
-the cluster's files. docs/deploy.md explains the topology and how each piece runs under systemd on
-real hosts.
+PostgreSQL, Redis (with a generated password), two inference services (echo, TCP behind the shared
+secret's challenge-response, heartbeating signed records into the Redis registry), two daphne
+processes behind nginx, a Celery worker and beat. Prints where everything is and the admin login;
+Ctrl-C (or SIGTERM) stops every piece and deletes the cluster's files. docs/deploy.md explains the
+topology and how each piece runs under systemd on real hosts.
 
     .venv/bin/python scripts/cluster.py [--port 8080] [--services 2] [--daphnes 2] [--slots 4]
 """
