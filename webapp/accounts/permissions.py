@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+# Named here, not in the console's access module, because the voice pages ask for it too and sit below the console.
+DISABLE_VOICE = "operations.disable_voice"
+
 
 def may(user: AbstractBaseUser | AnonymousUser | None, permission: str) -> bool:
     """True for an active staff user with ``permission`` (queries the database: call off the event loop)."""

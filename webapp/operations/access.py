@@ -7,10 +7,9 @@ the project's one test of a grant (``webapp.accounts.permissions.may``).
 
 from __future__ import annotations
 
-from webapp.accounts.permissions import may  # noqa: F401 - the console's callers import it from here
+from webapp.accounts.permissions import DISABLE_VOICE, may  # noqa: F401 - the console's callers import them from here
 
 VIEW_CONSOLE = "operations.view_console"
 END_SESSION = "accounts.end_session"  # shared with the /ops/ occupancy page
 DRAIN_SERVICE = "operations.drain_service"
 CONTROL_ADMISSION = "operations.control_admission"
-DISABLE_VOICE = "operations.disable_voice"

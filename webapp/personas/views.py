@@ -15,8 +15,7 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
 from inference import api
-from webapp.accounts.permissions import may
-from webapp.operations.access import DISABLE_VOICE
+from webapp.accounts.permissions import DISABLE_VOICE, may
 from webapp.personas import services
 from webapp.personas.forms import PersonaForm, VoiceUploadForm
 from webapp.personas.models import Persona, Voice
