@@ -432,6 +432,6 @@ ui.bind({
   forceListen: () => call.forceListen(),
   camera: () => call.toggleCamera(),
 });
-ui.bindPersonaPresets();
+ui.bindPersonaPresets(params);
 bindChat(call);
 ui.showPreview(); // the default engine's banner, before the first call

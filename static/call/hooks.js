@@ -9,6 +9,7 @@ export const hooks = {
   resumed: null,
   capabilities: null,
   recorded: null, // session.duplex.record as the server last reported it
+  sessionNames: null, // {persona, version, voice} as the last session.updated named them
   framesSent: 0,
   imagesSent: 0,
   micRms: 0,

@@ -33,6 +33,7 @@ const HANDLERS = {
     hooks.recorded = Boolean(duplex.record);
     call.ui.setRecording(hooks.recorded);
     if (hooks.resumed && duplex.persona) call.ui.showPersona(duplex.persona);
+    call.ui.setSessionNames(duplex);
     // Sent before the state turns live, so the server applies it before the first audio frame.
     call.sendSessionUpdate(hooks.resumed);
     call.setState("live");
@@ -73,8 +74,11 @@ const HANDLERS = {
     call.teardown("replaced", "Another window took this call over.");
   },
   "session.updated"(call, e) {
-    hooks.recorded = Boolean(((e.session ?? {}).duplex ?? {}).record);
+    const duplex = (e.session ?? {}).duplex ?? {};
+    hooks.recorded = Boolean(duplex.record);
     call.ui.setRecording(hooks.recorded);
+    hooks.sessionNames = { persona: duplex.persona_name ?? null, version: duplex.persona_version ?? null, voice: duplex.voice ?? null };
+    call.ui.setSessionNames(duplex);
   },
   "session.closed"(call, e) {
     hooks.closeReason = e.reason ?? null;

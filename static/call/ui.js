@@ -58,17 +58,46 @@ export class CallUi {
     for (const [name, handler] of Object.entries(handlers)) this.buttons[name].addEventListener("click", handler);
   }
 
-  /** A saved persona fills the text box; the text box is what is sent, so it can still be edited. */
-  bindPersonaPresets() {
-    $("persona-preset")?.addEventListener("change", (event) => {
-      const option = event.target.selectedOptions[0];
+  /**
+   * A saved persona fills the text box and picks its default voice; the text box is what is sent, so it can
+   * still be edited. The persona shown when the page opens is applied at once, like one picked later.
+   * ?persona=<id> and ?voice=<id> (links from the persona and voice pages) choose them on arrival.
+   */
+  bindPersonaPresets(params = new URLSearchParams()) {
+    const preset = $("persona-preset");
+    const applyPreset = () => {
+      const option = preset.selectedOptions[0];
       $("persona").value = option?.dataset.instructions ?? "";
-      const voice = option?.dataset.defaultVoice;
-      if (voice && [...$("voice").options].some((o) => o.value === voice)) $("voice").value = voice;
+      this.chooseVoice(option?.dataset.defaultVoice);
+    };
+    preset?.addEventListener("change", () => {
+      applyPreset();
       this.showVoicePreview();
     });
+    if (preset) {
+      const asked = params.get("persona");
+      if (asked && [...preset.options].some((o) => o.value === asked)) preset.value = asked;
+      applyPreset();
+    }
+    this.chooseVoice(params.get("voice"));
     $("voice")?.addEventListener("change", () => this.showVoicePreview());
     this.showVoicePreview();
+  }
+
+  /** Select the voice with this id if it is offered (a ready voice the user may use). */
+  chooseVoice(id) {
+    if (id && [...$("voice").options].some((o) => o.value === id)) $("voice").value = id;
+  }
+
+  /** What the server says the session runs with (session.updated / session.created): names, not ids. */
+  setSessionNames(duplex) {
+    const persona = duplex.persona_name
+      ? `${duplex.persona_name}${duplex.persona_version ? ` (version ${duplex.persona_version})` : ""}`
+      : duplex.persona
+        ? "your own instructions"
+        : "engine default";
+    $("persona-shown").textContent = persona;
+    $("voice-shown").textContent = duplex.voice || "engine default";
   }
 
   /** A few seconds of the chosen voice, playable before the call starts. */

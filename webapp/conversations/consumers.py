@@ -249,6 +249,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             config, current=current, input_rates=view.input_rates, output_rate=view.output_rate
         )
         persona_id, persona_version, instructions = view.persona_id, view.persona_version, view.instructions
+        persona_name = view.persona_name
         if config.duplex and config.duplex.persona_id is not None:
             choice = await database_sync_to_async(services.persona_resolve)(
                 user=self.user, persona_id=config.duplex.persona_id
@@ -256,8 +257,9 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             if choice is None:
                 raise p.ProtocolError("persona_not_found", "No such persona.", param="session.duplex.persona_id")
             persona_id, persona_version, instructions = choice.persona_id, choice.version, choice.instructions
+            persona_name = choice.name
         elif config.instructions is not None and config.instructions != view.instructions:
-            persona_id, persona_version, instructions = None, None, config.instructions
+            persona_id, persona_version, instructions, persona_name = None, None, config.instructions, None
         voice = None
         if audio and audio.output and audio.output.voice is not None:
             voice = await database_sync_to_async(services.voice_resolve)(user=self.user, voice=audio.output.voice)
@@ -278,9 +280,14 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         if new_persona is not None or new_voice is not None or new_record is not None:
             await self.handle.update(persona=new_persona, voice=new_voice, record=new_record)
         view.input_type, view.input_rate = input_type, input_rate
+        named = (persona_id, persona_version, voice.voice_id if voice else view.voice_id)
+        renamed = named != (view.persona_id, view.persona_version, view.voice_id)
         view.persona_id, view.persona_version, view.instructions = persona_id, persona_version, instructions
+        view.persona_name = persona_name
         if voice is not None:
             view.voice, view.voice_id = voice.name, voice.voice_id
+        if renamed and new_record is None:
+            await self._sync_recording()  # the recording names the persona version and voice chosen here
         if config.duplex and config.duplex.binary_audio is not None:
             view.binary_audio = config.duplex.binary_audio
         if new_record is not None:
