@@ -1,6 +1,7 @@
 // Server events of /v1/realtime -> the call's state, the player, the view and the test hooks.
 // One handler per event type; types the page has no use for (response.created, ...) are ignored.
 
+import { closeReasonWords } from "./close-reasons.js";
 import { countEvent, hooks, pushBounded } from "./hooks.js";
 import { WIRE_RATE } from "./player.js";
 
@@ -82,9 +83,11 @@ const HANDLERS = {
   },
   "session.closed"(call, e) {
     hooks.closeReason = e.reason ?? null;
+    const recorded = hooks.recorded && hooks.sessionId;
     call.ui.setRecording(false);
     if (e.reason === "admin_ended") call.ui.notice("An administrator ended this call.", "info");
-    call.teardown("closed", e.reason ? `Reason: ${e.reason.replaceAll("_", " ")}` : "");
+    call.teardown("closed", closeReasonWords(e.reason));
+    call.ui.showRecordingLink(recorded ? `/recordings/session/${encodeURIComponent(hooks.sessionId)}/` : null);
   },
   error(call, e) {
     const err = e.error ?? {};

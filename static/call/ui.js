@@ -152,6 +152,7 @@ export class CallUi {
     $("voice").disabled = !editable;
     if (state !== "queued") this.setQueue(null);
     if (state !== "prefilling") this.setPrefill(null);
+    if (state === "connecting") this.showRecordingLink(null); // a new call: the last one's link is old news
   }
 
   setQueue(queued) {
@@ -167,6 +168,12 @@ export class CallUi {
     if (progress === null) return;
     $("prefill-bar").value = progress;
     $("prefill-label").textContent = `${Math.round(progress * 100)} %`;
+  }
+
+  /** After a recorded call: a link to its recording (null hides it). */
+  showRecordingLink(url) {
+    $("after-call").hidden = !url;
+    if (url) $("recording-link").href = url;
   }
 
   /** The visible mark that this call is being recorded (session.duplex.record, as the server applied it). */

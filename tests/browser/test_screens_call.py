@@ -45,3 +45,25 @@ def test_the_call_and_its_recording_name_the_persona_version_and_voice(
     facts = page.locator("#meta-title + dl.facts")
     expect(facts).to_contain_text("Museum guide (version 1)")
     expect(facts).to_contain_text("Calm narrator")
+
+
+def test_after_hang_up_the_page_says_why_in_words_and_links_to_the_recording(
+    channels_live_server, page, make_user, screenshot_dir
+):
+    url = channels_live_server.url
+    seeded = seed_site(make_user)
+    login(page, url, seeded.username)
+    open_call_page(page, url)
+    session_id = start_call(page)
+    wait_for(page, "p.recorded === true && p.audioChunksReceived > 3")
+    page.click("#stop")
+    wait_for_state(page, "closed")
+    expect(page.locator("#call-state-detail")).to_have_text("You hung up.")
+    link = page.get_by_role("link", name="Review the recording of this call")
+    expect(link).to_be_visible()
+    if screenshot_dir:
+        page.screenshot(path=str(screenshot_dir / "call-ended.png"), full_page=True)
+    link.click()
+    recording = Recording.objects.get(session_id=session_id)
+    page.wait_for_url(f"{url}/recordings/{recording.pk}/")
+    expect(page.locator("#close-reason")).to_have_text("You hung up.")
