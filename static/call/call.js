@@ -63,6 +63,11 @@ export class Call {
     this.lastSentAt = null; // when the previous microphone piece went out (ms since the time origin)
   }
 
+  /** Milliseconds since Start was pressed (the transcript's times). */
+  sinceStart() {
+    return performance.now() - this.startedAt;
+  }
+
   /** Note how long after Start one step of the start was done (hooks.startTimeline), once per call. */
   markStart(step) {
     if (hooks.startTimeline && !(step in hooks.startTimeline)) {

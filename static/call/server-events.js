@@ -52,7 +52,18 @@ const HANDLERS = {
   "response.output_audio_transcript.delta"(call, e) {
     const text = e.delta ?? "";
     if (hooks.transcript.length < TRANSCRIPT_HOOK_LIMIT) hooks.transcript += text;
-    call.ui.appendTranscript(text);
+    call.ui.appendTranscript("agent", text, call.sinceStart());
+  },
+  "response.output_audio_transcript.done"(call) {
+    call.ui.endTranscriptLine("agent");
+  },
+  // The caller's side (OpenAI's input transcription events): deltas as they come, then the whole utterance.
+  "conversation.item.input_audio_transcription.delta"(call, e) {
+    call.ui.appendTranscript("caller", e.delta ?? "", call.sinceStart());
+  },
+  "conversation.item.input_audio_transcription.completed"(call, e) {
+    call.ui.appendTranscript("caller", e.transcript ?? "", call.sinceStart(), { replace: true });
+    call.ui.endTranscriptLine("caller");
   },
   "response.listen"(call, e) {
     addUnit(call, "listen", e);

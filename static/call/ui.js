@@ -33,6 +33,9 @@ const ENABLED = {
 };
 
 const TRANSCRIPT_DOM_CHARS = 40_000;
+// The agent's words more than this long after its previous words start a new line (a new turn).
+const TURN_GAP_MS = 2000;
+const SPEAKERS = { agent: "Agent", caller: "You" };
 const LATENCY_POINTS = 120; // 60 s at one point per 500 ms
 
 export class CallUi {
@@ -50,6 +53,8 @@ export class CallUi {
     this.units = [];
     this.analyser = null;
     this.waveformLoop = null; // the requestAnimationFrame id while the output waveform is drawn
+    this.openLine = null; // the transcript line words are still being added to: {li, speaker, lastAt}
+    this.transcriptChars = 0;
     this.setState("idle");
   }
 
@@ -152,7 +157,10 @@ export class CallUi {
     $("voice").disabled = !editable;
     if (state !== "queued") this.setQueue(null);
     if (state !== "prefilling") this.setPrefill(null);
-    if (state === "connecting") this.showRecordingLink(null); // a new call: the last one's link is old news
+    if (state === "connecting") {
+      this.showRecordingLink(null); // a new call: the last one's link is old news
+      this.openLine = null; // and its words start new lines
+    }
   }
 
   setQueue(queued) {
@@ -203,13 +211,45 @@ export class CallUi {
     $("camera-preview").hidden = !on;
   }
 
-  appendTranscript(text) {
+  /**
+   * Words of one speaker ("agent" or "caller") at `atMs` after Start: added to that speaker's open line, or
+   * to a new line (labelled, timed) when the other speaker spoke in between or the speaker paused.
+   * `replace` sets the line's whole text (a caller's completed transcription after its deltas).
+   */
+  appendTranscript(speaker, text, atMs, { replace = false } = {}) {
     const box = $("transcript");
     const stuck = box.scrollTop + box.clientHeight >= box.scrollHeight - 8; // follow unless the user scrolled up
-    box.append(text);
-    // A long call's transcript would grow the DOM without bound: keep the most recent part.
-    if (box.textContent.length > TRANSCRIPT_DOM_CHARS) box.textContent = box.textContent.slice(-TRANSCRIPT_DOM_CHARS / 2);
+    const open = this.openLine;
+    const line =
+      open && open.speaker === speaker && atMs - open.lastAt <= TURN_GAP_MS ? open : this.newTranscriptLine(box, speaker, atMs);
+    const said = line.li.querySelector(".said");
+    this.transcriptChars += text.length - (replace ? said.textContent.length : 0);
+    if (replace) said.textContent = text;
+    else said.append(text);
+    line.lastAt = atMs;
+    // A long call's transcript would grow the DOM without bound: keep the most recent lines.
+    while (this.transcriptChars > TRANSCRIPT_DOM_CHARS && box.firstElementChild && box.firstElementChild !== line.li) {
+      this.transcriptChars -= box.firstElementChild.querySelector(".said").textContent.length;
+      box.firstElementChild.remove();
+    }
     if (stuck) box.scrollTop = box.scrollHeight;
+  }
+
+  /** The speaker's turn is over (its transcript is done): their next words start a new line. */
+  endTranscriptLine(speaker) {
+    if (this.openLine?.speaker === speaker) this.openLine = null;
+  }
+
+  newTranscriptLine(box, speaker, atMs) {
+    const li = document.createElement("li");
+    li.dataset.speaker = speaker;
+    const who = Object.assign(document.createElement("span"), { className: "who", textContent: SPEAKERS[speaker] ?? speaker });
+    const at = Object.assign(document.createElement("time"), { className: "at", textContent: clock(atMs) });
+    at.dateTime = `PT${Math.max(0, atMs / 1000).toFixed(1)}S`;
+    li.append(who, at, Object.assign(document.createElement("span"), { className: "said" }));
+    box.append(li);
+    this.openLine = { li, speaker, lastAt: atMs };
+    return this.openLine;
   }
 
   setMicLevel(rms) {
@@ -285,4 +325,10 @@ export class CallUi {
   stopDrawing() {
     this.analyser = null;
   }
+}
+
+/** m:ss since Start. */
+function clock(ms) {
+  const s = Math.max(0, Math.floor(ms / 1000));
+  return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")}`;
 }
