@@ -8,11 +8,17 @@ function render(voice) {
   const status = $("voice-status");
   status.textContent = voice.status;
   status.className = `status status-${voice.status}`;
+  const working = !FINAL.has(voice.status);
+  // Stage and bar only while the voice is prepared: a failed one must not keep a bar stuck part-way.
   $("voice-stage").textContent = voice.stage;
+  $("voice-stage").hidden = !working;
+  $("voice-progress-row").hidden = !working;
   $("voice-percent").value = voice.percent;
   $("voice-percent-label").textContent = `${voice.percent} %`;
   $("voice-reason").textContent = voice.reason;
   $("voice-reason").hidden = !voice.reason;
+  $("voice-failed-actions").hidden = voice.status !== "failed" || !$("delete-voice");
+  $("voice-use").hidden = voice.status !== "ready";
   if (voice.status === "ready" && !$("voice-preview").getAttribute("src")) {
     $("voice-preview").src = section.dataset.previewUrl;
   }
