@@ -101,7 +101,12 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             return
         if self.user is None or not self.user.is_authenticated:
             # Accept-then-close so browsers can see why (a refused handshake has no readable reason).
-            await self._reject(p.ProtocolError("forbidden", "Authentication required: log in or send an API key."))
+            message = (  # a key was sent (see conversations.auth): say that the key is what is wrong
+                "This API key is not valid: it is mistyped, revoked, or its user is deactivated."
+                if self.scope.get("auth_method") == "api_key"
+                else "Authentication required: log in or send an API key."
+            )
+            await self._reject(p.ProtocolError("forbidden", message))
             await self._close(CloseCode.UNAUTHENTICATED)
             return
         request = SessionRequest(user_key=str(self.user.pk), model=self.view.model, mode=self._requested_mode())
