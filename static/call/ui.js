@@ -155,6 +155,7 @@ export class CallUi {
     const editable = ENABLED.start.includes(state);
     $("persona").disabled = !editable;
     $("voice").disabled = !editable;
+    $("mic-device").disabled = !editable; // the microphone is opened at Start
     if (state !== "queued") this.setQueue(null);
     if (state !== "prefilling") this.setPrefill(null);
     if (state === "connecting") {
@@ -256,8 +257,32 @@ export class CallUi {
     // dBFS mapped from -60..0 onto the bar: speech sits around -30..-10 dBFS.
     const db = 20 * Math.log10(Math.max(rms, 1e-6));
     const fraction = Math.min(1, Math.max(0, (db + 60) / 60));
+    const text = levelText(rms);
     $("mic-level-fill").style.width = `${(fraction * 100).toFixed(1)}%`;
-    $("mic-level-db").textContent = db < -90 ? "silence" : `${db.toFixed(0)} dBFS`;
+    $("mic-level-db").textContent = text;
+    // The meter's value as text for a screen reader (the bar itself is only a picture).
+    const meter = $("mic-meter");
+    meter.setAttribute("aria-valuenow", String(Math.round(Math.max(-60, Math.min(0, db)))));
+    meter.setAttribute("aria-valuetext", text);
+  }
+
+  /** Mute: the button says what pressing it does next, and whether it is pressed. */
+  setMuted(muted) {
+    const button = $("mute");
+    button.textContent = muted ? "Unmute" : "Mute";
+    button.setAttribute("aria-pressed", String(muted));
+  }
+
+  /** The agent's volume, 0..1.5, as a percentage beside the slider (and for a screen reader). */
+  showVolume(volume) {
+    const text = `${Math.round(volume * 100)} %`;
+    $("volume-value").textContent = text;
+    $("volume").setAttribute("aria-valuetext", text);
+  }
+
+  /** The speaker picker is offered only where the browser can route the page's audio. */
+  showSpeakerPicker(shown) {
+    $("speaker-row").hidden = !shown;
   }
 
   /** @param {Record<string, number|string|null>} figures keyed by the data-figure attributes */
@@ -280,6 +305,10 @@ export class CallUi {
       list.push(value ?? NaN);
       if (list.length > LATENCY_POINTS) list.shift();
     }
+    // The chart's latest values in words, for a screen reader (the canvas is only a picture).
+    const ms = (v) => (Number.isFinite(v) ? `${Math.round(v)} ms` : "not measured yet");
+    $("latency-summary").textContent =
+      `Latest: mouth-to-ear ${ms(mouthToEar)}, playback buffer ${ms(depth)}, server tick p99 ${ms(tickP99)}.`;
     drawSeries(
       $("latency-chart"),
       [
@@ -310,6 +339,7 @@ export class CallUi {
     this.analyser = analyser;
     if (this.waveformLoop) return;
     const samples = new Float32Array(analyser.fftSize);
+    let frames = 0;
     const loop = () => {
       if (!this.analyser) {
         this.waveformLoop = null;
@@ -317,6 +347,7 @@ export class CallUi {
       }
       this.analyser.getFloatTimeDomainData(samples);
       drawWaveform($("output-wave"), samples);
+      if (++frames % 15 === 0) $("output-level").textContent = levelText(rms(samples)); // about 4 a second
       this.waveformLoop = requestAnimationFrame(loop);
     };
     this.waveformLoop = requestAnimationFrame(loop);
@@ -331,4 +362,16 @@ export class CallUi {
 function clock(ms) {
   const s = Math.max(0, Math.floor(ms / 1000));
   return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")}`;
+}
+
+/** A level as text: "silence" or "-17 dBFS". */
+function levelText(rmsValue) {
+  const db = 20 * Math.log10(Math.max(rmsValue, 1e-6));
+  return db < -90 ? "silence" : `${db.toFixed(0)} dBFS`;
+}
+
+function rms(samples) {
+  let sum = 0;
+  for (const v of samples) sum += v * v;
+  return Math.sqrt(sum / samples.length);
 }
