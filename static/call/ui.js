@@ -174,9 +174,12 @@ export class CallUi {
   setPrefill(progress) {
     const wrap = $("prefill");
     wrap.hidden = progress === null;
-    if (progress === null) return;
+    if (progress === null) {
+      this.prefillSeen = null;
+      return;
+    }
     $("prefill-bar").value = progress;
-    $("prefill-label").textContent = `${Math.round(progress * 100)} %`;
+    $("prefill-label").textContent = `${Math.round(progress * 100)} %${prefillLeft(this, progress)}`;
   }
 
   /** After a recorded call: a link to its recording (null hides it). */
@@ -374,4 +377,15 @@ function rms(samples) {
   let sum = 0;
   for (const v of samples) sum += v * v;
   return Math.sqrt(sum / samples.length);
+}
+
+/** " · about 5 s left" from the prefill's pace so far (nothing until there is enough of it to go on). */
+function prefillLeft(ui, progress) {
+  const now = performance.now();
+  if (!ui.prefillSeen) ui.prefillSeen = { at: now, progress };
+  const done = progress - ui.prefillSeen.progress;
+  const elapsed = now - ui.prefillSeen.at;
+  if (done <= 0.02 || elapsed < 500) return " · estimating the time left…";
+  const left = ((1 - progress) * elapsed) / done / 1000;
+  return left < 1 ? " · almost ready" : ` · about ${Math.ceil(left)} s left`;
 }
