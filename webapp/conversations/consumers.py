@@ -102,7 +102,12 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             return
         if self.user is None or not self.user.is_authenticated:
             # Accept-then-close so browsers can see why (a refused handshake has no readable reason).
-            await self._reject(p.ProtocolError("forbidden", "Authentication required: log in or send an API key."))
+            message = (  # a key was sent (see conversations.auth): say that the key is what is wrong
+                "This API key is not valid: it is mistyped, revoked, or its user is deactivated."
+                if self.scope.get("auth_method") == "api_key"
+                else "Authentication required: log in or send an API key."
+            )
+            await self._reject(p.ProtocolError("forbidden", message))
             await self._close(CloseCode.UNAUTHENTICATED)
             return
         request = SessionRequest(user_key=str(self.user.pk), model=self.view.model, mode=self._requested_mode())
@@ -256,10 +261,12 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             voice=audio.output.voice if audio and audio.output else None,
         )
         persona_id, persona_version, instructions = view.persona_id, view.persona_version, view.instructions
+        persona_name = view.persona_name
         if (persona := choices.persona) is not None:
             persona_id, persona_version, instructions = persona.persona_id, persona.version, persona.instructions
+            persona_name = persona.name
         elif config.instructions is not None and config.instructions != view.instructions:
-            persona_id, persona_version, instructions = None, None, config.instructions
+            persona_id, persona_version, instructions, persona_name = None, None, config.instructions, None
         voice = choices.voice
         # Only changes reach the session: stock clients resend unchanged fields with every update.
         new_persona = instructions if instructions != view.instructions else None
@@ -276,9 +283,14 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         if new_persona is not None or new_voice is not None or new_record is not None:
             await self.handle.update(persona=new_persona, voice=new_voice, record=new_record)
         view.input_type, view.input_rate = input_type, input_rate
+        named = (persona_id, persona_version, voice.voice_id if voice else view.voice_id)
+        renamed = named != (view.persona_id, view.persona_version, view.voice_id)
         view.persona_id, view.persona_version, view.instructions = persona_id, persona_version, instructions
+        view.persona_name = persona_name
         if voice is not None:
             view.voice, view.voice_id = voice.name, voice.voice_id
+        if renamed and new_record is None:
+            await self._sync_recording()  # the recording names the persona version and voice chosen here
         if config.duplex and config.duplex.binary_audio is not None:
             view.binary_audio = config.duplex.binary_audio
         if new_record is not None:

@@ -103,6 +103,7 @@ class PersonaChoice:
     persona_id: int
     version: int
     instructions: str
+    name: str
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,9 @@ def persona_resolve(*, user: AbstractBaseUser, persona_id: object) -> PersonaCho
     persona = persona_get_for(user=user, persona_id=persona_id)
     if persona is None:
         return None
-    return PersonaChoice(persona_id=persona.pk, version=persona.version, instructions=persona.instructions)
+    return PersonaChoice(
+        persona_id=persona.pk, version=persona.version, instructions=persona.instructions, name=persona.name
+    )
 
 
 def voice_resolve(*, user: AbstractBaseUser, voice: object) -> VoiceChoice | None:

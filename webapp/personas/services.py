@@ -165,6 +165,28 @@ def voice_enable(*, voice: Voice) -> None:
     voice.save(update_fields=["status", "disabled_by", "disabled_at", "updated_at"])
 
 
+def voice_retry(*, voice: Voice) -> None:
+    """Process a failed voice's stored clip again (a fault on the way may not happen twice)."""
+    if voice.status != Voice.Status.FAILED or not voice.reference_audio:
+        raise VoiceError("Only a failed voice with its clip can be tried again.")
+    voice.status, voice.failure_reason = Voice.Status.PENDING, ""
+    voice.progress_stage, voice.progress_percent = "queued", 0
+    voice.save(update_fields=["status", "failure_reason", "progress_stage", "progress_percent", "updated_at"])
+    _enqueue(voice)
+
+
+def voice_delete(*, voice: Voice) -> None:
+    """Delete a failed voice and its files (a voice that calls may use is disabled instead, by staff)."""
+    if voice.status != Voice.Status.FAILED:
+        raise VoiceError("Only a failed voice can be deleted.")
+    for prompt in voice.prompts.all():
+        prompt.file.delete(save=False)
+    for field in (voice.reference_audio, voice.consent_audio, voice.processed_audio):
+        if field:
+            field.delete(save=False)
+    voice.delete()
+
+
 # ---- voices: processing (the Celery task's body) ---------------------------------------------------------
 
 

@@ -186,7 +186,12 @@ def _form_errors(form) -> list[str]:
 @require_GET
 def voice_detail(request: HttpRequest, pk: int) -> HttpResponse:
     voice = _voice_or_404(request, pk)
-    context = {"voice": voice, "prompts": voice.prompts.all(), "may_disable": may(request.user, DISABLE_VOICE)}
+    context = {
+        "voice": voice,
+        "prompts": voice.prompts.all(),
+        "may_disable": may(request.user, DISABLE_VOICE),
+        "can_change": can_edit(user=request.user, row=voice),
+    }
     return render(request, "personas/voice_detail.html", context)
 
 
@@ -223,6 +228,37 @@ def voice_preview(request: HttpRequest, pk: int) -> HttpResponse:
     soundfile.write(buffer, pcm, rate, format="WAV", subtype="PCM_16")
     buffer.seek(0)
     return FileResponse(buffer, content_type="audio/wav", filename=f"voice-{voice.pk}-preview.wav")
+
+
+def _voice_to_change(request: HttpRequest, pk: int) -> Voice:
+    voice = _voice_or_404(request, pk)
+    if not can_edit(user=request.user, row=voice):
+        raise PermissionDenied("Only the voice's owner (or staff) may change it.")
+    return voice
+
+
+@login_required
+@require_POST
+def voice_retry(request: HttpRequest, pk: int) -> HttpResponse:
+    voice = _voice_to_change(request, pk)
+    try:
+        services.voice_retry(voice=voice)
+    except services.VoiceError as exc:
+        messages.error(request, str(exc))
+    return redirect("personas:voice-detail", pk=voice.pk)
+
+
+@login_required
+@require_POST
+def voice_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    voice = _voice_to_change(request, pk)
+    try:
+        services.voice_delete(voice=voice)
+    except services.VoiceError as exc:
+        messages.error(request, str(exc))
+        return redirect("personas:voice-detail", pk=voice.pk)
+    messages.info(request, f"Voice {voice.name!r} deleted.")
+    return redirect("personas:voice-list")
 
 
 @login_required

@@ -65,6 +65,15 @@ def recording_detail(request: HttpRequest, recording_id: int) -> HttpResponse:
 
 
 @login_required
+def recording_of_session(request: HttpRequest, session_id: str) -> HttpResponse:
+    """The call page's link after hang-up: it knows the session, not the recording's id."""
+    row = recordings_visible_to(request.user).filter(session_id=session_id[:100]).values_list("pk", flat=True).first()
+    if row is None:
+        raise Http404("No recording of this call (it was not recorded, or it has been deleted).")
+    return redirect("recording-detail", recording_id=row)
+
+
+@login_required
 def recording_status(request: HttpRequest, recording_id: int) -> JsonResponse:
     return JsonResponse(_status(recording_get_for(user=request.user, recording_id=recording_id)))
 

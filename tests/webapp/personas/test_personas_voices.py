@@ -268,6 +268,33 @@ def test_staff_with_disable_voice_stop_new_calls_and_others_cannot(client, users
     assert voice_resolve(user=users["bob"], voice=voice.pk) is None
 
 
+def test_only_a_failed_voice_is_deleted_and_only_by_its_owner_or_staff(client, users):
+    failed = Voice.objects.create(owner=users["alice"], name="broken", status=Voice.Status.FAILED)
+    ready = make_ready_voice(users["alice"], "working")
+    delete = lambda voice: reverse("personas:voice-delete", args=[voice.pk])  # noqa: E731
+    shared = Voice.objects.create(owner=None, name="shared-broken", status=Voice.Status.FAILED)
+    assert client_for(client, users["bob"]).post(delete(failed)).status_code == 404  # private: not even seen
+    assert client_for(client, users["bob"]).post(delete(shared)).status_code == 403
+    client_for(client, users["alice"]).post(delete(ready))
+    assert Voice.objects.filter(pk=ready.pk).exists()  # a usable voice is disabled by staff, never deleted here
+    response = client_for(client, users["alice"]).post(delete(failed))
+    assert response.status_code == 302 and not Voice.objects.filter(pk=failed.pk).exists()
+
+
+def test_a_failed_voice_is_processed_again_from_its_clip(client, users, django_capture_on_commit_callbacks):
+    client_for(client, users["alice"])
+    with django_capture_on_commit_callbacks(execute=True):
+        response = new_voice(client, "retried", wav(speech(6.0)))
+    voice = Voice.objects.get(name="retried")
+    assert voice.status == Voice.Status.READY, voice.failure_reason
+    Voice.objects.filter(pk=voice.pk).update(status=Voice.Status.FAILED, failure_reason="a fault on the way")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("personas:voice-retry", args=[voice.pk]))
+    assert response.status_code == 302
+    voice.refresh_from_db()
+    assert (voice.status, voice.failure_reason, voice.progress_percent) == (Voice.Status.READY, "", 100)
+
+
 # ---- importvoices ---------------------------------------------------------------------------------------------
 
 

@@ -142,3 +142,16 @@ def test_ids_too_large_for_the_database_are_404_not_500(client, django_user_mode
     for url in (f"/recordings/{huge}/", f"/recordings/{huge}/status.json", f"/recordings/{huge}/files/ogg"):
         assert client.get(url).status_code == 404, url
     assert client.post(f"/recordings/{huge}/delete").status_code == 404
+
+
+def test_the_call_page_s_link_by_session_reaches_the_owner_s_recording_only(client, make_recording, django_user_model):
+    owner = django_user_model.objects.create_user(username="linked", password="x")
+    other = django_user_model.objects.create_user(username="stranger", password="x")
+    recording = make_recording(owner, session_id="sess_linked")
+    url = reverse("recording-of-session", args=["sess_linked"])
+    client.force_login(owner)
+    response = client.get(url)
+    assert response.status_code == 302 and response["Location"] == reverse("recording-detail", args=[recording.pk])
+    assert client.get(reverse("recording-of-session", args=["sess_nothing"])).status_code == 404
+    client.force_login(other)
+    assert client.get(url).status_code == 404  # another user's call is not even confirmed to exist
