@@ -32,12 +32,8 @@ RANDOM_SEED = 20261129
 
 
 @pytest.fixture(autouse=True)
-def _single_thread():
-    # The CI box has 2 cores shared with other jobs; one thread also keeps BLAS reductions deterministic.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+def _single_thread(single_torch_thread):
+    """Every test here runs torch on one thread (``single_torch_thread``, tests/conftest.py)."""
 
 
 @pytest.fixture(scope="session")
