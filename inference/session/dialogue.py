@@ -244,7 +244,7 @@ class DialogueSession:
             self.recorder.event("pause")
             self._apply_freeze()
             self._timers.start("pause", self._timeouts.pause_timeout_s, self.close, "pause_timeout")
-        self._emit(Paused())
+        self.emit(Paused())
 
     def resume(self) -> None:
         self.require_admitted()
@@ -254,7 +254,7 @@ class DialogueSession:
             self.recorder.event("resume")
             self._timers.cancel("pause")
             self._apply_freeze()
-        self._emit(Resumed())
+        self.emit(Resumed())
 
     def cancel(self) -> None:
         self.require_admitted()
@@ -307,17 +307,17 @@ class DialogueSession:
             return
         if output.prefilling:
             self.state = "prefilling"
-            self._emit(Prefill(progress=output.progress, done=False))
+            self.emit(Prefill(progress=output.progress, done=False))
         elif self.state == "prefilling":
             self.state = "live"
-            self._emit(Prefill(progress=1.0, done=True))
+            self.emit(Prefill(progress=1.0, done=True))
         if pcm16:
             self.sent_audio_ms += 1000.0 * len(pcm16) / 2 / self.caps.output_rate
             self._send_output(self._send_audio, pcm16, heard_position, self.epoch)
         if output.text:
-            self._send_output(self._emit, TextOut(output.text, self.epoch))
+            self._send_output(self.emit, TextOut(output.text, self.epoch))
         if output.decision is not None:
-            self._send_output(self._emit, Decision(output.decision, self.unit, output.end_of_turn))
+            self._send_output(self.emit, Decision(output.decision, self.unit, output.end_of_turn))
             self.unit += 1
         if self.modes.turns is not None:  # half-duplex: after the unit's output, in its order
             self._send_output(self.modes.turns.on_output, output)
@@ -331,13 +331,13 @@ class DialogueSession:
 
     def _send_audio(self, pcm16: bytes, heard_position: int | None, epoch: int) -> None:
         self._positions.sent(len(pcm16) // 2, heard_position)
-        self._emit(AudioOut(pcm16, epoch))
+        self.emit(AudioOut(pcm16, epoch))
 
     def slot_failed(self, message: str) -> None:
         if self.state == "closed":
             return
         logger.error("session.engine_failed", extra={"session_id": self.session_id, "detail": message})
-        self._emit(ErrorEvent("engine_failed", message, error_type="server_error"))
+        self.emit(ErrorEvent("engine_failed", message, error_type="server_error"))
         self.close("engine_failed")
 
     # ---- turn-based modes (``TurnModes``) ----------------------------------------------------------
@@ -377,9 +377,6 @@ class DialogueSession:
         """At the first audio (or a chat's first message)."""
         voice = self.voice.voice_id if self.voice is not None else None
         self.recorder.begin(self.session_id, user_key=self.user_key, persona=self.persona, voice=voice)
-
-    def emit(self, event: SessionEvent) -> None:
-        self._emit(event)
 
     def set_turn(self, turn: SlotTurn) -> None:
         if self.audio_started and self.slot is not None and self.state != "closed":
@@ -469,7 +466,8 @@ class DialogueSession:
         if self.slot is not None and self.audio_started and self.state != "closed":
             self._worker.freeze(self.slot, self.user_paused or self.attachment is None)
 
-    def _emit(self, event: SessionEvent) -> None:
+    def emit(self, event: SessionEvent) -> None:
+        """To the connection, if one is attached (the modes' events too)."""
         if self.attachment is not None:
             self.attachment.outbox.put(event)
 
@@ -501,5 +499,5 @@ class DialogueSession:
             self.close("idle_timeout")
             return
         if self.audio_started and not self.user_paused:
-            self._emit(Metrics(self.metrics()))
+            self.emit(Metrics(self.metrics()))
         self._schedule_metrics()
