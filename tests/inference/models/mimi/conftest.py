@@ -19,7 +19,8 @@ import torch
 from safetensors.torch import save_file
 
 from inference.audio.loudness import normalize_loudness
-from inference.models.moshi.mimi import MimiCodec, MimiConfig
+from inference.models.moshi.mimi import MimiCodec
+from inference.models.moshi.mimi_config import MimiConfig
 from inference.models.moshi.mimi_loading import load_mimi, random_mimi_state_dict
 
 REPO = Path(__file__).resolve().parents[4]
