@@ -179,20 +179,40 @@ async def shutdown() -> None:
 
 
 # ---- voices: clips -> prompts (the web tier's voice task and importvoices call these) -----------------
-# Decoding and cleaning need no torch; computing a prompt loads the engine's own codec or encoder here, in
-# the calling process (the Celery worker, or the web process when the task runs eagerly).
+# Decoding and cleaning need no torch and run in a limited child process (``clip_sandbox``); computing a
+# prompt loads the engine's own codec or encoder here, in the calling process (the Celery worker, or the web
+# process when the task runs eagerly).
+
+
+def probe_voice_clip(data: bytes):
+    """What an uploaded clip's container header declares (``inference.media_probe.MediaHeader``: format, codec,
+    rate, channels, declared seconds, and the ``extension`` to store it with), each checked against its cap.
+    Decodes nothing: cheap enough for the web request, before anything is stored.
+
+    Raises:
+        VoiceClipError (a ParleyError): ``empty``, ``not_audio``, ``corrupted``, ``unsupported_codec``,
+        ``no_audio_track``, ``too_long`` or ``too_demanding``.
+    """
+    from inference.media_probe import probe
+    from inference.voice_prompts import MAX_INPUT_S
+
+    return probe(data, max_seconds=MAX_INPUT_S)
 
 
 def prepare_voice_clip(data: bytes, *, progress=None, min_speech_s: float | None = None):
-    """Decode, trim, normalise and validate a voice clip (``inference.voice_prompts.prepare_clip``).
+    """Decode, trim, normalise and validate a voice clip (``inference.voice_prompts.prepare_clip``) in a child
+    process under memory, CPU and wall-clock limits (``inference.clip_sandbox``).
 
     Returns a ``PreparedClip`` (``wav`` bytes, ``speech_s``); raises ``ParleyError`` subclass ``VoiceClipError``
-    whose ``code`` names the problem (empty, too_big, not_audio, corrupted, truncated, no_audio_track, too_long,
-    too_short, silent, clipped).
+    whose ``code`` names the problem (empty, too_big, not_audio, corrupted, unsupported_codec, too_demanding,
+    truncated, no_audio_track, too_long, too_short, silent, clipped).
     """
-    from inference.voice_prompts import MIN_SPEECH_S, prepare_clip
+    from inference.clip_sandbox import prepare_clip_in_child
+    from inference.voice_prompts import MIN_SPEECH_S
 
-    return prepare_clip(data, progress=progress, min_speech_s=MIN_SPEECH_S if min_speech_s is None else min_speech_s)
+    return prepare_clip_in_child(
+        data, progress=progress, min_speech_s=MIN_SPEECH_S if min_speech_s is None else min_speech_s
+    )
 
 
 def voice_prompt_targets() -> list:
@@ -276,6 +296,7 @@ __all__ = [
     "read_recording",
     "delete_raw_recording",
     "prepare_voice_clip",
+    "probe_voice_clip",
     "services",
     "set_admission",
     "set_draining",

@@ -30,7 +30,7 @@ class Refusal:
 
 
 def client_ip(scope: dict) -> str:
-    """The peer address daphne reports (the forwarded one when it runs with --proxy-headers)."""
+    """The client address (``webapp.common.forwarded`` resolved it from trusted proxies only)."""
     client = scope.get("client")
     return str(client[0]) if client else "unknown"
 

@@ -105,6 +105,10 @@ PARLEY_ALLOWED_ORIGINS = ENV.allowed_origins
 # Per client IP ("limits" notation): WebSocket connects, and wrong API keys before the IP is refused.
 PARLEY_CONNECT_RATE = ENV.connect_rate
 PARLEY_KEY_FAILURE_RATE = ENV.key_failure_rate
+# A live call re-reads its user this often (s): one deactivated without a save signal loses the call.
+PARLEY_ACCOUNT_CHECK_S = ENV.account_check_s
+# Those limits key on the client's address: X-Forwarded-For counts only from these (webapp.common.forwarded).
+PARLEY_TRUSTED_PROXIES = tuple(ENV.trusted_proxies)
 # The pages load scripts and styles from static/ only; the one inline <style> (base.html) carries the nonce.
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
@@ -132,8 +136,12 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT = ENV.static_root or VAR_DIR / "staticfiles"  # production: outside the private var/ (nginx reads it)
 MEDIA_ROOT = VAR_DIR / "media"
+# Voices and recordings are people's voices: readable by this service's user only, whatever the umask
+# (Django's defaults leave both to the umask: 0644 files under a 022 one).
+FILE_UPLOAD_PERMISSIONS = 0o600
+FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
 
 # Finished recordings (webapp/recordings/storage.py): local files by default, an S3 bucket when configured.
 STORAGES = {
