@@ -30,7 +30,7 @@ CHECKPOINT = Path(__file__).resolve().parents[2] / "data" / "personaplex" / "ckp
 @pytest.fixture
 def personaplex_config(monkeypatch):
     """The web tier's view of the inference config: a PersonaPlex engine on the test checkpoint."""
-    monkeypatch.setattr(embedded, "_config", InferenceConfig(engine="personaplex", checkpoint=CHECKPOINT))
+    monkeypatch.setattr(embedded._process, "_config", InferenceConfig(engine="personaplex", checkpoint=CHECKPOINT))
 
 
 @pytest.fixture
