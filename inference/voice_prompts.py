@@ -281,7 +281,7 @@ def compute_prompt(wav_path: Path, target: PromptTarget, progress: Progress | No
 @lru_cache(maxsize=2)
 def _mimi_for(checkpoint: Path):
     from inference.models.moshi.config import read_checkpoint_dir
-    from inference.models.moshi.mimi import MimiConfig
+    from inference.models.moshi.mimi_config import MimiConfig
     from inference.models.moshi.mimi_loading import load_mimi
 
     info = read_checkpoint_dir(checkpoint)

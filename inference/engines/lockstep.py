@@ -223,7 +223,7 @@ class LockstepEngine(Engine):
         import sentencepiece as spm
 
         from inference.models.moshi.loading import load_lm
-        from inference.models.moshi.mimi import MimiConfig
+        from inference.models.moshi.mimi_config import MimiConfig
         from inference.models.moshi.mimi_loading import MimiLoadError, load_mimi
 
         report = progress or (lambda fraction, stage: None)

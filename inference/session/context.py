@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,10 +20,8 @@ from inference.recording.policy import RecordingPolicy
 from inference.recording.recorder import SessionRecording
 from inference.session.outbox import Outbox
 from inference.slots.chats import ChatListener
+from inference.slots.pool import Applicant
 from inference.slots.worker import SlotCounters, SlotListener, WorkerStats
-
-if TYPE_CHECKING:
-    from inference.session.dialogue import DialogueSession
 
 
 class SlotDriver(Protocol):
@@ -54,8 +52,8 @@ class Admission(Protocol):
     """The slot pool, as a session asks it for its queue position and gives its slot back (``SlotPool``)."""
 
     def request(self, session) -> None: ...  # a session, or a chat response (inference.turns.chat)
-    def tell_position(self, session: DialogueSession) -> None: ...
-    def release(self, session: DialogueSession, slot: int | None, held_s: float = 0.0) -> None: ...
+    def tell_position(self, session: Applicant) -> None: ...
+    def release(self, session: Applicant, slot: int | None, held_s: float = 0.0) -> None: ...
 
 
 class Attachment(Protocol):
@@ -87,7 +85,7 @@ class SessionContext:
     worker: SlotDriver
     admission: Admission
     timeouts: SessionTimeouts
-    forget: Callable[[DialogueSession], None]  # the service drops a closed session from its registry
+    forget: Callable[[Any], None]  # the service drops a closed session (a DialogueSession) from its registry
     recording: RecordingPolicy = RecordingPolicy()  # whether sessions are recorded, and the recorder
     test_output_jitter_ms: float = 0.0  # test-only: random 0..N ms delays on outgoing audio (output_jitter.py)
     test_output_jitter_s: float = 0.0  # ... during a session's first N seconds of output (0 = always)

@@ -8,7 +8,9 @@ The session knows its collaborators only through the narrow interfaces of ``infe
 (one ``SessionContext`` per service): the engine worker as a ``SlotDriver``, the slot pool as an
 ``Admission``, and the service as a ``forget`` callback. It imports neither the service, the pool nor the
 handle. What its Metrics say is ``inference.session.metrics``; its stream positions (the mouth-to-ear pair
-in Metrics) are ``inference.session.stream_positions``.
+in Metrics) are ``inference.session.stream_positions``. Two collaborators own the rest: its recording
+(``inference.session.recording.SessionRecorder``) and its turn-based modes, half-duplex and chat
+(``inference.turns.session_modes.TurnModes``, which sees the session as a ``ModesHost``).
 
 States: ``queued`` -> ``admitted`` (slot reserved) -> ``prefilling`` (slot opened at the first audio)
 -> ``live`` -> ``closed``. Paused (by the user) and detached (no connection) are flags on top of
@@ -30,11 +32,13 @@ from inference.audio import pcm
 from inference.audio.resample import StreamingResampler
 from inference.contracts import (
     AudioOut,
+    ChatMessage,
     Closed,
     CloseReason,
     Decision,
     ErrorEvent,
     Metrics,
+    Mode,
     ParleyError,
     Paused,
     Prefill,
@@ -44,15 +48,15 @@ from inference.contracts import (
     Resumed,
     SessionEvent,
     TextOut,
+    TurnDetection,
     VoiceRef,
 )
-from inference.engines.base import SlotConfig, SlotOutput
-from inference.recording.recorder import SessionRecording
+from inference.engines.base import SlotConfig, SlotOutput, SlotTurn
 from inference.session.context import Admission, Attachment, SessionContext, SessionTimeouts, SlotDriver
 from inference.session.metrics import session_metrics
 from inference.session.named_timers import NamedTimers
 from inference.session.output_jitter import OutputJitter
-from inference.session.recording import SessionRecordingMixin
+from inference.session.recording import SessionRecorder
 from inference.session.stream_positions import StreamPositions
 from inference.turns.session_modes import TurnModes
 
@@ -66,7 +70,7 @@ BACKPRESSURE_REPORT_PERIOD_S = 1.0
 IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 
 
-class DialogueSession(TurnModes, SessionRecordingMixin):
+class DialogueSession:
     """One user's session: state, timers, audio framing, and the current connection.
 
     Args:
@@ -85,9 +89,7 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
         voice: VoiceRef | None,
         record: bool = True,
     ):
-        self._recording_policy = context.recording
-        self.record_requested = record
-        self.recording: SessionRecording | None = None  # from the first audio, when recorded
+        self.recorder = SessionRecorder(context.recording, record)
         self.caps = context.capabilities
         self.loop = context.loop
         self._worker = context.worker
@@ -117,6 +119,7 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
         self._resampler: StreamingResampler | None = None
         self._timers = NamedTimers(self.loop)
         self._last_backpressure = 0.0
+        self.modes = TurnModes(self, self.caps, self.loop, self._admission, self._worker, self.recorder)
 
     # ---- connections --------------------------------------------------------------------------
 
@@ -134,7 +137,7 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
             return
         if self.state == "closed":
             raise AssertionError("attach to a closed session")
-        self._record("attach", takeover=takeover)
+        self.recorder.event("attach", takeover=takeover)
         handle.outbox.put(self._ready_event(resumed=takeover))
         if self.user_paused:
             handle.outbox.put(Paused())
@@ -150,7 +153,7 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
             return
         self._retire(handle)
         self.attachment = None
-        self._record("detach")
+        self.recorder.event("detach")
         self._apply_freeze()
         self._timers.start("grace", self._timeouts.disconnect_grace_s, self.close, "grace_expired")
 
@@ -175,12 +178,11 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
     # ---- client requests (through the handle) -------------------------------------------------
 
     def update(self, *, persona: str | None, voice: VoiceRef | None, record: bool | None = None) -> None:
-        self._check_chat_record(record)  # a chat's first message fixes its recording, as audio fixes a call's
+        # The first audio fixes a call's recording, persona and voice; a chat's first message fixes its recording.
+        self.recorder.request(
+            record, fixed_since="audio has started" if self.audio_started else "the chat's first message was added"
+        )
         if self.audio_started:
-            if record is not None and self._recording_policy.records(record) != self.recorded:
-                raise ParleyError(
-                    "recording is fixed once audio has started", code="record_update_unsupported", param="record"
-                )
             if persona is not None and persona != self.persona:
                 raise ParleyError(
                     "the persona is fixed once audio has started", code="persona_update_unsupported", param="persona"
@@ -190,15 +192,13 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
                     "the voice is fixed once audio has started", code="voice_update_unsupported", param="voice"
                 )
             return
-        if record is not None:
-            self.record_requested = record
         if persona is not None:
             self.persona = persona
         if voice is not None:
             self.voice = voice
 
     def append_audio(self, data: bytes, encoding: str, rate: int) -> None:
-        self._require_admitted()
+        self.require_admitted()
         pcm.check_format(encoding, rate)
         samples = pcm.decode(data, encoding)
         self.last_activity = time.monotonic()
@@ -211,12 +211,12 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
             samples = self._resampler.process(samples)
         self._positions.input_rate = rate
         if not self.audio_started:
-            self._check_streaming_mode()
+            self.modes.check_streaming()
             self.audio_started = True
             self._open_slot()
         assert self.slot is not None
-        if samples.size and self.turns is not None:
-            self.turns.on_audio(samples)  # half-duplex: the VAD hears what the engine hears
+        if samples.size and self.modes.turns is not None:
+            self.modes.turns.on_audio(samples)  # half-duplex: the VAD hears what the engine hears
         if samples.size:
             taken_whole = self._worker.push(self.slot, samples)
             self._positions.pushed += samples.size
@@ -231,46 +231,48 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
             raise ParleyError("images must be JPEG or PNG", code="invalid_image", param="image")
         if reason := image_header.oversized(data):  # from the header: nothing is decoded to find out
             raise ParleyError(reason, code="invalid_image", param="image")
-        self._require_admitted()
+        self.require_admitted()
         self.last_activity = time.monotonic()
         if self.audio_started and self.slot is not None:
             self._worker.set_image(self.slot, data)
 
     def pause(self) -> None:
-        self._require_admitted()
+        self.require_admitted()
         self.last_activity = time.monotonic()
         if not self.user_paused:
             self.user_paused = True
-            self._record("pause")
+            self.recorder.event("pause")
             self._apply_freeze()
             self._timers.start("pause", self._timeouts.pause_timeout_s, self.close, "pause_timeout")
-        self._emit(Paused())
+        self.emit(Paused())
 
     def resume(self) -> None:
-        self._require_admitted()
+        self.require_admitted()
         self.last_activity = time.monotonic()
         if self.user_paused:
             self.user_paused = False
-            self._record("resume")
+            self.recorder.event("resume")
             self._timers.cancel("pause")
             self._apply_freeze()
-        self._emit(Resumed())
+        self.emit(Resumed())
 
     def cancel(self) -> None:
-        self._require_admitted()
+        self.require_admitted()
         self.epoch += 1
         # What the caller had not heard yet when the agent was cut off (from the last playback ack).
-        self._record("epoch", epoch=self.epoch, unplayed_ms=round(max(0.0, self.sent_audio_ms - self.played_ms), 1))
+        self.recorder.event(
+            "epoch", epoch=self.epoch, unplayed_ms=round(max(0.0, self.sent_audio_ms - self.played_ms), 1)
+        )
         if self.attachment is not None:
             self.attachment.outbox.drop_epoch_before(self.epoch)
         if self.audio_started and self.slot is not None:
             self._worker.cancel(self.slot)
-        self._modes_cancelled()
+        self.modes.cancelled()
 
     def force_listen(self) -> None:
         if self.caps.family != "unit":
             raise ParleyError(f"engine {self.caps.engine!r} has no listen/speak units", code="unsupported_input")
-        self._require_admitted()
+        self.require_admitted()
         if self.audio_started and self.slot is not None:
             self._worker.force_listen(self.slot)
 
@@ -278,7 +280,7 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
         if not isinstance(played_ms, int | float) or not np.isfinite(played_ms) or played_ms < 0:
             raise ParleyError("played_ms must be a finite number >= 0", code="invalid_value", param="played_ms")
         self.played_ms = float(played_ms)
-        self._record("ack", played_ms=self.played_ms, sent_ms=round(self.sent_audio_ms, 1))
+        self.recorder.event("ack", played_ms=self.played_ms, sent_ms=round(self.sent_audio_ms, 1))
 
     def close(self, reason: CloseReason) -> None:
         """End the session: tell the connection, leave the queue or free the slot (once cleanup is confirmed)."""
@@ -289,11 +291,10 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
         if self._jitter is not None:
             self._jitter.cancel()
         self._timers.cancel_all()
-        if self.recording is not None:
-            self.recording.finish(reason)
-        self._modes_closed()
+        self.recorder.finish(reason)
+        self.modes.closed()
         if self.attachment is not None:
-            self.attachment.outbox.put(Closed(reason, nothing_recorded=self.recording is None))
+            self.attachment.outbox.put(Closed(reason, nothing_recorded=self.recorder.recording is None))
             self._retire(self.attachment)
         self._forget(self)
         self._admission.release(self, self.slot, held_s)
@@ -306,20 +307,20 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
             return
         if output.prefilling:
             self.state = "prefilling"
-            self._emit(Prefill(progress=output.progress, done=False))
+            self.emit(Prefill(progress=output.progress, done=False))
         elif self.state == "prefilling":
             self.state = "live"
-            self._emit(Prefill(progress=1.0, done=True))
+            self.emit(Prefill(progress=1.0, done=True))
         if pcm16:
             self.sent_audio_ms += 1000.0 * len(pcm16) / 2 / self.caps.output_rate
             self._send_output(self._send_audio, pcm16, heard_position, self.epoch)
         if output.text:
-            self._send_output(self._emit, TextOut(output.text, self.epoch))
+            self._send_output(self.emit, TextOut(output.text, self.epoch))
         if output.decision is not None:
-            self._send_output(self._emit, Decision(output.decision, self.unit, output.end_of_turn))
+            self._send_output(self.emit, Decision(output.decision, self.unit, output.end_of_turn))
             self.unit += 1
-        if self.turns is not None:  # half-duplex: after the unit's output, in its order
-            self._send_output(self.turns.on_output, output)
+        if self.modes.turns is not None:  # half-duplex: after the unit's output, in its order
+            self._send_output(self.modes.turns.on_output, output)
 
     def _send_output(self, send: Callable[..., None], *args: object) -> None:
         """A tick's output goes to the connection at once (or, under test-only jitter, later and in order)."""
@@ -330,16 +331,75 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
 
     def _send_audio(self, pcm16: bytes, heard_position: int | None, epoch: int) -> None:
         self._positions.sent(len(pcm16) // 2, heard_position)
-        self._emit(AudioOut(pcm16, epoch))
+        self.emit(AudioOut(pcm16, epoch))
 
     def slot_failed(self, message: str) -> None:
         if self.state == "closed":
             return
         logger.error("session.engine_failed", extra={"session_id": self.session_id, "detail": message})
-        self._emit(ErrorEvent("engine_failed", message, error_type="server_error"))
+        self.emit(ErrorEvent("engine_failed", message, error_type="server_error"))
         self.close("engine_failed")
 
+    # ---- turn-based modes (``TurnModes``) ----------------------------------------------------------
+
+    def set_mode(self, mode: Mode | None, detection: TurnDetection | None, max_response_s: int | None = None) -> None:
+        self.modes.set_mode(mode, detection, max_response_s)
+
+    def admit_for_chat(self) -> None:
+        """Open a new session in chat mode (``SessionRequest.mode``): admitted at once, holding no slot."""
+        self.state = "admitted"
+        self.modes.start_in_chat()
+        self.admitted(None)  # timers and Ready (mode chat), as an admission from the pool
+
+    def add_chat_item(self, message: ChatMessage) -> None:
+        self.modes.add_chat_item(message)
+
+    def commit_input(self) -> None:
+        self.modes.commit_input()
+
+    def clear_input(self) -> None:
+        self.modes.clear_input()
+
+    def create_response(self) -> None:
+        self.modes.create_response()
+
+    # ---- ModesHost: what the modes ask of the session ----------------------------------------------
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+    def give_back_slot(self) -> None:
+        if self.slot is not None:  # the slot goes back to the pool until a response needs one
+            self._admission.release(self, self.slot)
+            self.slot = None
+
+    def begin_recording(self) -> None:
+        """At the first audio (or a chat's first message)."""
+        voice = self.voice.voice_id if self.voice is not None else None
+        self.recorder.begin(self.session_id, user_key=self.user_key, persona=self.persona, voice=voice)
+
+    def set_turn(self, turn: SlotTurn) -> None:
+        if self.audio_started and self.slot is not None and self.state != "closed":
+            self._worker.set_turn(self.slot, turn)
+
+    def next_epoch(self) -> int:
+        """A new response's epoch: what the connection still holds of older ones is dropped."""
+        self.epoch += 1
+        self.recorder.event("epoch", epoch=self.epoch, response=True)
+        if self.attachment is not None:
+            self.attachment.outbox.drop_epoch_before(self.epoch)
+        return self.epoch
+
     # ---- views --------------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> Mode:
+        return self.modes.mode
+
+    @property
+    def recorded(self) -> bool:
+        """Recorded (or, before the first audio or chat message, going to be)."""
+        return self.recorder.recorded
 
     @property
     def snapshot_state(self) -> str:
@@ -382,10 +442,10 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
             voice=self.voice.voice_id if self.voice is not None else None,
             recorded=self.recorded,
             mode=self.mode,
-            turn_detection=self.turn_detection_fields(),
+            turn_detection=self.modes.turn_detection_fields(),
         )
 
-    def _require_admitted(self) -> None:
+    def require_admitted(self) -> None:
         if self.state == "queued":
             raise ParleyError("the session is still queued for a slot", code="session_not_ready")
         if self.state == "closed":
@@ -395,18 +455,19 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
         assert self.slot is not None
         self.state = "prefilling"
         config = SlotConfig(persona=self.persona, voice=self.voice)
-        self._begin_recording()
-        self._worker.open(self.slot, config, self, self.loop, self.recording)
-        self._record("mode", mode=self.mode, turn_detection=self.turn_detection_fields())  # the review names it
-        if self.turns is not None:
-            self._worker.set_turn(self.slot, self.turns.turn)
+        self.begin_recording()
+        self._worker.open(self.slot, config, self, self.loop, self.recorder.recording)
+        self.recorder.event("mode", mode=self.mode, turn_detection=self.modes.turn_detection_fields())  # for review
+        if self.modes.turns is not None:
+            self._worker.set_turn(self.slot, self.modes.turns.turn)
         self._apply_freeze()
 
     def _apply_freeze(self) -> None:
         if self.slot is not None and self.audio_started and self.state != "closed":
             self._worker.freeze(self.slot, self.user_paused or self.attachment is None)
 
-    def _emit(self, event: SessionEvent) -> None:
+    def emit(self, event: SessionEvent) -> None:
+        """To the connection, if one is attached (the modes' events too)."""
         if self.attachment is not None:
             self.attachment.outbox.put(event)
 
@@ -438,5 +499,5 @@ class DialogueSession(TurnModes, SessionRecordingMixin):
             self.close("idle_timeout")
             return
         if self.audio_started and not self.user_paused:
-            self._emit(Metrics(self.metrics()))
+            self.emit(Metrics(self.metrics()))
         self._schedule_metrics()

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, get_args
 
 from inference.contracts import ChatMessage, CloseReason, Mode, ParleyError, SessionEvent, TurnDetection, VoiceRef
+from inference.session.handle_calls import NoArgumentCalls
 from inference.session.outbox import Outbox
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 CLOSE_REASONS: frozenset[str] = frozenset(get_args(CloseReason))
 
 
-class LocalHandle:
+class LocalHandle(NoArgumentCalls):
     """The in-process ``SessionHandle``: one connection's view of a ``DialogueSession``."""
 
     def __init__(self, session: DialogueSession, max_audio: int):
@@ -32,6 +33,9 @@ class LocalHandle:
 
     def events(self) -> AsyncIterator[SessionEvent]:
         return self.outbox.stream()
+
+    async def _forward(self, name: str) -> None:
+        getattr(self._current(), name)()
 
     def _current(self) -> DialogueSession:
         if self._session.attachment is not self:
@@ -49,18 +53,6 @@ class LocalHandle:
     async def append_image(self, data: bytes) -> None:
         self._current().append_image(data)
 
-    async def pause(self) -> None:
-        self._current().pause()
-
-    async def resume(self) -> None:
-        self._current().resume()
-
-    async def cancel(self) -> None:
-        self._current().cancel()
-
-    async def force_listen(self) -> None:
-        self._current().force_listen()
-
     async def playback_ack(self, played_ms: float) -> None:
         self._current().playback_ack(played_ms)
 
@@ -68,15 +60,6 @@ class LocalHandle:
         self, *, mode: Mode | None, turn_detection: TurnDetection | None, max_response_s: int | None = None
     ) -> None:
         self._current().set_mode(mode, turn_detection, max_response_s)
-
-    async def commit_input(self) -> None:
-        self._current().commit_input()
-
-    async def clear_input(self) -> None:
-        self._current().clear_input()
-
-    async def create_response(self) -> None:
-        self._current().create_response()
 
     async def add_chat_item(self, message: ChatMessage) -> None:
         self._current().add_chat_item(message)

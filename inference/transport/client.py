@@ -37,6 +37,7 @@ from inference.contracts import (
     WorkerSnapshot,
 )
 from inference.errors import WireError
+from inference.session.handle_calls import NoArgumentCalls
 from inference.status import ServiceStatus, status_from_dict
 from inference.transport import auth, wire
 
@@ -47,7 +48,7 @@ CLOSE_DRAIN_S = 2.0
 CONNECT_TIMEOUT_S = 5.0  # connect + handshake: a hung host must not hold a caller forever
 
 
-class RemoteSessionHandle:
+class RemoteSessionHandle(NoArgumentCalls):
     """``SessionHandle`` backed by a connection to the inference service."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, service_id: str | None = None):
@@ -109,18 +110,6 @@ class RemoteSessionHandle:
         call_id = next(self._ids)
         await self._send_and_wait(call_id, wire.id_frame(wire.IMAGE_IN, call_id, data))
 
-    async def pause(self) -> None:
-        await self._call("pause")
-
-    async def resume(self) -> None:
-        await self._call("resume")
-
-    async def cancel(self) -> None:
-        await self._call("cancel")
-
-    async def force_listen(self) -> None:
-        await self._call("force_listen")
-
     async def playback_ack(self, played_ms: float) -> None:
         await self._call("playback_ack", played_ms=played_ms)
 
@@ -129,15 +118,6 @@ class RemoteSessionHandle:
     ) -> None:
         detection = None if turn_detection is None else dataclasses.asdict(turn_detection)
         await self._call("set_mode", mode=mode, turn_detection=detection, max_response_s=max_response_s)
-
-    async def commit_input(self) -> None:
-        await self._call("commit_input")
-
-    async def clear_input(self) -> None:
-        await self._call("clear_input")
-
-    async def create_response(self) -> None:
-        await self._call("create_response")
 
     async def add_chat_item(self, message: ChatMessage) -> None:
         await self._call("add_chat_item", message=wire.chat_message_to_dict(message))
@@ -168,6 +148,9 @@ class RemoteSessionHandle:
         self._events.put_nowait(Closed("engine_failed"))
 
     # ---- internals ----------------------------------------------------------------------------
+
+    async def _forward(self, name: str) -> None:
+        await self._call(name)
 
     async def _call(self, op: str, **args: Any) -> None:
         call_id = next(self._ids)

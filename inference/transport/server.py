@@ -22,6 +22,7 @@ from typing import Protocol
 from inference.contracts import ParleyError, VoiceRef
 from inference.errors import WireError
 from inference.service import InferenceService
+from inference.session.handle_calls import NO_ARGUMENT_CALLS
 from inference.session.local_handle import LocalHandle
 from inference.status import ServiceStatus, status_to_dict
 from inference.transport import auth, wire
@@ -148,16 +149,7 @@ class Connection:
                 voice=self._voice(wire.voice_from_dict(args.get("voice"))),
                 record=record if isinstance(record, bool) else None,
             )
-        if op in (
-            "pause",
-            "resume",
-            "cancel",
-            "force_listen",
-            "detach",
-            "commit_input",
-            "clear_input",
-            "create_response",
-        ):
+        if op in NO_ARGUMENT_CALLS or op == "detach":
             return getattr(handle, op)()
         if op == "set_mode":
             mode, seconds = args.get("mode"), args.get("max_response_s")

@@ -31,7 +31,7 @@ from inference.models.moshi.config import CheckpointInfo, read_checkpoint_dir
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
 from inference.models.moshi.loading import load_lm
 from inference.models.moshi.make_checkpoint import PRESETS, write_lm_checkpoint
-from inference.models.moshi.mimi import MimiConfig
+from inference.models.moshi.mimi_config import MimiConfig
 from inference.models.moshi.mimi_loading import load_mimi, random_mimi_state_dict
 from inference.models.moshi.personaplex import (
     build_prefill,
