@@ -3,7 +3,7 @@
 Order in ``webapp.asgi``: connect throttle -> origin policy -> session-cookie auth -> bearer auth
 -> router. A refused origin is closed before ``accept`` (HTTP 403), so nothing is allocated. A
 throttled client is marked in ``scope["throttled"]`` (a ``throttling.Refusal``); the consumer accepts
-only to say why (``rate_limit_exceeded``) and closes with 1013.
+only to say why (``rate_limit_exceeded``) and closes with 4429.
 """
 
 from __future__ import annotations

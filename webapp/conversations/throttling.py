@@ -4,7 +4,7 @@
 Counts live in ``settings.PARLEY_RATE_LIMIT_STORAGE``: Redis when the deployment has one (every web
 process shares the counts), else this process's memory. Rates use the library's notation
 (``PARLEY_CONNECT_RATE=30/minute``). A refused client is told so by the consumer: an ``error``
-event with code ``rate_limit_exceeded`` and close code 1013 (try again later); an HTTP client gets 429.
+event with code ``rate_limit_exceeded`` and close code 4429 (as HTTP 429); an HTTP client gets 429.
 """
 
 from __future__ import annotations

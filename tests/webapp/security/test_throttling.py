@@ -35,11 +35,11 @@ async def assert_throttled(peer: Peer, what: str) -> None:
     error = await peer.error()
     assert error["code"] == "rate_limit_exceeded" and error["type"] == "rate_limit_error"
     assert what in error["message"] and "try again in" in error["message"]
-    assert (await peer.until("closed"))["code"] == 1013
+    assert (await peer.until("closed"))["code"] == 4429
 
 
 @override_settings(PARLEY_CONNECT_RATE="3/minute")
-async def test_connects_past_the_per_ip_rate_get_a_clear_error_and_1013(inference_service):
+async def test_connects_past_the_per_ip_rate_get_a_clear_error_and_4429(inference_service):
     for _ in range(3):  # refused for another reason (no credentials), but counted
         peer = await connect()
         assert (await peer.error())["code"] == "forbidden"
