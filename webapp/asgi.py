@@ -1,5 +1,5 @@
-"""ASGI entry point: HTTP -> Django; WebSocket -> connect throttle -> origin policy -> cookie auth ->
-API-key auth -> routes."""
+"""ASGI entry point: HTTP -> Django; WebSocket -> origin policy -> cookie auth -> API-key auth ->
+connect limits -> routes."""
 
 import os
 
@@ -15,7 +15,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from webapp.conversations.auth import (  # noqa: E402
     BearerKeyAuthMiddleware,
-    ConnectThrottleMiddleware,
+    ConnectLimitMiddleware,
     OriginPolicyMiddleware,
 )
 from webapp.conversations.routing import websocket_urlpatterns  # noqa: E402
@@ -31,8 +31,8 @@ websocket_routes = URLRouter([*websocket_urlpatterns, *operations_websockets])
 application = ProtocolTypeRouter(
     {
         "http": http_app,
-        "websocket": ConnectThrottleMiddleware(
-            OriginPolicyMiddleware(AuthMiddlewareStack(BearerKeyAuthMiddleware(websocket_routes)))
+        "websocket": OriginPolicyMiddleware(
+            AuthMiddlewareStack(BearerKeyAuthMiddleware(ConnectLimitMiddleware(websocket_routes)))
         ),
     }
 )

@@ -102,8 +102,10 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 # Browser origins allowed to open /v1/realtime with the session cookie, besides the site's own origin
 # (scheme, host and port compared whole).
 PARLEY_ALLOWED_ORIGINS = ENV.allowed_origins
-# Per client IP ("limits" notation): WebSocket connects, and wrong API keys before the IP is refused.
-PARLEY_CONNECT_RATE = ENV.connect_rate
+# WebSocket connects per user and per API key (a moving minute); failed authentications per client IP
+# ("limits" notation) before that IP is refused: see webapp/conversations/throttling.py.
+PARLEY_CONNECTS_PER_USER_PER_MINUTE = ENV.connects_per_user_per_minute
+PARLEY_CONNECTS_PER_KEY_PER_MINUTE = ENV.connects_per_key_per_minute
 PARLEY_KEY_FAILURE_RATE = ENV.key_failure_rate
 # The pages load scripts and styles from static/ only; the one inline <style> (base.html) carries the nonce.
 CONTENT_SECURITY_POLICY = {
