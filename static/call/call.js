@@ -340,6 +340,7 @@ export class Call {
     this.player?.close();
     this.ctx?.close();
     this.ctx = null;
+    this.ui.setServerStatus(""); // a warning about a call that has ended says nothing
     this.setState(state, detail);
   }
 

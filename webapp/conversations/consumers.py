@@ -47,6 +47,7 @@ from webapp.accounts import revocation
 from webapp.conversations import chat_items, services
 from webapp.conversations import protocol as p
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
+from webapp.conversations.server_health import ServerHealth
 from webapp.conversations.turn_events import TurnEvents
 from webapp.conversations.turn_settings import turn_update
 from webapp.operations.metrics import count_error
@@ -97,6 +98,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.view = SessionView(model=self._requested_model(), input_rates=tuple(settings.PARLEY_INPUT_RATES))
         self.events = RealtimeEvents(self.view)
         self.turn_events = TurnEvents(self.events)
+        self.health = ServerHealth()  # turns the metrics into "the server is behind" in words
         self.user = self.scope.get("user")
         self.revocation_groups: list[str] = []
         await self.accept()
@@ -322,7 +324,12 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             case TextOut():
                 await self._emit(events.text(event))
             case Metrics():
-                await self._emit([events.event("session.metrics", metrics=dict(event.values))])
+                outgoing = [events.event("session.metrics", metrics=dict(event.values))]
+                if (status := self.health.update(event.values)) is not None:
+                    outgoing.append(
+                        events.event("session.status", level=status.level, code=status.code, message=status.message)
+                    )
+                await self._emit(outgoing)
             case Decision():
                 await self._emit(
                     [events.event(f"response.{event.kind}", unit=event.unit, end_of_turn=event.end_of_turn)]
