@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from inference import embedded
+from inference.cluster.registry import admission_stopped_error
 from inference.contracts import (
     ChatMessage,
     Mode,
@@ -26,7 +27,6 @@ from inference.contracts import (
     VoiceRef,
     WorkerSnapshot,
 )
-from inference.registry import admission_stopped_error
 from inference.status import ServiceStatus, SessionStatus
 
 if TYPE_CHECKING:  # the web tier imports this module: it loads the service and engines only when it runs them
@@ -134,7 +134,7 @@ async def _open_session(request: SessionRequest) -> SessionHandle:
         return await router.open_session(request)
     socket_path = embedded.remote_socket()
     if socket_path is not None:
-        from inference.client import RemoteSessionHandle
+        from inference.transport.client import RemoteSessionHandle
 
         return await RemoteSessionHandle.open(socket_path, request)
     service = await embedded.local_service()
@@ -151,12 +151,12 @@ async def _open_session(request: SessionRequest) -> SessionHandle:
 
 
 # ---- several services, and the admin controls over them -----------------------------------------
-# With PARLEY_REGISTRY_URL the web tier places sessions through the Redis registry (inference.routing);
+# With PARLEY_REGISTRY_URL the web tier places sessions through the Redis registry (inference.cluster.routing);
 # otherwise the one service (in-process or remote) is the whole cluster, under the id below.
 
 IN_PROCESS_ID = "in-process"
 admissions_refused: collections.Counter[str] = collections.Counter()  # reason -> count, for the metrics
-_routing = None  # inference.routing.Router for the current config, built on first use
+_routing = None  # inference.cluster.routing.Router for the current config, built on first use
 _admission_open = True  # without a registry the flags live here (one process); with one, in Redis
 _draining = False
 _local_history = None  # inference.status.History of the in-process service's statuses
@@ -168,7 +168,7 @@ def _router():
     if not config.registry_url:
         return None
     if _routing is None or _routing.config is not config:
-        from inference.routing import Router
+        from inference.cluster.routing import Router
 
         _routing = Router(config)
     return _routing
@@ -181,7 +181,7 @@ async def services() -> list[ServiceStatus]:
         return await router.services()
     socket_path = embedded.remote_socket()
     if socket_path is not None:
-        from inference.client import remote_status
+        from inference.transport.client import remote_status
 
         return [await remote_status(socket_path)]
     return [await embedded.on_service_loop(_local_status)]
@@ -189,7 +189,7 @@ async def services() -> list[ServiceStatus]:
 
 def status_metric_families(statuses: list[ServiceStatus]) -> Iterator[Any]:
     """Prometheus metric families of these statuses (``/ops/metrics``), as a service process exports its own."""
-    from inference.exporter import status_families
+    from inference.cluster.exporter import status_families
 
     return status_families(statuses)
 
@@ -235,13 +235,13 @@ async def occupancy() -> list[WorkerSnapshot]:
     """Per-worker slot states and tick timings for the operations view."""
     router = _router()
     if router is not None:
-        from inference.client import remote_occupancy
+        from inference.transport.client import remote_occupancy
 
         live = [s for s in await router.services() if s.state != "down"]
         return [snapshot for s in live for snapshot in await remote_occupancy(s.address)]
     socket_path = embedded.remote_socket()
     if socket_path is not None:
-        from inference.client import remote_occupancy
+        from inference.transport.client import remote_occupancy
 
         return await remote_occupancy(socket_path)
     return await embedded.on_service_loop(lambda service: service.occupancy())
@@ -254,7 +254,7 @@ async def end_session(session_id: str, reason: str = "admin_ended") -> bool:
         return await router.end_session(session_id, reason)
     socket_path = embedded.remote_socket()
     if socket_path is not None:
-        from inference.client import remote_end_session
+        from inference.transport.client import remote_end_session
 
         return await remote_end_session(socket_path, session_id, reason)
     return await embedded.on_service_loop(lambda service: service.end_session(session_id, reason))
@@ -264,7 +264,7 @@ def capabilities_preview() -> dict:
     """The default engine's capabilities as a plain dict (for pages rendered before a call)."""
     config = embedded.current_config()
     if config.registry_url:
-        from inference.registry import capabilities_now
+        from inference.cluster.registry import capabilities_now
 
         preview = capabilities_now(config.registry_url, config.heartbeat_timeout_s)
         if preview is None:
@@ -272,7 +272,7 @@ def capabilities_preview() -> dict:
         return preview
     socket_path = embedded.remote_socket()
     if socket_path is not None:
-        from inference.client import remote_capabilities
+        from inference.transport.client import remote_capabilities
 
         caps = remote_capabilities(socket_path)
     else:
@@ -292,20 +292,40 @@ async def shutdown() -> None:
 
 
 # ---- voices: clips -> prompts (the web tier's voice task and importvoices call these) -----------------
-# Decoding and cleaning need no torch; computing a prompt loads the engine's own codec or encoder here, in
-# the calling process (the Celery worker, or the web process when the task runs eagerly).
+# Decoding and cleaning need no torch and run in a limited child process (``clip_sandbox``); computing a
+# prompt loads the engine's own codec or encoder here, in the calling process (the Celery worker, or the web
+# process when the task runs eagerly).
+
+
+def probe_voice_clip(data: bytes):
+    """What an uploaded clip's container header declares (``inference.media_probe.MediaHeader``: format, codec,
+    rate, channels, declared seconds, and the ``extension`` to store it with), each checked against its cap.
+    Decodes nothing: cheap enough for the web request, before anything is stored.
+
+    Raises:
+        VoiceClipError (a ParleyError): ``empty``, ``not_audio``, ``corrupted``, ``unsupported_codec``,
+        ``no_audio_track``, ``too_long`` or ``too_demanding``.
+    """
+    from inference.media_probe import probe
+    from inference.voice_prompts import MAX_INPUT_S
+
+    return probe(data, max_seconds=MAX_INPUT_S)
 
 
 def prepare_voice_clip(data: bytes, *, progress=None, min_speech_s: float | None = None):
-    """Decode, trim, normalise and validate a voice clip (``inference.voice_prompts.prepare_clip``).
+    """Decode, trim, normalise and validate a voice clip (``inference.voice_prompts.prepare_clip``) in a child
+    process under memory, CPU and wall-clock limits (``inference.clip_sandbox``).
 
     Returns a ``PreparedClip`` (``wav`` bytes, ``speech_s``); raises ``ParleyError`` subclass ``VoiceClipError``
-    whose ``code`` names the problem (empty, too_big, not_audio, corrupted, truncated, no_audio_track, too_long,
-    too_short, silent, clipped).
+    whose ``code`` names the problem (empty, too_big, not_audio, corrupted, unsupported_codec, too_demanding,
+    truncated, no_audio_track, too_long, too_short, silent, clipped).
     """
-    from inference.voice_prompts import MIN_SPEECH_S, prepare_clip
+    from inference.clip_sandbox import prepare_clip_in_child
+    from inference.voice_prompts import MIN_SPEECH_S
 
-    return prepare_clip(data, progress=progress, min_speech_s=MIN_SPEECH_S if min_speech_s is None else min_speech_s)
+    return prepare_clip_in_child(
+        data, progress=progress, min_speech_s=MIN_SPEECH_S if min_speech_s is None else min_speech_s
+    )
 
 
 def voice_prompt_targets() -> list:
@@ -400,6 +420,7 @@ __all__ = [
     "read_recording",
     "delete_raw_recording",
     "prepare_voice_clip",
+    "probe_voice_clip",
     "services",
     "set_admission",
     "set_draining",

@@ -104,7 +104,7 @@ class InferenceConfig:
     output_queue_frames: int = 64
     test_output_jitter_ms: float = 0.0
     test_output_jitter_s: float = 0.0
-    # Every connection to the service must present it (inference/transport_auth.py); never printed.
+    # Every connection to the service must present it (inference/transport/auth.py); never printed.
     inference_token: str | None = dataclasses.field(default=None, repr=False)
     voices_dirs: str = ""  # os.pathsep-separated roots a voice file must be in; "" = DEFAULT_VOICE_ROOTS
     record: str = "auto"

@@ -1,4 +1,4 @@
-"""The session's side of turn-based modes: ``DialogueSession`` mixes this in (kept out of session.py).
+"""The session's side of turn-based modes: ``DialogueSession`` mixes this in (kept out of dialogue.py).
 
 It owns the mode choice and hands half-duplex work to ``HalfDuplex`` (acting as its ``TurnHost``) and chat
 to ``Chat`` (its ``ChatHost``). A chat session gives its slot back when it enters chat mode: each response
@@ -18,7 +18,7 @@ from inference.turns.chat import MAX_RESPONSE_S_LIMIT, Chat
 from inference.turns.half_duplex import HalfDuplex
 
 if TYPE_CHECKING:
-    from inference.session import DialogueSession
+    from inference.session.dialogue import DialogueSession
 
 
 class TurnModes:

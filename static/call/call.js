@@ -39,7 +39,7 @@ const TAP = params.get("tap") === "1";
 // category such as "interactive"). 0 gets headless chromium's smallest output buffer (12 ms reported
 // against 40 for "interactive"). With it a starved audio thread loses clock time more often, and each
 // loss used to stay on as delay (the drift of d9c2c76's clean-clone runs); the jitter buffer now drops
-// what arrived for the lost time (player-worklet.js, traced in bench/notes/latency.md, stop 24).
+// what arrived for the lost time (player-worklet.js, traced in bench/notes/latency.md, 6942395).
 const DEFAULT_LATENCY_HINT = 0;
 // ?slip_drop=0 keeps the audio the jitter buffer would drop for the audio clock's slip (an A/B lever for
 // bench/latency_browser.py --stall-audio-ms; see player-worklet.js).

@@ -10,7 +10,7 @@ import pytest
 import redis
 from playwright.sync_api import expect
 
-from inference.registry import SERVICES_KEY
+from inference.cluster.registry import SERVICES_KEY
 from inference.status import ServiceStatus, SessionStatus, status_to_dict
 from tests.browser.pages import hooks, login, open_call_page, start_call, wait_for, wait_for_state
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from inference import wire
+from inference.transport import wire
 from tests.cluster.topology import Cluster
 
 HEARTBEAT_TIMEOUT_S = 2.5

@@ -8,9 +8,9 @@ import time
 import pytest
 import redis
 
+from inference.cluster.registry import SERVICES_KEY, Heartbeat, Registry
 from inference.config import InferenceConfig
 from inference.contracts import ParleyError
-from inference.registry import SERVICES_KEY, Heartbeat, Registry
 from inference.service import InferenceService
 from inference.status import ServiceStatus, SessionStatus, status_from_dict, status_to_dict
 

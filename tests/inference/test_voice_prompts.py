@@ -14,6 +14,7 @@ import soundfile
 import torch
 
 from inference import api
+from inference.models.moshi.codes_prompt import read_codes_prompt
 from inference.voice_prompts import (
     MAX_UPLOAD_BYTES,
     VoiceClipError,
@@ -21,7 +22,6 @@ from inference.voice_prompts import (
     convert_pt_prompt,
     prepare_clip,
     prompt_targets,
-    read_codes_prompt,
 )
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "personaplex"

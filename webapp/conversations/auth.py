@@ -16,7 +16,7 @@ from django.conf import settings
 from django.http.request import validate_host
 
 from webapp.accounts.services import apikey_lookup
-from webapp.conversations import throttling
+from webapp.common import throttling
 
 
 def _header(scope: dict, name: bytes) -> str | None:

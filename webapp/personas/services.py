@@ -80,7 +80,6 @@ class Consent:
     """The person reading ``sentence`` (which holds the random ``phrase``) aloud, as an audio file."""
 
     audio: bytes
-    filename: str
     sentence: str
     phrase: str
 
@@ -91,19 +90,27 @@ def voice_create_clone(
     by: AbstractBaseUser,
     name: str,
     clip: bytes,
-    clip_filename: str,
     consent: Consent,
 ) -> Voice:
     """Store a cloned voice as ``pending`` with its consent record, then queue its processing.
 
-    The consent recording must be real speech: it is checked (decoded, not silent) before anything is stored.
+    Both files are probed first (their container headers, nothing decoded): a file that is not audio, or whose
+    header declares more than the caps (a decompression bomb), is refused here and nothing is stored. The consent
+    recording must be real speech: it is decoded (in the limited child process ``prepare_voice_clip`` uses) and
+    checked before anything is stored; the clip is decoded later, by the voice task. Each file is stored under
+    the extension of what the probe found, never the one in the name the client sent.
 
     Raises:
-        VoiceError: duplicate name, or an unusable consent recording.
+        VoiceError: duplicate name, an unusable clip header, or an unusable consent recording.
     """
     if not consent.phrase or consent.phrase not in consent.sentence:
         raise VoiceError("The consent step is missing: read the displayed sentence aloud and record it.")
     try:
+        clip_header = api.probe_voice_clip(clip)
+    except ParleyError as exc:
+        raise VoiceError(f"The clip cannot be used: {exc.message}") from exc
+    try:
+        consent_header = api.probe_voice_clip(consent.audio)
         api.prepare_voice_clip(consent.audio, min_speech_s=CONSENT_MIN_SPEECH_S)
     except ParleyError as exc:
         raise VoiceError(f"The consent recording cannot be used: {exc.message}") from exc
@@ -122,8 +129,8 @@ def voice_create_clone(
                 progress_stage="queued",
             )
             voice.save()
-            voice.reference_audio.save(_safe_name(clip_filename, "clip"), ContentFile(clip), save=False)
-            voice.consent_audio.save(_safe_name(consent.filename, "consent"), ContentFile(consent.audio), save=False)
+            voice.reference_audio.save("clip" + clip_header.extension, ContentFile(clip), save=False)
+            voice.consent_audio.save("consent" + consent_header.extension, ContentFile(consent.audio), save=False)
             voice.save(update_fields=["reference_audio", "consent_audio"])
     except IntegrityError as exc:  # the same name, created concurrently
         raise VoiceError(f"A voice named {name!r} already exists.") from exc
@@ -144,11 +151,6 @@ def voice_check_name(*, owner: AbstractBaseUser | None, name: str) -> None:
         raise VoiceError("A voice needs a name of 1 to 100 characters.")
     if Voice.objects.filter(owner=owner, name=name).exists():
         raise VoiceError(f"A voice named {name!r} already exists.")
-
-
-def _safe_name(filename: str, fallback: str) -> str:
-    suffix = Path(filename or "").suffix.lower()
-    return fallback + (suffix if suffix.isascii() and 1 < len(suffix) <= 6 and suffix[1:].isalnum() else "")
 
 
 def voice_disable(*, voice: Voice, by: AbstractBaseUser) -> None:

@@ -51,5 +51,10 @@ class Recording(models.Model):
         return f"{self.session_id} ({self.user}, {self.status})"
 
     @property
+    def checkpoint_name(self) -> str:
+        """What the pages show of the checkpoint: its folder's name, not the server path (kept for operators)."""
+        return self.checkpoint.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
     def playable(self) -> bool:
         return self.status in self.PLAYABLE and bool(self.files)

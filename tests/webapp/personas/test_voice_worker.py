@@ -14,7 +14,7 @@ from django.core.files.base import ContentFile
 
 from inference import api, embedded
 from inference.config import InferenceConfig
-from inference.voice_prompts import read_codes_prompt
+from inference.models.moshi.codes_prompt import read_codes_prompt
 from webapp.celery import app as celery_app
 from webapp.personas import services
 from webapp.personas.models import Voice

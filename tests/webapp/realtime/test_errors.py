@@ -296,3 +296,23 @@ async def test_invalid_image_on_a_video_engine(alice, inference_service):
         isinstance(e, dict) and e["type"] == "error" and e["error"]["event_id"] == "img-ok" for e in peer.seen
     )
     await peer.close()
+
+
+async def test_a_database_fault_in_session_update_is_internal_error_and_the_session_goes_on(alice, monkeypatch):
+    """The services turn it into a typed error (logged whole there); the consumer only translates it."""
+    from django.db import OperationalError
+
+    from webapp.conversations import services
+
+    def locked(**kwargs):
+        raise OperationalError("database is locked")
+
+    peer, _ = await ready_peer(alice)
+    monkeypatch.setattr(services, "persona_get_for", locked)
+    update = {"type": "session.update", "event_id": "u1", "session": {"duplex": {"persona_id": 1}}}
+    error = await rejected(peer, update)
+    assert (error["type"], error["code"], error["event_id"]) == ("server_error", "internal_error", "u1")
+    assert "database" in error["message"]
+    monkeypatch.undo()
+    await peer.proves_alive()
+    await peer.close()

@@ -76,8 +76,11 @@ def test_the_owner_gets_page_files_and_zip(client, processed, django_user_model)
     assert "Hello there." in archive.read("transcript.txt").decode()
 
 
-def test_staff_see_everyones_recordings(client, processed, django_user_model):
-    django_user_model.objects.create_user(username="boss", password="x", is_staff=True)
+def test_staff_with_view_recording_see_everyones_recordings(client, processed, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    boss = django_user_model.objects.create_user(username="boss", password="x", is_staff=True)
+    boss.user_permissions.add(Permission.objects.get(codename="view_recording"))
     client.force_login(django_user_model.objects.get(username="boss"))
     assert client.get(reverse("recording-detail", args=[processed.pk])).status_code == 200
     page = client.get(reverse("recording-list")).content.decode()

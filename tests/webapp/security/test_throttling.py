@@ -9,7 +9,7 @@ from django.test import Client, override_settings
 
 from tests.webapp.realtime.realtime_helpers import Peer, make_account, session_cookie_for
 from webapp.asgi import application
-from webapp.conversations import throttling
+from webapp.common import throttling
 from webapp.env import WebEnv
 
 pytestmark = pytest.mark.django_db(transaction=True)
