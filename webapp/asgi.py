@@ -1,5 +1,5 @@
-"""ASGI entry point: the client's address from trusted proxies only, then HTTP -> Django; WebSocket -> connect throttle -> origin policy -> cookie auth ->
-API-key auth -> routes."""
+"""ASGI entry point: the client's address from trusted proxies only, then HTTP -> Django; WebSocket ->
+origin policy -> cookie auth -> API-key auth -> connect limits -> routes."""
 
 import os
 
@@ -16,7 +16,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from webapp.common.forwarded import TrustedProxyMiddleware  # noqa: E402
 from webapp.conversations.auth import (  # noqa: E402
     BearerKeyAuthMiddleware,
-    ConnectThrottleMiddleware,
+    ConnectLimitMiddleware,
     OriginPolicyMiddleware,
 )
 from webapp.conversations.routing import websocket_urlpatterns  # noqa: E402
@@ -33,8 +33,8 @@ application = TrustedProxyMiddleware(
     ProtocolTypeRouter(
         {
             "http": http_app,
-            "websocket": ConnectThrottleMiddleware(
-                OriginPolicyMiddleware(AuthMiddlewareStack(BearerKeyAuthMiddleware(websocket_routes)))
+            "websocket": OriginPolicyMiddleware(
+                AuthMiddlewareStack(BearerKeyAuthMiddleware(ConnectLimitMiddleware(websocket_routes)))
             ),
         }
     )

@@ -58,9 +58,12 @@ class WebEnv(BaseSettings):
     recordings_s3_secret_key: str = Field("", validation_alias="PARLEY_RECORDINGS_S3_SECRET_KEY")
     # browser origins allowed on /v1/realtime besides the site's own
     allowed_origins: Csv = Field([], validation_alias="PARLEY_ALLOWED_ORIGINS")
-    # WebSocket connects per client IP ("limits" notation, e.g. "30/minute")
-    connect_rate: str = Field("30/minute", validation_alias="PARLEY_CONNECT_RATE")
-    # wrong API keys per client IP before that IP is refused for a while
+    # WebSocket connects per signed-in user (session cookie) and per API key, in a moving minute: generous,
+    # a guard against a runaway client, not a quota (an office behind one address is many users)
+    connects_per_user_per_minute: int = Field(120, ge=1, validation_alias="PARLEY_CONNECTS_PER_USER_PER_MINUTE")
+    connects_per_key_per_minute: int = Field(600, ge=1, validation_alias="PARLEY_CONNECTS_PER_KEY_PER_MINUTE")
+    # failed authentications (wrong API keys, connects without credentials) per client IP before that IP
+    # is refused for a while: the only per-address limit
     key_failure_rate: str = Field("10/minute", validation_alias="PARLEY_KEY_FAILURE_RATE")
     # wrong passwords per client IP before django-axes locks it out
     login_failure_limit: int = Field(5, ge=1, validation_alias="PARLEY_LOGIN_FAILURE_LIMIT")
@@ -90,7 +93,7 @@ class WebEnv(BaseSettings):
                 raise ValueError(f"{entry!r} is not an IP address or network") from exc
         return value
 
-    @field_validator("connect_rate", "key_failure_rate")
+    @field_validator("key_failure_rate")
     @classmethod
     def _rate(cls, value: str) -> str:
         from limits import parse

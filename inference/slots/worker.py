@@ -296,7 +296,9 @@ class EngineWorker:
             if pcm16:
                 s.frames_out += 1
             if s.recording is not None and s.index in inputs:
-                recorded.append(s.recording.step_item(inputs[s.index].audio, pcm16, out, step_ms))
+                arrived = s.heard_position is not None  # None: no caller audio came in time for this step
+                caller = inputs[s.index].audio if arrived else None
+                recorded.append(s.recording.step_item(caller, pcm16, out, step_ms))
             if s.listener is not None and s.loop is not None:
                 heard = s.heard_position if s.index in inputs else None
                 deliveries.setdefault(s.loop, []).append((s.listener.slot_output, (out, pcm16, heard)))

@@ -19,6 +19,16 @@ import { handleServerEvent, noteAgentAudio } from "./server-events.js";
 import { Transport } from "./transport.js";
 import { CallUi } from "./ui.js";
 
+// The server's refusals and failures, by close code (docs/protocol.md, "Close codes"); the error event
+// before the close says more. None of them leaves a session to resume.
+const CLOSE_REFUSALS = {
+  4008: "The call could not be opened.",
+  4011: "The server failed and ended the call.",
+  4013: "All slots are busy and the queue is full: try again later.",
+  4401: "Not signed in, or the key was revoked: sign in and start again.",
+  4429: "Too many connections: wait a minute, then start again.",
+};
+
 const params = new URLSearchParams(location.search);
 // Tests (and people debugging levels) pass ?raw=1: the browser's echo canceller, noise
 // suppressor and gain control would otherwise reshape the fake microphone's signal.
@@ -304,6 +314,10 @@ export class Call {
       onClose: (code) => {
         if (this.transport !== transport) return; // an old socket after a reconnect
         if (["closed", "replaced", "failed"].includes(this.state)) return;
+        if (CLOSE_REFUSALS[code]) {
+          this.teardown("failed", CLOSE_REFUSALS[code]); // refused or ended by the server: nothing to resume
+          return;
+        }
         this.teardown("disconnected", `The connection closed (code ${code}). Start again within 30 s to resume.`);
       },
     });
@@ -381,6 +395,7 @@ export class Call {
     this.player?.close();
     this.ctx?.close();
     this.ctx = null;
+    this.ui.setServerStatus(""); // a warning about a call that has ended says nothing
     this.setState(state, detail);
   }
 

@@ -40,6 +40,7 @@ export const hooks = {
   queue: null, // the last session.queued event
   prefillProgress: [], // progress values of session.prefill events, as received (bounded)
   metrics: null,
+  serverStatus: null, // the latest session.status: {level, code, message}
   closeReason: null,
   errors: [],
   eventCounts: {},

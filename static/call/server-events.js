@@ -74,6 +74,11 @@ const HANDLERS = {
   "session.metrics"(call, e) {
     hooks.metrics = e.metrics ?? e;
   },
+  // Whether the server keeps up, in words (the counters alone say it only to someone who reads them).
+  "session.status"(call, e) {
+    hooks.serverStatus = { level: e.level, code: e.code, message: e.message };
+    call.ui.setServerStatus(e.level === "warning" ? e.message : "");
+  },
   "session.paused"(call) {
     call.player?.flush();
     call.setState("paused");

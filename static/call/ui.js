@@ -330,6 +330,13 @@ export class CallUi {
     $("units-last").textContent = `unit ${unit.unit}: ${unit.kind}${unit.endOfTurn ? " (end of turn)" : ""}`;
   }
 
+  /** The line that says the server is behind ("" hides it: it has caught up, or the call ended). */
+  setServerStatus(message) {
+    const line = $("server-status");
+    line.textContent = message;
+    line.hidden = !message;
+  }
+
   notice(message, level = "info") {
     const box = $("notice");
     box.textContent = message;

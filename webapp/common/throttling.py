@@ -1,10 +1,13 @@
-"""Per-client-IP limits: connects to ``/v1/realtime``, and wrong API keys wherever a key is accepted
-(the realtime handshake, ``/ops/metrics``), with the ``limits`` library.
+"""Connect limits with the ``limits`` library: WebSocket connects per signed-in user and per API key
+(``PARLEY_CONNECTS_PER_USER_PER_MINUTE``, ``PARLEY_CONNECTS_PER_KEY_PER_MINUTE``), and failed
+authentications per client IP (``PARLEY_KEY_FAILURE_RATE``: wrong API keys wherever a key is
+accepted, the realtime handshake and ``/ops/metrics``, and WebSocket connects without credentials).
+An address is never limited for connects that authenticate: many users share one behind a NAT or a
+proxy without forwarded headers.
 
 Counts live in ``settings.PARLEY_RATE_LIMIT_STORAGE``: Redis when the deployment has one (every web
-process shares the counts), else this process's memory. Rates use the library's notation
-(``PARLEY_CONNECT_RATE=30/minute``). A refused client is told so by the consumer: an ``error``
-event with code ``rate_limit_exceeded`` and close code 1013 (try again later); an HTTP client gets 429.
+process shares the counts), else this process's memory. A refused client is told so by the consumer: an ``error``
+event with code ``rate_limit_exceeded`` and close code 4429 (as HTTP 429); an HTTP client gets 429.
 """
 
 from __future__ import annotations
@@ -71,25 +74,34 @@ async def _retry_after(limiter: MovingWindowRateLimiter, item: RateLimitItem, *i
     return max(1, math.ceil(stats.reset_time - time.time()))
 
 
-async def connect_refusal(ip: str) -> Refusal | None:
-    """Count one connect from ``ip``; a Refusal once it is over ``PARLEY_CONNECT_RATE``."""
-    limiter, item = _current(), parse(settings.PARLEY_CONNECT_RATE)
-    if await limiter.hit(item, "parley", "connect", ip):
+async def connect_refusal(*, user_id: object, api_key_id: object | None) -> Refusal | None:
+    """Count one authenticated connect, against its API key if it came with one, else its user; a
+    Refusal once that is over its per-minute setting."""
+    if api_key_id is not None:
+        identity, per_minute, whose = ("key", str(api_key_id)), settings.PARLEY_CONNECTS_PER_KEY_PER_MINUTE, "API key"
+    else:
+        identity, per_minute, whose = ("user", str(user_id)), settings.PARLEY_CONNECTS_PER_USER_PER_MINUTE, "account"
+    limiter, item = _current(), parse(f"{per_minute}/minute")
+    if await limiter.hit(item, "parley", "connect", *identity):
         return None
-    wait = await _retry_after(limiter, item, "parley", "connect", ip)
-    return Refusal(f"Too many connections from your address; try again in {wait} s.", wait)
+    wait = await _retry_after(limiter, item, "parley", "connect", *identity)
+    return Refusal(f"Too many connections with this {whose}; try again in {wait} s.", wait)
 
 
 async def key_refusal(ip: str) -> Refusal | None:
-    """A Refusal while ``ip`` is over ``PARLEY_KEY_FAILURE_RATE`` wrong keys (checked before any lookup)."""
+    """A Refusal while ``ip`` is over ``PARLEY_KEY_FAILURE_RATE`` failed authentications (checked before any
+    key lookup)."""
     limiter, item = _current(), parse(settings.PARLEY_KEY_FAILURE_RATE)
     if await limiter.test(item, "parley", "bad_key", ip):
         return None
     wait = await _retry_after(limiter, item, "parley", "bad_key", ip)
-    return Refusal(f"Too many wrong API keys from your address; try again in {wait} s.", wait)
+    return Refusal(
+        f"Too many wrong API keys or unauthenticated connects from your address; try again in {wait} s.", wait
+    )
 
 
 async def record_key_failure(ip: str) -> None:
+    """Count one failed authentication from ``ip`` (a wrong key, or a connect without credentials)."""
     await _current().hit(parse(settings.PARLEY_KEY_FAILURE_RATE), "parley", "bad_key", ip)
 
 

@@ -47,6 +47,7 @@ from webapp.accounts import revocation
 from webapp.conversations import chat_items, services
 from webapp.conversations import protocol as p
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
+from webapp.conversations.server_health import ServerHealth
 from webapp.conversations.turn_events import TurnEvents
 from webapp.conversations.turn_settings import turn_update
 from webapp.operations.metrics import count_error
@@ -56,15 +57,21 @@ logger = logging.getLogger(__name__)
 
 
 class CloseCode:
-    """WebSocket close codes the endpoint uses (see docs/protocol.md)."""
+    """WebSocket close codes the endpoint uses (see docs/protocol.md).
+
+    daphne (autobahn) sends only 1000 and 3000-4999: any other code raises inside it and the client
+    gets 1011 or 1006 instead. So the standard codes' meanings live in the application range, as
+    4000 + the standard code's last digits (1011 -> 4011), or 4000 + the HTTP status (4401, 4429).
+    """
 
     NORMAL = 1000
-    GOING_AWAY = 1001  # the server is shutting down
-    POLICY = 1008  # the session could not be opened for another reason than capacity
-    SERVER_ERROR = 1011  # engine_failed / internal_error ended the session
-    TRY_AGAIN_LATER = 1013  # resource_exhausted: no slot and the queue is full
+    GOING_AWAY = 4001  # the server is shutting down (RFC 6455's 1001)
+    POLICY = 4008  # the session could not be opened for another reason than capacity (1008)
+    SERVER_ERROR = 4011  # engine_failed / internal_error ended the session (1011)
+    QUEUE_FULL = 4013  # resource_exhausted: no slot and the queue is full; try again later (1013)
     UNAUTHENTICATED = 4401
     REPLACED = 4409  # another connection of the same user took the session over
+    RATE_LIMITED = 4429  # rate_limit_exceeded: too many connects or failed authentications (HTTP 429)
 
 
 _CLOSE_CODE_BY_REASON = {
@@ -74,8 +81,8 @@ _CLOSE_CODE_BY_REASON = {
 }
 
 
-# A session that could not be opened: how the socket closes, by the error's code (else 1008).
-_CONNECT_CLOSE_CODES = {"resource_exhausted": CloseCode.TRY_AGAIN_LATER, "engine_failed": CloseCode.SERVER_ERROR}
+# A session that could not be opened: how the socket closes, by the error's code (else POLICY).
+_CONNECT_CLOSE_CODES = {"resource_exhausted": CloseCode.QUEUE_FULL, "engine_failed": CloseCode.SERVER_ERROR}
 
 
 class RealtimeConsumer(AsyncWebsocketConsumer):
@@ -92,13 +99,14 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.view = SessionView(model=self._requested_model(), input_rates=tuple(settings.PARLEY_INPUT_RATES))
         self.events = RealtimeEvents(self.view)
         self.turn_events = TurnEvents(self.events)
+        self.health = ServerHealth()  # turns the metrics into "the server is behind" in words
         self.user = self.scope.get("user")
         self.revocation_groups: list[str] = []
         await self.accept()
         if throttled := self.scope.get("throttled"):  # accepted only to say why (see conversations.auth)
             error = p.ProtocolError("rate_limit_exceeded", throttled.message, error_type="rate_limit_error")
             await self._reject(error)
-            await self._close(CloseCode.TRY_AGAIN_LATER)
+            await self._close(CloseCode.RATE_LIMITED)
             return
         if self.user is None or not self.user.is_authenticated:
             # Accept-then-close so browsers can see why (a refused handshake has no readable reason).
@@ -326,7 +334,12 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             case TextOut():
                 await self._emit(events.text(event))
             case Metrics():
-                await self._emit([events.event("session.metrics", metrics=dict(event.values))])
+                outgoing = [events.event("session.metrics", metrics=dict(event.values))]
+                if (status := self.health.update(event.values)) is not None:
+                    outgoing.append(
+                        events.event("session.status", level=status.level, code=status.code, message=status.message)
+                    )
+                await self._emit(outgoing)
             case Decision():
                 await self._emit(
                     [events.event(f"response.{event.kind}", unit=event.unit, end_of_turn=event.end_of_turn)]

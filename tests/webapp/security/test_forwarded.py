@@ -31,7 +31,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(scope="module")
 def behind_nginx(django_db_setup, django_db_blocker):
     # The forked server keeps these overrides: low limits in the server process only.
-    limits = override_settings(PARLEY_CONNECT_RATE="3/minute", PARLEY_KEY_FAILURE_RATE="3/minute")
+    # Connects without credentials count as failed authentications: the same per-address limit as wrong keys.
+    limits = override_settings(PARLEY_KEY_FAILURE_RATE="3/minute")
     with limits, run_live_server(django_db_blocker, live_server_env("echo")) as server:
         with start_nginx([server.host]) as nginx:
             yield nginx
