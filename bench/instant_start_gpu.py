@@ -7,7 +7,7 @@ tokenizer (the codec's size does not change what is measured: the prefill is LM 
 whose persona is a sentence; ``bench/lockstep_cpu.py``'s ``time_to_first_audio`` paces the ticks at 80 ms.
 
 Usage (on a GPU machine):
-    python bench/instant_start_gpu.py --out bench/results/instant-start-h200.json
+    python bench/instant_start_gpu.py [--out DIR_OR_FILE]   (default: bench/results/instant-start-<gpu>-<commit>.json)
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from lockstep_cpu import speech_like, time_to_first_audio  # noqa: E402
 
+from bench.results_io import write_result  # noqa: E402
 from inference.engines.base import SlotConfig, SlotInput, VoiceRef  # noqa: E402
 from inference.engines.lockstep import LockstepEngine  # noqa: E402
 from inference.models.moshi.config import LMConfig  # noqa: E402
@@ -63,7 +64,7 @@ def write_7b_checkpoint(out: Path, seed: int = 0) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "instant-start-gpu.json")
+    parser.add_argument("--out", type=Path, default=None, help="a file, or a directory for the named result")
     parser.add_argument("--voice-seconds", type=float, default=10.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,9 +111,7 @@ def main() -> int:
     for label, r in (("without", uncached), ("with", cached)):
         print(f"first agent audio {label} the prefill cache: {r['ms']:.1f} ms ({r['ticks']} ticks)")
     print(f"snapshot: {snapshot_bytes / 1e6:.1f} MB on the device")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    print(f"wrote {write_result(result, 'instant-start', gpu=True, out=args.out)}")
     return 0
 
 

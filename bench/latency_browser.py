@@ -13,14 +13,14 @@ with the time to first agent audio.
 
 Usage (loopback; one chromium, one call)::
 
-    .venv/bin/python bench/latency_browser.py --label after --seconds 60
-    .venv/bin/python bench/latency_browser.py --engine lockstep --label after
-    .venv/bin/python bench/latency_browser.py --jitter-ms 200 --jitter-seconds 30 --label after-jitter
+    .venv/bin/python bench/latency_browser.py --seconds 60
+    .venv/bin/python bench/latency_browser.py --engine lockstep
+    .venv/bin/python bench/latency_browser.py --jitter-ms 200 --jitter-seconds 30 --label jitter
 
 Starts daphne on 127.0.0.1 (free port) with ``webapp.settings.local`` in a temporary var dir (its own
 SQLite DB and user), then chromium through Playwright. Prints a summary and writes
-``bench/results/latency-<engine>-<label>.json``. The 1-minute load average before and after is
-recorded: this is a timing benchmark, and a busy machine shows up in the tail.
+``bench/results/latency-<engine>[-<label>]-<cores>core-<commit>.json``. The 1-minute load average before and
+after is recorded: this is a timing benchmark, and a busy machine shows up in the tail.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.results_io import commit, write_result  # noqa: E402
 from bench.stats import summary  # noqa: E402
 from tests.browser.latency_probe import AudioStalls, MeasuredCall, run_measured_call, write_marked_wav  # noqa: E402
 
@@ -245,9 +246,7 @@ def summarize(args, call: MeasuredCall, load: dict, server_cpu_s: float, cold_fi
         "seconds": args.seconds,
         "echo_delay_frames": 0,
         "injected_jitter": {"max_ms": args.jitter_ms, "first_seconds": args.jitter_seconds} if args.jitter_ms else None,
-        "git": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip(),
+        "git": commit(),
         "when_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "host": {
             "cpus": os.cpu_count(),
@@ -335,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=["echo", "lockstep"], default="echo")
     parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--label", default="run")
+    parser.add_argument("--label", default="", help="the configuration, in the result's name (e.g. jitter)")
     parser.add_argument("--jitter-ms", type=int, default=0, help="inject random 0..N ms delays on outgoing audio")
     parser.add_argument("--jitter-seconds", type=float, default=30.0, help="... during the first N s of the call")
     parser.add_argument("--note", default="", help="recorded in the results, e.g. what was measured and the load")
@@ -357,7 +356,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--seconds must be within 1..{MAX_SECONDS}")
     if not Path(CHROMIUM).exists():
         parser.error(f"chromium not found at {CHROMIUM} (apt-get install chromium, or set CHROMIUM)")
-    out = args.out or ROOT / "bench" / "results" / f"latency-{args.engine}-{args.label}.json"
     var_dir = Path(tempfile.mkdtemp(prefix="parley-latency-"))
     load = {"before": os.getloadavg()[0]}
     proc = None
@@ -387,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
                 proc.kill()
                 proc.wait()
         shutil.rmtree(var_dir, ignore_errors=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_result(result, "-".join(filter(None, ["latency", args.engine, args.label])), out=args.out)
     shown = {k: v for k, v in result.items() if k not in ("delays_ms", "stages_ms")}
     print(json.dumps(shown, indent=2))
     print(stage_table(result))

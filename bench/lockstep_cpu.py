@@ -10,11 +10,11 @@ whole engine ticks (Mimi encode -> LM step -> Mimi decode, text detokenisation) 
    with the prefill cache off (a full prefill) and on (``prefill_cache``: the post-prefill state copied in).
 
 Ticks are paced to the 80 ms clock (as the worker does) so the CPU is not kept artificially hot. Prints a table
-and writes ``bench/results/lockstep-cpu.json``.
+and writes ``bench/results/lockstep-<preset>-<cores>core-<commit>.json``.
 
 ``--backend eager|fast`` picks the engine's stepper instead of its CPU default (``auto``): the eager
 ``LockstepGen`` path, or the GPU fast path's objects on CPU (torch twins of its kernels, no graphs); results go to
-``bench/results/lockstep-cpu-<backend>.json``.
+``bench/results/lockstep-<preset>-<backend>-<cores>core-<commit>.json``.
 
 Usage::
 
@@ -24,7 +24,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -37,6 +36,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.results_io import write_result  # noqa: E402
 from bench.stats import summary  # noqa: E402
 from inference.engines.base import SlotConfig, SlotInput, VoiceRef  # noqa: E402
 from inference.engines.lockstep import LockstepEngine  # noqa: E402
@@ -111,10 +111,9 @@ def main() -> int:
     parser.add_argument("--preset", default="tiny-personaplex", choices=["tiny-personaplex", "tiny-moshiko"])
     parser.add_argument("--ticks", type=int, default=250, help="measured ticks per phase (80 ms each)")
     parser.add_argument("--backend", default="auto", choices=["auto", "eager", "fast"], help="the engine's stepper")
-    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/lockstep-cpu[-BACKEND].json")
+    parser.add_argument("--out", type=Path, default=None, help="a file, or a directory for the named result")
     args = parser.parse_args()
     suffix = "" if args.backend == "auto" else f"-{args.backend}"
-    args.out = args.out or ROOT / "bench" / "results" / f"lockstep-cpu{suffix}.json"
 
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = make_checkpoint(args.preset, Path(tmp) / "ckpt", 0)
@@ -180,9 +179,7 @@ def main() -> int:
     for label, r in (("without", first_audio_uncached), ("with", first_audio_cached)):
         print(f"first agent audio {label} the prefill cache: {r['ms']:.1f} ms ({r['ticks']} ticks)")
     print(f"load average (1 min) before/after: {load_before:.2f} / {load_after:.2f} on {os.cpu_count()} cores")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    print(f"wrote {write_result(result, f'lockstep-{args.preset}{suffix}', out=args.out)}")
     ok = result["steady_2_sessions"]["p99_ms"] < 80 and result["join_2_sessions_plus_prefill"]["p99_ms"] < 80
     return 0 if ok else 1
 

@@ -2,7 +2,7 @@
 
 Two runs live here (the pieces are in ``bench/lockstep/``):
 
-- the default, issue 13's round (``bench/lockstep/round2.py``): the reference's B=1 and its capacity measured
+- the default, issue 13's sections (``bench/lockstep/against_reference.py``): the reference's B=1 and its capacity measured
   until allocation fails; fp8 vs bf16 KV on identical weights (divergence, agreement, text-logit KL) with each
   format's capacity and step times; and the serving path itself, ``LockstepEngine`` under ``EngineWorker`` with
   128 in-process callers at full context, against the bare graphed loop;
@@ -16,9 +16,10 @@ Nothing is installed or downloaded; the reference package must be importable (``
 carried wheel).
 
 Usage (on the H200, after ``scripts/gpu-wheels.sh`` here and its install line there):
-    PYTHONPATH=/tmp/site:. python3 bench/lockstep_gpu.py --out bench/results/lockstep-h200.json
-    PYTHONPATH=/tmp/site:. python3 bench/lockstep_gpu.py --legacy --ticks 30 --out ...
-    python3 bench/lockstep_gpu.py --paged --sections equal cost churn --out ...
+    PYTHONPATH=/tmp/site:. python3 bench/lockstep_gpu.py             # lockstep-against-reference-<gpu>-<commit>.json
+    PYTHONPATH=/tmp/site:. python3 bench/lockstep_gpu.py --legacy --ticks 30   # lockstep-sweep-<gpu>-<commit>.json
+    python3 bench/lockstep_gpu.py --paged --sections equal cost churn   # lockstep-paged-<gpu>-<commit>.json
+(``--out DIR_OR_FILE`` puts them elsewhere, e.g. ``$OUT`` on the device machine, with BENCH_COMMIT set.)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lockstep.common import FRAME_MS, GiB, free_memory, log, save  # noqa: E402
+from bench.results_io import result_path  # noqa: E402
 
 
 def summarize(results: dict) -> dict:
@@ -81,8 +83,8 @@ def copy_bandwidth() -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="bench/results/lockstep-h200.json")
-    p.add_argument("--legacy", action="store_true", help="issue 5's sweep instead of issue 13's round")
+    p.add_argument("--out", default=None, help="a file, or a directory for the named result")
+    p.add_argument("--legacy", action="store_true", help="issue 5's sweep instead of issue 13's sections")
     p.add_argument("--paged", action="store_true", help="issue 13's goal 4: paged KV (no reference needed)")
     p.add_argument("--page", type=int, default=128, help="paged: frames per KV page")
     p.add_argument("--slots", type=int, default=320, help="paged: slots (and the largest graph bucket)")
@@ -90,7 +92,7 @@ def main() -> int:
         "--sections",
         nargs="+",
         default=["ref", "serving", "kv", "equal", "capacity"],
-        help="round: ref, serving, kv, kvfloor, equal, capacity; paged: equal, cost, churn",
+        help="against the reference: ref, serving, kv, kvfloor, equal, capacity; paged: equal, cost, churn",
     )
     p.add_argument("--dep-q", type=int, nargs="+", default=[16, 8])
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64, 128])
@@ -108,6 +110,8 @@ def main() -> int:
     p.add_argument("--serve-ticks", type=int, default=600)
     p.add_argument("--engine-ticks", type=int, default=200)
     args = p.parse_args()
+    what = "lockstep-paged" if args.paged else "lockstep-sweep" if args.legacy else "lockstep-against-reference"
+    args.out = result_path(what, gpu=True, out=args.out)  # one file, rewritten after every section
     torch.backends.cuda.matmul.allow_tf32 = False
     results = {
         "command": "PYTHONPATH=/tmp/site:. python3 " + " ".join(sys.argv),
@@ -141,9 +145,9 @@ def main() -> int:
             save(results, args.out)
         results["targets"] = summarize(results)
     else:
-        from bench.lockstep.round2 import run_round
+        from bench.lockstep.against_reference import run_against_reference
 
-        run_round(args, results)
+        run_against_reference(args, results)
     results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     save(results, args.out)
     log(json.dumps({k: v for k, v in results.items() if k not in ("configs", "kv_format_7b")}, default=str)[:6000])

@@ -8,7 +8,7 @@ frames, and 500 frames (the tiny model's KV ring holds 299, so the second also w
 
 Usage::
 
-    .venv/bin/python bench/lockstep_kv_cpu.py [--out bench/results/lockstep-kv-cpu-tiny.json]
+    .venv/bin/python bench/lockstep_kv_cpu.py [--out DIR_OR_FILE]   (default: bench/results/lockstep-kv-tiny-<cores>core-<commit>.json)
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.lockstep.kv_format import compare_kv_formats, forced_against  # noqa: E402
+from bench.results_io import write_result  # noqa: E402
 from inference.models.moshi.config import read_checkpoint_dir  # noqa: E402
 from inference.models.moshi.fast.model import FastLM  # noqa: E402
 from inference.models.moshi.fast.session import run_prefill  # noqa: E402
@@ -38,7 +39,7 @@ DATA = ROOT / "tests" / "data" / "personaplex"
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "lockstep-kv-cpu-tiny.json"))
+    p.add_argument("--out", default=None, help="a file, or a directory for the named result")
     p.add_argument("--sessions", type=int, default=8)
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -84,7 +85,7 @@ def main() -> int:
     results["against_fp32_teacher_forced_500"] = forced_against(fl, others, user_codes, prepare)
     print(json.dumps(results["against_fp32_teacher_forced_500"]), flush=True)
     results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    Path(args.out).write_text(json.dumps(results, indent=1))
+    print(f"wrote {write_result(results, 'lockstep-kv-tiny', out=args.out)}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Benchmark and sanity-check the native Mimi on a CUDA device (run by hand on a GPU machine).
 
-    .venv/bin/python bench/mimi_gpu.py --out mimi_gpu.json
+    .venv/bin/python bench/mimi_gpu.py [--out DIR_OR_FILE]   (default: bench/results/mimi-<gpu>-<commit>.json)
 
 Full-size (published) config with random weights, fp32, TF32 off. Reports, per batch size: eager ms per
 encode_step / decode_step, CUDA-graphed ms for one encode+decode tick, and checks on the device that streaming
@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from inference.models.moshi.mimi import MimiCodec, MimiConfig
-from inference.models.moshi.mimi_loading import random_mimi_state_dict
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.results_io import write_result  # noqa: E402
+from inference.models.moshi.mimi import MimiCodec, MimiConfig  # noqa: E402
+from inference.models.moshi.mimi_loading import random_mimi_state_dict  # noqa: E402
 
 FRAME = 1920
 
@@ -39,7 +43,7 @@ def stream(codec: MimiCodec, pcm: torch.Tensor, codes: torch.Tensor) -> tuple[to
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", default=None, help="a file, or a directory for the named result")
     parser.add_argument("--batches", default="1,8,32,64")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -107,9 +111,8 @@ def main() -> None:
         report["batches"][batch] = entry
         print(batch, entry, flush=True)
 
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=1)
     print(json.dumps(report, indent=1))
+    print(f"wrote {write_result(report, 'mimi', gpu=True, out=args.out)}")
 
 
 if __name__ == "__main__":

@@ -13,14 +13,13 @@ Usage::
 
     .venv/bin/python bench/recorder.py --sessions 64 --segment-s 15 --rounds 2
 
-Writes JSON (default ``bench/results/recorder-cpu.json``).
+Writes JSON (default ``bench/results/recorder-<N>sessions-<cores>core-<commit>.json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import shutil
@@ -35,13 +34,14 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.results_io import write_result  # noqa: E402
 from bench.stats import summary  # noqa: E402
 from inference.engines.base import SlotConfig  # noqa: E402
 from inference.engines.echo import EchoEngine  # noqa: E402
-from inference.metrics import TimingRing  # noqa: E402
 from inference.recording.chunks import folder_size  # noqa: E402
 from inference.recording.recorder import Recorder  # noqa: E402
-from inference.worker import EngineWorker  # noqa: E402
+from inference.slots.timing import TimingRing  # noqa: E402
+from inference.slots.worker import EngineWorker  # noqa: E402
 
 MAX_SESSIONS = 256
 MAX_SEGMENT_S = 120
@@ -124,7 +124,7 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--segment-s", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "recorder-cpu.json")
+    parser.add_argument("--out", type=Path, default=None, help="a file, or a directory for the named result")
     args = parser.parse_args()
     if not 1 <= args.sessions <= MAX_SESSIONS or not 1 <= args.segment_s <= MAX_SEGMENT_S or not 1 <= args.rounds <= 10:
         parser.error(f"sessions 1..{MAX_SESSIONS}, segment-s 1..{MAX_SEGMENT_S}, rounds 1..10")
@@ -191,12 +191,11 @@ def main() -> int:
             "load_avg_1m": round(os.getloadavg()[0], 2),
         },  # fmt: skip
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    out = write_result(report, f"recorder-{args.sessions}sessions", out=args.out)
     print(
         f"\n{args.sessions} echo sessions: tick p99 {off['p99_ms']:.3f} ms without recording, "
         f"{on['p99_ms']:.3f} ms with (+{added:.3f} ms, budget {BUDGET_MS} ms); "
-        f"{report['bytes_per_call_minute'] / 1e6:.2f} MB per call-minute; {dropped} items dropped -> {args.out}"
+        f"{report['bytes_per_call_minute'] / 1e6:.2f} MB per call-minute; {dropped} items dropped -> {out}"
     )
     return 0 if added <= BUDGET_MS else 1
 

@@ -15,8 +15,8 @@ import sys
 import threading
 import time
 
-from inference import outbox
 from inference.audio import framing
+from inference.session import outbox
 
 _out = open(os.environ["PARLEY_TRACE_PATH"], "a", buffering=1)  # noqa: SIM115 - open for the process's life
 _lock = threading.Lock()

@@ -20,7 +20,7 @@ var dir (its own SQLite DB), creates one user + API key per client, and samples 
 process's CPU with psutil. ``--via facade`` drives ``inference.api`` in this process. ``--via cluster``
 starts make cluster's topology (PostgreSQL, Redis, two echo services on TCP, two daphne behind
 nginx; tests/cluster/topology.py) and connects every client through nginx.
-Prints a table and writes JSON (default ``bench/results/transport-cpu.json``).
+Prints a table and writes JSON (default ``bench/results/transport-<via>-<N>clients-<cores>core-<commit>.json``).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ FRAME_SAMPLES = 1920  # 80 ms at 24 kHz
 MAX_CLIENTS = 200
 MAX_SECONDS = 120
 sys.path.insert(0, str(ROOT))
+from bench.results_io import write_result  # noqa: E402
 from bench.stats import summary  # noqa: E402
 from bench.transport_daphne import SETUP_SCRIPT, keys_printed, start_daphne  # noqa: E402
 
@@ -401,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ramp-s", type=float, default=0.0, help="spread the WebSocket clients' connects over this many seconds"
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "transport-cpu.json")
+    parser.add_argument("--out", type=Path, default=None, help="a file, or a directory for the named result")
     args = parser.parse_args(argv)
     if not 1 <= args.clients <= MAX_CLIENTS or not 1 <= args.seconds <= MAX_SECONDS:
         parser.error(f"--clients must be in 1..{MAX_CLIENTS} and --seconds in 1..{MAX_SECONDS}")
@@ -413,9 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         stats, cpu = asyncio.run(run_via_facade(args))
     result = summarize(args, stats, cpu)
     print_table(result)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    print(f"wrote {write_result(result, f'transport-{args.via}-{args.clients}clients', out=args.out)}")
     return 0
 
 

@@ -15,7 +15,7 @@ case. Timings on a shared 2-core machine are noisy; the numbers say what this ho
 
 Usage::
 
-    .venv/bin/python bench/unit_cpu.py --out bench/results/unit-cpu.json [--cycles 1000] [--max-sessions 8]
+    .venv/bin/python bench/unit_cpu.py [--cycles 1000] [--max-sessions 8]   (writes bench/results/unit-tiny-<cores>core-<commit>.json)
 
 The same loop runs on a GPU for comparison (``--device cuda --dtype bfloat16``); there the memory section
 also reads ``torch.cuda.memory_allocated`` before and after the cycles, which must be equal.
@@ -38,6 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.results_io import write_result  # noqa: E402
 from bench.stats import summary  # noqa: E402
 from inference.engines.base import SlotConfig, SlotInput, VoiceRef  # noqa: E402
 from inference.engines.unit import UnitEngine  # noqa: E402
@@ -178,7 +179,7 @@ def vocoder_speed(device: str, units: int, voice: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="bench/results/unit-cpu.json")
+    parser.add_argument("--out", default=None, help="a file, or a directory for the named result")
     parser.add_argument("--checkpoint", help="existing tiny checkpoint (default: generate one in a temp dir)")
     parser.add_argument("--units", type=int, default=30, help="units in the single-session latency run")
     parser.add_argument("--ticks", type=int, default=10, help="ticks per capacity step")
@@ -196,22 +197,16 @@ def main() -> int:
     print("vocoder ...", flush=True)
     vocoder = vocoder_speed(args.device, args.vocoder_units, voice_path)
     print(json.dumps(vocoder), flush=True)
+    gpu = args.device.startswith("cuda")
     if args.vocoder_only:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(
-            json.dumps(
-                {
-                    "bench": "unit_cpu.vocoder",
-                    "torch_threads": torch.get_num_threads(),
-                    "load_avg_at_end": [round(x, 2) for x in psutil.getloadavg()],
-                    "device": args.device,
-                    "vocoder": vocoder,
-                },
-                indent=1,
-            )
-        )
-        print(f"wrote {out}")
+        only = {
+            "bench": "unit_cpu.vocoder",
+            "torch_threads": torch.get_num_threads(),
+            "load_avg_at_end": [round(x, 2) for x in psutil.getloadavg()],
+            "device": args.device,
+            "vocoder": vocoder,
+        }
+        print(f"wrote {write_result(only, 'token2wav-tiny', gpu=gpu, out=args.out)}")
         return 0
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -255,10 +250,7 @@ def main() -> int:
         "memory_cycles": mem,
         "vocoder": vocoder,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {out}")
+    print(f"wrote {write_result(result, 'unit-tiny', gpu=gpu, out=args.out)}")
     return 0
 
 

@@ -17,8 +17,8 @@ own: random assets at the published flow / HiFT shapes and tiny ones, 5 and 10 f
 
 Usage (GPU machine)::
 
-    python3 bench/unit_gpu.py --out $OUT/unit-h200.json
-    python3 bench/unit_gpu.py --vocoder-only --out $OUT/token2wav-h200.json
+    python3 bench/unit_gpu.py --out $OUT                  # $OUT/unit-<gpu>-<commit>.json (BENCH_COMMIT=...)
+    python3 bench/unit_gpu.py --vocoder-only --out $OUT   # token2wav-<gpu>-<commit>.json
     python3 bench/unit_gpu.py --checkpoint /tmp/ref-ckpt ...   # the reference's weights (unit_reference.py)
     python3 bench/unit_gpu.py --reference-src .ref/minicpmo-demo --reference-site /tmp/ref-site ...
         # the side by side in one run: the reference first (its own process), then ours on its weights, ratios
@@ -38,6 +38,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.results_io import result_path, write_result  # noqa: E402
 from bench.stats import summary  # noqa: E402
 from bench.unit_equality import greedy_equality  # noqa: E402
 from bench.unit_sessions import one_session, tick  # noqa: E402
@@ -191,7 +192,9 @@ def single_session_and_equality(result: dict, eager, fast, reference, args, devi
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="bench/results/unit-h200.json")
+    parser.add_argument(
+        "--out", default=None, help="a file, or a directory for the named result (default: bench/results/)"
+    )
     parser.add_argument("--sessions", default="8,16,24,32")
     parser.add_argument("--ticks", type=int, default=64)
     parser.add_argument("--tiny", action="store_true", help="the golden pack's tiny config on this device (smoke)")
@@ -235,13 +238,15 @@ def main() -> int:
             "token2wav": vocoder_section(args.vocoder_units, device),
         }
         result["wall_s"] = round(time.perf_counter() - t_start, 1)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1))
+        print(f"wrote {write_result(result, 'token2wav', gpu=True, out=args.out)}")
         return 0
     sizes = [int(s) for s in args.sessions.split(",")]
     reference = None
+    # What this run measures names its file: the side by side, one section alone, or the fast path's full set.
+    what = "unit-side-by-side" if args.reference_src else "unit"
+    what = "unit-equality" if args.equality_only else "unit-capacity" if args.capacity_only else what
     if args.reference_src:
-        reference = run_reference(args, Path(args.out).with_suffix(".reference.json"))
+        reference = run_reference(args, result_path(what, gpu=True, out=args.out).with_suffix(".reference.json"))
         args.checkpoint = args.reference_checkpoint
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     if args.checkpoint:  # the same weights the reference ran (the speaking rule applied to them as well)
@@ -304,9 +309,7 @@ def main() -> int:
         result["token2wav"] = vocoder_section(args.vocoder_units, device)
     result["peak_allocated_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2) if device == "cuda" else None
     result["wall_s"] = round(time.perf_counter() - t_start, 1)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    out = write_result(result, what, gpu=True, out=args.out)
     profile = result.get("profile_16_all_speaking")
     print("\n".join(profile) if isinstance(profile, list) else profile or "")
     print(f"wrote {out}")

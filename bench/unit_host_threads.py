@@ -9,7 +9,7 @@ median / p99 / max of both.
 
 Usage (GPU machine)::
 
-    python3 bench/unit_host_threads.py --threads 16,4,1 --out $OUT/unit-host-threads-h200.json
+    python3 bench/unit_host_threads.py --threads 16,4,1 --out $OUT   # unit-host-threads-<gpu>-<commit>.json
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.results_io import write_result  # noqa: E402
 from bench.unit_gpu import build_model, per_kind, stats  # noqa: E402
 from bench.unit_sessions import one_session  # noqa: E402
 from bench.unit_workload import DATA, REAL_45, make_audio  # noqa: E402
@@ -46,7 +47,7 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=4, help="fast sessions per thread count")
     parser.add_argument("--mel-reps", type=int, default=300)
     parser.add_argument("--tiny", action="store_true", help="the golden pack's tiny config (a smoke run)")
-    parser.add_argument("--out", default="bench/results/unit-host-threads-h200.json")
+    parser.add_argument("--out", default=None, help="a file, or a directory for the named result")
     args = parser.parse_args()
     torch.set_grad_enabled(False)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -78,10 +79,7 @@ def main() -> int:
         "model": f"random MiniCPM-o 4.5 at the real shapes, {dtype} on {device}",
         "rows": rows,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {out}")
+    print(f"wrote {write_result(result, 'unit-host-threads', gpu=True, out=args.out)}")
     return 0
 
 

@@ -3,13 +3,12 @@
 Each op is captured in a CUDA graph of ``REPS`` back-to-back launches (as the fast path replays them), so the
 times are device time per op without Python in between. Prints microseconds per op and the ratio to torch.
 
-Usage (GPU machine): python3 bench/unit_invariant_kernels.py --out $OUT/invariant-kernels-h200.json
+Usage (GPU machine): python3 bench/unit_invariant_kernels.py --out $OUT   # invariant-kernels-<gpu>-<commit>.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from functools import partial
 from pathlib import Path
@@ -19,6 +18,7 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.results_io import write_result  # noqa: E402
 from inference.models.minicpmo.invariant import kernels  # noqa: E402
 
 REPS = 50
@@ -45,7 +45,7 @@ def graphed_us(fn) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, default=None, help="a file, or a directory for the named result")
     args = parser.parse_args()
     bf16 = torch.bfloat16
     rows = []
@@ -82,8 +82,7 @@ def main() -> int:
     rows.append({"op": "rms_norm", "rows": 16, "ours_us": round(a, 1), "torch_us": round(b, 1)})
     print(rows[-1], flush=True)
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=1))
+    print(f"wrote {write_result(result, 'invariant-kernels', gpu=True, out=args.out)}")
     return 0
 
 

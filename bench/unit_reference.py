@@ -51,7 +51,7 @@ pyyaml, requests, filelock, packaging) is on the image. Then::
 
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ref-site \\
       .whl/ref/*.whl && PYTHONPATH=/tmp/ref-site python3 bench/unit_reference.py --src .ref/minicpmo-demo \\
-      --out $OUT/unit-reference-h200.json
+      --out $OUT   # unit-reference-<gpu>-<commit>.json
 
 (The reference README asks for torch<=2.8; here it ran on torch 2.13 CPU, on the GPU it meets torch 2.11.)
 """
@@ -72,6 +72,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.results_io import write_result  # noqa: E402  (the standard library only)
 from bench.stats import summary  # noqa: E402  (numpy only: importable beside the reference's transformers)
 from bench.unit_workload import DATA, REAL_45, make_audio, speaks, sync  # noqa: E402  (numpy and torch only)
 
@@ -241,7 +242,7 @@ def main() -> int:
     parser.add_argument("--audio-units", type=int, default=20)
     parser.add_argument("--omni-units", type=int, default=10)
     parser.add_argument("--warm-units", default="6,2", help="audio,omni units of the first (unmeasured) session")
-    parser.add_argument("--out", default="bench/results/unit-reference-h200.json")
+    parser.add_argument("--out", default=None, help="a file, or a directory for the named result")
     args = parser.parse_args()
     t_start = time.perf_counter()
     torch.set_grad_enabled(False)
@@ -306,9 +307,7 @@ def main() -> int:
         "peak_allocated_sessions_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if cuda else None,
     }
     result["wall_s"] = round(time.perf_counter() - t_start, 1)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    out = write_result(result, "unit-reference" + ("-tiny" if args.tiny else ""), gpu=cuda, out=args.out)
     for kind, stages in sessions[1]["per_kind"].items():
         print(kind, json.dumps({s: {k: v for k, v in st.items() if k != "max_ms"} for s, st in stages.items()}))
     print(f"wrote {out}")

@@ -12,7 +12,7 @@ import sys
 
 # command -> (module, help). Each module defines add_arguments(parser) and run(args) -> int.
 COMMANDS = {
-    "serve": ("inference.socket_server", "run the co-located inference service"),
+    "serve": ("inference.serve", "run the co-located inference service"),
     "make-checkpoint": ("inference.models.moshi.make_checkpoint", "write a tiny random Moshi/PersonaPlex checkpoint"),
     "replay": ("inference.models.moshi.replay", "run the lockstep model on recorded user codes or audio"),
     "make-minicpmo-checkpoint": (

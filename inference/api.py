@@ -3,15 +3,15 @@
 It talks to an in-process inference service in the embedded default, and to the co-located
 service process (``python -m inference serve``) over a local socket when ``PARLEY_INFERENCE_URL``
 is set (``inference.embedded`` holds that service and the configuration). Either way the web tier never
-imports torch.
+imports torch. The facade holds no state of its own: it delegates to the ``inference.deployment.Deployment``
+this process owns (routing, admission and draining, statuses), to ``inference.recording.raw_store`` for raw
+recordings and to ``inference.voice_prompts`` for voice prompts.
 
 The signatures below are the contract between the web tier and the inference service.
 """
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -26,7 +26,7 @@ from inference.contracts import (
     VoiceRef,
     WorkerSnapshot,
 )
-from inference.registry import admission_stopped_error
+from inference.deployment import IN_PROCESS_ID, Deployment
 from inference.status import ServiceStatus, SessionStatus
 
 if TYPE_CHECKING:  # the web tier imports this module: it loads the service and engines only when it runs them
@@ -120,192 +120,99 @@ async def open_session(request: SessionRequest) -> SessionHandle:
     Raises ``ParleyError(code="resource_exhausted", error_type="rate_limit_error")`` when the queue is full
     or an admin stopped admitting new calls (``param="admission"``).
     """
-    try:
-        return await _open_session(request)
-    except ParleyError as exc:
-        if exc.code == "resource_exhausted":
-            admissions_refused["admission_stopped" if exc.param == "admission" else "capacity"] += 1
-        raise
-
-
-async def _open_session(request: SessionRequest) -> SessionHandle:
-    router = _router()
-    if router is not None:
-        return await router.open_session(request)
-    socket_path = embedded.remote_socket()
-    if socket_path is not None:
-        from inference.client import RemoteSessionHandle
-
-        return await RemoteSessionHandle.open(socket_path, request)
-    service = await embedded.local_service()
-    if request.user_key not in service.sessions:
-        if not _admission_open:
-            raise admission_stopped_error()
-        if _draining:
-            raise ParleyError(
-                "the inference service is draining: it finishes its sessions and takes no new ones",
-                code="resource_exhausted",
-                error_type="server_error",
-            )
-    return await service.open_session(request)
+    return await _deployment.open_session(request)
 
 
 # ---- several services, and the admin controls over them -----------------------------------------
-# With PARLEY_REGISTRY_URL the web tier places sessions through the Redis registry (inference.routing);
-# otherwise the one service (in-process or remote) is the whole cluster, under the id below.
+# inference.deployment owns them: with PARLEY_REGISTRY_URL the web tier places sessions through the Redis
+# registry; otherwise the one service (in-process or remote) is the whole cluster, under IN_PROCESS_ID.
 
-IN_PROCESS_ID = "in-process"
-admissions_refused: collections.Counter[str] = collections.Counter()  # reason -> count, for the metrics
-_routing = None  # inference.routing.Router for the current config, built on first use
-_admission_open = True  # without a registry the flags live here (one process); with one, in Redis
-_draining = False
-_local_history = None  # inference.status.History of the in-process service's statuses
-
-
-def _router():
-    global _routing
-    config = embedded.current_config()
-    if not config.registry_url:
-        return None
-    if _routing is None or _routing.config is not config:
-        from inference.routing import Router
-
-        _routing = Router(config)
-    return _routing
+_deployment = Deployment()  # this process's: routing, admission and draining flags, status history
+admissions_refused = _deployment.admissions_refused  # reason -> count, for the metrics (kept across restarts)
 
 
 async def services() -> list[ServiceStatus]:
     """Every inference service with its sessions and queue: the registry's, or the one service's."""
-    router = _router()
-    if router is not None:
-        return await router.services()
-    socket_path = embedded.remote_socket()
-    if socket_path is not None:
-        from inference.client import remote_status
-
-        return [await remote_status(socket_path)]
-    return [await embedded.on_service_loop(_local_status)]
+    return await _deployment.services()
 
 
 def status_metric_families(statuses: list[ServiceStatus]) -> Iterator[Any]:
     """Prometheus metric families of these statuses (``/ops/metrics``), as a service process exports its own."""
-    from inference.exporter import status_families
+    from inference.cluster.exporter import status_families
 
     return status_families(statuses)
 
 
-def _local_status(service) -> ServiceStatus:
-    global _local_history
-    from inference.status import History, service_status
-
-    if _local_history is None:
-        _local_history = History()
-    state = "draining" if _draining else "serving"
-    return service_status(service, service_id=IN_PROCESS_ID, address=IN_PROCESS_ID, state=state, history=_local_history)
-
-
 async def set_draining(service_id: str, draining: bool) -> bool:
     """Admin: stop (or resume) placing new sessions on a service; its current sessions go on. False if unknown."""
-    router = _router()
-    if router is not None:
-        return await router.set_draining(service_id, draining)
-    global _draining
-    if service_id != IN_PROCESS_ID or embedded.remote_socket() is not None:
-        return False
-    _draining = draining
-    return True
+    return await _deployment.set_draining(service_id, draining)
 
 
 async def set_admission(open_: bool) -> None:
     """Admin: stop (or resume) admitting new calls everywhere; live and detached sessions go on."""
-    global _admission_open
-    router = _router()
-    if router is not None:
-        await router.set_admission(open_)
-    else:
-        _admission_open = open_
+    await _deployment.set_admission(open_)
 
 
 async def admission_open() -> bool:
-    router = _router()
-    return await router.admission_open() if router is not None else _admission_open
+    return await _deployment.admission_open()
 
 
 async def occupancy() -> list[WorkerSnapshot]:
     """Per-worker slot states and tick timings for the operations view."""
-    router = _router()
-    if router is not None:
-        from inference.client import remote_occupancy
-
-        live = [s for s in await router.services() if s.state != "down"]
-        return [snapshot for s in live for snapshot in await remote_occupancy(s.address)]
-    socket_path = embedded.remote_socket()
-    if socket_path is not None:
-        from inference.client import remote_occupancy
-
-        return await remote_occupancy(socket_path)
-    return await embedded.on_service_loop(lambda service: service.occupancy())
+    return await _deployment.occupancy()
 
 
 async def end_session(session_id: str, reason: str = "admin_ended") -> bool:
     """Admin: end a session by id. Returns False if it does not exist."""
-    router = _router()
-    if router is not None:
-        return await router.end_session(session_id, reason)
-    socket_path = embedded.remote_socket()
-    if socket_path is not None:
-        from inference.client import remote_end_session
-
-        return await remote_end_session(socket_path, session_id, reason)
-    return await embedded.on_service_loop(lambda service: service.end_session(session_id, reason))
+    return await _deployment.end_session(session_id, reason)
 
 
 def capabilities_preview() -> dict:
     """The default engine's capabilities as a plain dict (for pages rendered before a call)."""
-    config = embedded.current_config()
-    if config.registry_url:
-        from inference.registry import capabilities_now
-
-        preview = capabilities_now(config.registry_url, config.heartbeat_timeout_s)
-        if preview is None:
-            raise ParleyError("no inference service is serving", code="internal_error", error_type="server_error")
-        return preview
-    socket_path = embedded.remote_socket()
-    if socket_path is not None:
-        from inference.client import remote_capabilities
-
-        caps = remote_capabilities(socket_path)
-    else:
-        caps = embedded.built_service().capabilities  # built, not started: the first call reuses its engine
-    preview = dataclasses.asdict(caps)
-    preview["extra"] = dict(caps.extra)
-    return preview
+    return _deployment.capabilities_preview()
 
 
 async def shutdown() -> None:
     """Stop the in-process service, if one runs (tests, process exit); the next call re-reads the env."""
-    global _routing, _admission_open, _draining, _local_history
-    router, _routing, _admission_open, _draining, _local_history = _routing, None, True, False, None
-    if router is not None:
-        await router.stop()
+    await _deployment.stop()
     await embedded.stop()
 
 
 # ---- voices: clips -> prompts (the web tier's voice task and importvoices call these) -----------------
-# Decoding and cleaning need no torch; computing a prompt loads the engine's own codec or encoder here, in
-# the calling process (the Celery worker, or the web process when the task runs eagerly).
+# Decoding and cleaning need no torch and run in a limited child process (``clip_sandbox``); computing a
+# prompt loads the engine's own codec or encoder here, in the calling process (the Celery worker, or the web
+# process when the task runs eagerly).
+
+
+def probe_voice_clip(data: bytes):
+    """What an uploaded clip's container header declares (``inference.media_probe.MediaHeader``: format, codec,
+    rate, channels, declared seconds, and the ``extension`` to store it with), each checked against its cap.
+    Decodes nothing: cheap enough for the web request, before anything is stored.
+
+    Raises:
+        VoiceClipError (a ParleyError): ``empty``, ``not_audio``, ``corrupted``, ``unsupported_codec``,
+        ``no_audio_track``, ``too_long`` or ``too_demanding``.
+    """
+    from inference.media_probe import probe
+    from inference.voice_prompts import MAX_INPUT_S
+
+    return probe(data, max_seconds=MAX_INPUT_S)
 
 
 def prepare_voice_clip(data: bytes, *, progress=None, min_speech_s: float | None = None):
-    """Decode, trim, normalise and validate a voice clip (``inference.voice_prompts.prepare_clip``).
+    """Decode, trim, normalise and validate a voice clip (``inference.voice_prompts.prepare_clip``) in a child
+    process under memory, CPU and wall-clock limits (``inference.clip_sandbox``).
 
     Returns a ``PreparedClip`` (``wav`` bytes, ``speech_s``); raises ``ParleyError`` subclass ``VoiceClipError``
-    whose ``code`` names the problem (empty, too_big, not_audio, corrupted, truncated, no_audio_track, too_long,
-    too_short, silent, clipped).
+    whose ``code`` names the problem (empty, too_big, not_audio, corrupted, unsupported_codec, too_demanding,
+    truncated, no_audio_track, too_long, too_short, silent, clipped).
     """
-    from inference.voice_prompts import MIN_SPEECH_S, prepare_clip
+    from inference.clip_sandbox import prepare_clip_in_child
+    from inference.voice_prompts import MIN_SPEECH_S
 
-    return prepare_clip(data, progress=progress, min_speech_s=MIN_SPEECH_S if min_speech_s is None else min_speech_s)
+    return prepare_clip_in_child(
+        data, progress=progress, min_speech_s=MIN_SPEECH_S if min_speech_s is None else min_speech_s
+    )
 
 
 def voice_prompt_targets() -> list:
@@ -342,17 +249,15 @@ def voice_limits() -> dict[str, float]:
 # The service process and the web tier share the folder (PARLEY_RECORDINGS_DIR): same host, same path.
 
 
-def _raw_folder(session_id: str):
-    from inference.recording.chunks import session_folder
+def _raw_recordings():
+    from inference.recording.raw_store import RawRecordings
 
-    return session_folder(embedded.current_config().recordings_dir, session_id)
+    return RawRecordings(embedded.current_config().recordings_dir)
 
 
 def raw_recording_state(session_id: str) -> Literal["missing", "open", "finished"]:
     """``finished`` once the session ended (or its killed service was restarted), ``open`` while it runs."""
-    from inference.recording.chunks import folder_state
-
-    return folder_state(_raw_folder(session_id))
+    return _raw_recordings().state(session_id)
 
 
 def read_recording(session_id: str):
@@ -360,25 +265,16 @@ def read_recording(session_id: str):
 
     Raises ``ParleyError(code="recording_unreadable")`` naming what is wrong when nothing is usable.
     """
-    from inference.recording import reader
-
-    try:
-        return reader.read_recording(_raw_folder(session_id))
-    except reader.RawRecordingError as exc:
-        raise ParleyError(str(exc), code="recording_unreadable", error_type="server_error") from exc
+    return _raw_recordings().read(session_id)
 
 
 def raw_recording_size(session_id: str) -> int:
-    from inference.recording.chunks import folder_size
-
-    return folder_size(_raw_folder(session_id))
+    return _raw_recordings().size(session_id)
 
 
 def delete_raw_recording(session_id: str) -> None:
     """Remove the raw chunks (after they were processed, or with the recording)."""
-    import shutil
-
-    shutil.rmtree(_raw_folder(session_id), ignore_errors=True)
+    _raw_recordings().delete(session_id)
 
 
 __all__ = [
@@ -400,6 +296,7 @@ __all__ = [
     "read_recording",
     "delete_raw_recording",
     "prepare_voice_clip",
+    "probe_voice_clip",
     "services",
     "set_admission",
     "set_draining",

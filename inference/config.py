@@ -58,6 +58,11 @@ class InferenceConfig:
         heartbeat_timeout_s: a service silent for longer is marked down and its callers get engine_failed.
         echo_delay_frames: echo engine: frames between an input frame and its echo.
         echo_prefill_ticks: echo engine: ticks of simulated prefill after a slot opens.
+        test_echo_slow_tick_ms: test-only: the echo engine's tick takes at least this long (0 = as fast as it
+            can), to show an engine that cannot keep up: late ticks, queued and dropped frames, and the
+            caller told "the server is behind".
+        test_echo_slow_for_s: test-only: ... for the first N seconds after a slot opens (0 = always), so the
+            same call also shows the recovery.
         input_queue_frames: bounded per-session inbox (engine chunks); overflow drops the oldest.
         output_queue_frames: bounded per-attachment outbound audio queue; overflow drops the oldest.
         test_output_jitter_ms: test-only: hold each tick's output back a random 0..N ms (order kept), to
@@ -93,11 +98,13 @@ class InferenceConfig:
     heartbeat_timeout_s: float = 3.0
     echo_delay_frames: int = 3
     echo_prefill_ticks: int = 0
+    test_echo_slow_tick_ms: float = 0.0
+    test_echo_slow_for_s: float = 0.0
     input_queue_frames: int = 16
     output_queue_frames: int = 64
     test_output_jitter_ms: float = 0.0
     test_output_jitter_s: float = 0.0
-    # Every connection to the service must present it (inference/transport_auth.py); never printed.
+    # Every connection to the service must present it (inference/transport/auth.py); never printed.
     inference_token: str | None = dataclasses.field(default=None, repr=False)
     voices_dirs: str = ""  # os.pathsep-separated roots a voice file must be in; "" = DEFAULT_VOICE_ROOTS
     record: str = "auto"
@@ -114,6 +121,8 @@ class InferenceConfig:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.echo_delay_frames < 0 or self.echo_prefill_ticks < 0:
             raise ConfigError("echo_delay_frames and echo_prefill_ticks must be >= 0")
+        if self.test_echo_slow_tick_ms < 0 or self.test_echo_slow_for_s < 0:
+            raise ConfigError("test_echo_slow_tick_ms and test_echo_slow_for_s must be >= 0")
         if self.test_output_jitter_ms < 0 or self.test_output_jitter_s < 0:
             raise ConfigError("test_output_jitter_ms and test_output_jitter_s must be >= 0")
         if self.input_queue_frames < 1 or self.output_queue_frames < 1:

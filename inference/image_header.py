@@ -3,6 +3,8 @@
 PIL's ``Image.open`` reads only the header, so a small, highly compressed file claiming a huge
 bitmap is refused before anything allocates it: at the session's edge (the caller gets
 ``invalid_image`` at once) and again where the engine decodes (``models.minicpmo.vision``).
+A header past PIL's own bomb limit (``2 * Image.MAX_IMAGE_PIXELS``, ~179 M pixels) makes ``open``
+raise instead of returning a size: that is a refusal too, never "size unknown".
 """
 
 from __future__ import annotations
@@ -19,19 +21,33 @@ Image.preinit()  # PIL's own lazy imports of its common plugins, done now rather
 MAX_FRAME_PIXELS = 4096 * 4096
 
 
+class HeaderTooLarge(Exception):
+    """The header declares more pixels than PIL will even open (its decompression-bomb limit)."""
+
+
 def declared_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) from the image header, or None when the header cannot be read."""
+    """(width, height) from the image header, or None when the header cannot be read.
+
+    Raises:
+        HeaderTooLarge: the header declares more than PIL's bomb limit; the size itself is not returned.
+    """
     try:
         # Only those two: trying every plugin PIL has on a broken file takes ~0.4 s (and all its imports).
         with Image.open(io.BytesIO(data), formats=_FORMATS) as img:
             return img.size
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+    except Image.DecompressionBombError as exc:
+        raise HeaderTooLarge(str(exc)) from exc
+    except (UnidentifiedImageError, OSError, ValueError):
         return None
 
 
 def oversized(data: bytes) -> str | None:
     """Why the frame is too large to decode, or None (also for an unreadable header: the decoder says so)."""
-    size = declared_size(data)
+    try:
+        size = declared_size(data)
+    except HeaderTooLarge:
+        limit = 2 * Image.MAX_IMAGE_PIXELS
+        return f"image declaring more than {limit} pixels; frames may have at most {MAX_FRAME_PIXELS} pixels"
     if size is not None and size[0] * size[1] > MAX_FRAME_PIXELS:
         return f"image of {size[0]}x{size[1]} pixels; frames may have at most {MAX_FRAME_PIXELS} pixels"
     return None

@@ -2,7 +2,7 @@
 
 In the embedded default ``inference.api`` runs one ``InferenceService`` in the web process. With
 ``PARLEY_INFERENCE_URL=unix:///path.sock`` the web tier talks to ``python -m inference serve``,
-which runs the very same object behind a unix socket (``inference.socket_server``).
+which runs the very same object behind a unix socket (``inference.transport.server``).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from inference.config import InferenceConfig
 from inference.contracts import EngineCapabilities, ParleyError, SessionRequest, SlotSnapshot, WorkerSnapshot
 from inference.engines import build_engine
 from inference.engines.base import Engine, ProgressFn
-from inference.local_handle import LocalHandle
-from inference.pool import SlotPool
 from inference.recording.policy import RecordingPolicy
 from inference.recording.recorder import Recorder
-from inference.session import DialogueSession, SessionContext, SessionTimeouts
-from inference.worker import EngineWorker
+from inference.session.dialogue import DialogueSession, SessionContext, SessionTimeouts
+from inference.session.local_handle import LocalHandle
+from inference.slots.pool import SlotPool
+from inference.slots.worker import EngineWorker
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 One builder (``service_status``) serves both deployments: the in-process default hands the status to
 the console directly, a service process publishes it to the Redis registry on every heartbeat
-(``inference.registry``). Plain dataclasses with dict round trips, no torch.
+(``inference.cluster.registry``). Plain dataclasses with dict round trips, no torch.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from inference.service import InferenceService
-    from inference.session import DialogueSession
+    from inference.session.dialogue import DialogueSession
 
 ServiceState = Literal["serving", "draining", "down"]
 SessionState = Literal["active", "paused", "detached", "queued"]

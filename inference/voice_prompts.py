@@ -9,7 +9,7 @@ Owned here (and reached by the web tier only through ``inference.api``):
   engines (Moshi / PersonaPlex): the Mimi codes of the loudness-normalised clip, computed exactly as the engine
   computes them from a ``.wav`` prompt (``load_voice_wav`` then ``stream_encode``), so a session started from the
   stored codes equals one started from the wav. The unit engine (MiniCPM-o): the reference-audio embedding.
-- ``read_codes_prompt``: the lockstep engine's reader for such a codes file.
+  The lockstep engine reads such a codes file with ``inference.models.moshi.codes_prompt.read_codes_prompt``.
 
 Torch is imported only inside the prompt functions: ``prepare_clip`` needs PyAV, numpy and scipy only.
 """
@@ -29,6 +29,9 @@ import numpy as np
 from inference.audio.loudness import LoudnessError, normalize_loudness
 from inference.audio.resample import resample_clip
 from inference.contracts import ParleyError
+from inference.media_probe import MAX_DECODED_SAMPLES, VoiceClipError, open_media, read_header
+
+__all__ = ["VoiceClipError"]  # re-exported: callers catch it from here
 
 SAMPLE_RATE = 24_000
 TARGET_LUFS = -24.0  # what the PersonaPlex reference (and ``audio_prep.load_voice_wav``) levels prompts to
@@ -43,20 +46,8 @@ CLIP_LEVEL = 0.999  # a sample at or above this magnitude (in the decoded source
 MAX_CLIPPED_FRACTION = 0.005  # more than 0.5 % clipped samples: too loud to clone from
 TRUNCATION_TOLERANCE_S = 0.25  # decoded audio this much shorter than the header says: the file was cut
 
-# Container signatures: a file starting with one of these is meant to be audio/video, so failing to open it
-# means a damaged file rather than something that is not audio at all.
-_MEDIA_MAGIC = (b"RIFF", b"fLaC", b"OggS", b"ID3", b"\x1aE\xdf\xa3", b"\xff\xfb", b"\xff\xf3", b"\xff\xf2")
-
 Progress = Callable[[str, float], None]
 """Called with (stage, fraction done in [0, 1])."""
-
-
-class VoiceClipError(ParleyError):
-    """A clip that cannot become a voice. ``code`` is one of: ``empty``, ``too_big``, ``not_audio``,
-    ``corrupted``, ``truncated``, ``no_audio_track``, ``too_long``, ``too_short``, ``silent``, ``clipped``,
-    ``bad_prompt`` (a ``.pt`` / ``.safetensors`` prompt file that is not the expected tensors)."""
-
-    error_type = "invalid_request_error"
 
 
 @dataclass(frozen=True)
@@ -138,29 +129,15 @@ def prepare_clip(
 
 
 def _decode_mono(data: bytes, report: Progress) -> tuple[np.ndarray, int]:
-    """The first audio stream as float32 mono at its own rate; refuses long inputs before decoding them."""
+    """The first audio stream as float32 mono at its own rate; refuses, from the header (``media_probe``), what
+    would decode too large before decoding it, and stops a stream that outgrows what its header said."""
     import av
 
-    looks_like_media = data.startswith(_MEDIA_MAGIC) or data[4:8] == b"ftyp"
-    try:
-        container = av.open(io.BytesIO(data), mode="r", metadata_errors="ignore")
-    except (av.error.FFmpegError, ValueError, OSError) as exc:
-        if looks_like_media:
-            raise VoiceClipError(f"The file's header is damaged and cannot be read ({exc}).", code="corrupted") from exc
-        raise VoiceClipError("This is not an audio file (no known audio format recognised).", code="not_audio") from exc
-    with container:
-        if not container.streams.audio:
-            if container.streams.video:
-                raise VoiceClipError("The video has no audio track.", code="no_audio_track")
-            raise VoiceClipError("The file has no audio stream.", code="no_audio_track")
+    with open_media(data) as container:
+        header = read_header(container, max_seconds=MAX_INPUT_S)
         stream = container.streams.audio[0]
-        declared_s = _declared_seconds(container, stream)
-        if declared_s is not None and declared_s > MAX_INPUT_S:
-            raise VoiceClipError(
-                f"The clip is {declared_s:.0f} s long; at most {MAX_INPUT_S:.0f} s (5 minutes) are accepted.",
-                code="too_long",
-            )
-        rate = stream.rate or SAMPLE_RATE
+        declared_s, rate = header.declared_s, header.rate
+        most = min(MAX_INPUT_S * rate, MAX_DECODED_SAMPLES)
         resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
         chunks: list[np.ndarray] = []
         decoded = 0
@@ -170,14 +147,17 @@ def _decode_mono(data: bytes, report: Progress) -> tuple[np.ndarray, int]:
                     chunk = out.to_ndarray().reshape(-1)
                     chunks.append(chunk)
                     decoded += len(chunk)
-                if decoded > MAX_INPUT_S * rate:  # containers without a duration (MediaRecorder webm) end here
+                if decoded > most:  # containers without a duration (MediaRecorder webm), or one that lied, end here
                     raise VoiceClipError(
-                        f"The clip is longer than {MAX_INPUT_S / 60:.0f} minutes.", code="too_long"
+                        f"The clip is longer than {most / rate:.0f} s; at most {most / rate:.0f} s are accepted.",
+                        code="too_long",
                     )
                 if declared_s:
                     report("decoding", min(0.4, 0.4 * decoded / rate / declared_s))
             for out in resampler.resample(None):
                 chunks.append(out.to_ndarray().reshape(-1))
+        except av.error.MemoryError:
+            raise  # not a damaged file: the sandbox's memory limit (clip_sandbox) says so
         except av.error.FFmpegError as exc:
             raise VoiceClipError(
                 f"The audio data is damaged or cut short after {decoded / rate:.1f} s and cannot be decoded ({exc}).",
@@ -212,15 +192,6 @@ def _riff_chunks_cut_short(data: bytes) -> bool:
     except (RuntimeError, soundfile.LibsndfileError):
         return False
     return any(line.startswith("data") and "should be" in line for line in info.extra_info.splitlines())
-
-
-def _declared_seconds(container, stream) -> float | None:
-    """The duration the container's header declares, if any."""
-    if stream.duration is not None and stream.time_base is not None:
-        return float(stream.duration * stream.time_base)
-    if container.duration is not None:
-        return container.duration / 1_000_000  # AV_TIME_BASE
-    return None
 
 
 def _trim_silence(pcm: np.ndarray) -> np.ndarray | None:
@@ -310,7 +281,7 @@ def compute_prompt(wav_path: Path, target: PromptTarget, progress: Progress | No
 @lru_cache(maxsize=2)
 def _mimi_for(checkpoint: Path):
     from inference.models.moshi.config import read_checkpoint_dir
-    from inference.models.moshi.mimi import MimiConfig
+    from inference.models.moshi.mimi_config import MimiConfig
     from inference.models.moshi.mimi_loading import load_mimi
 
     info = read_checkpoint_dir(checkpoint)
@@ -358,21 +329,6 @@ def _unit_embedding(wav_path: Path, target: PromptTarget, report: Progress) -> b
 
 def _metadata(target: PromptTarget) -> dict[str, str]:
     return {"family": target.family, "model_key": target.model_key, "sample_rate": str(SAMPLE_RATE)}
-
-
-def read_codes_prompt(path: str | Path) -> np.ndarray | None:
-    """The Mimi codes [8, F] of a lockstep codes prompt, or None when the file is another kind of prompt."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="numpy") as handle:
-            metadata = handle.metadata() or {}
-            if metadata.get("family") != "lockstep" or "codes" not in handle.keys():
-                return None
-            return handle.get_tensor("codes")
-    except (SafetensorError, OSError) as exc:
-        raise ValueError(f"{path}: not a readable voice prompt ({exc})") from exc
-
 
 
 PT_MODEL_KEY = "personaplex-pt"  # an imported PersonaPlex .pt prompt: embeddings of the PersonaPlex LM itself

@@ -1,9 +1,10 @@
 """``make cluster``: the production topology on this machine, on loopback, until Ctrl-C.
 
-PostgreSQL, Redis, two inference services (echo, TCP + shared token, heartbeating into the Redis
-registry), two daphne processes behind nginx, a Celery worker and beat. Prints where everything is
-and the admin login; Ctrl-C (or SIGTERM) stops every piece and deletes the cluster's files.
-docs/deploy.md explains the topology and how each piece runs under systemd on real hosts.
+PostgreSQL, Redis (with a generated password), two inference services (echo, TCP behind the shared
+secret's challenge-response, heartbeating signed records into the Redis registry), two daphne
+processes behind nginx, a Celery worker and beat. Prints where everything is and the admin login;
+Ctrl-C (or SIGTERM) stops every piece and deletes the cluster's files. docs/deploy.md explains the
+topology and how each piece runs under systemd on real hosts.
 
     .venv/bin/python scripts/cluster.py [--port 8080] [--services 2] [--daphnes 2] [--slots 4]
 """
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             login = cluster.manage("bootstrap", "--url", f"{cluster.nginx.url}/")
             print(f"\nParley is up at {cluster.nginx.url}/  (console: {cluster.nginx.url}/ops/console/)")
             print(login.strip())
-            print(f"  PostgreSQL  {cluster.database_url}\n  Redis       {cluster.redis_url}")
+            print(f"  PostgreSQL  {cluster.database_url}\n  Redis       {cluster.redis_url}  (password included)")
             for slot in cluster.service_slots:
                 print(
                     f"  {slot.service_id}       tcp://127.0.0.1:{slot.port}  metrics http://127.0.0.1:{slot.metrics_port}/metrics"

@@ -41,18 +41,3 @@ if [[ "${1:-}" == "test" && ! -f .venv-minicpmo-ref/.parley-installed ]]; then
     "numpy<2.3" soundfile librosa transformers diffusers
   touch .venv-minicpmo-ref/.parley-installed
 fi
-# The PersonaPlex reference (NVIDIA/personaplex at 3428dfd, package moshi-personaplex) is not on PyPI, and CI and
-# users' machines reach only the package registries, so it is installed only from a local checkout of that
-# repository: PARLEY_PERSONAPLEX_SRC, default ~/.cache/parley/personaplex-src. Without one, the live PersonaPlex
-# reference tests skip (and fail under CI); the stored reference goldens are checked either way.
-PERSONAPLEX_SRC=${PARLEY_PERSONAPLEX_SRC:-$HOME/.cache/parley/personaplex-src}
-if [[ "${1:-}" == "test" && ! -f .venv-personaplex-ref/.parley-installed && -f "$PERSONAPLEX_SRC/moshi/pyproject.toml" ]]; then
-  echo "installing the reference NVIDIA/personaplex from $PERSONAPLEX_SRC into .venv-personaplex-ref ..."
-  $PY -m venv .venv-personaplex-ref
-  .venv-personaplex-ref/bin/pip install -q --upgrade pip
-  .venv-personaplex-ref/bin/pip install -q torch==2.13.0
-  .venv-personaplex-ref/bin/pip install -q --no-deps "$PERSONAPLEX_SRC/moshi"
-  .venv-personaplex-ref/bin/pip install -q numpy==2.2.6 safetensors==0.7.0 einops==0.8.2 sentencepiece==0.2.3 \
-    sphn==0.1.12 pyloudnorm==0.2.0 huggingface-hub==0.36.2 tqdm
-  touch .venv-personaplex-ref/.parley-installed
-fi

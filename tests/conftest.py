@@ -31,6 +31,20 @@ def _recordings_dir(tmp_path_factory):
 
 
 @pytest.fixture
+def single_torch_thread():
+    """Torch on one intra-op thread for the test, then as before. The tiny models are latency bound: on the
+    shared 2-core machine extra threads only spin against other processes (SDPA was 300x slower with two
+    threads under load), and one thread keeps BLAS reductions deterministic. Torch is imported only here,
+    so a web-tier test that does not ask for it never loads torch."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture
 async def inference_service():
     """Start the in-process inference service on this test's event loop; returns a restarter.
 

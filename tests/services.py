@@ -13,7 +13,9 @@ and a shell script can run ``python -m tests.services postgres redis s3``, which
   directory and trust authentication on loopback. ``initdb`` and ``postgres`` refuse to run as
   root, so under root they run as the ``postgres`` system user (made by Debian's package), else
   ``nobody``.
-- Redis: ``redis-server`` without persistence.
+- Redis: ``redis-server`` without persistence; ``start_redis(password=...)`` makes it require that
+  password (``requirepass``, written to a 0600 config file in its private directory so that ``ps``
+  does not show it) and puts it in the URL: ``redis://:PASSWORD@127.0.0.1:PORT/0``.
 - S3: moto's server mode (``moto[server]`` from PyPI, a test extra). It is a separate process
   speaking the S3 REST API over real HTTP, so boto3 and django-storages exercise their real
   request signing, uploads and error handling. It is chosen because it installs with pip into the
@@ -56,9 +58,14 @@ class ServiceError(RuntimeError):
 
 @dataclass(frozen=True)
 class RedisServer:
-    url: str  # redis://127.0.0.1:PORT/0
+    url: str  # redis://127.0.0.1:PORT/0, or redis://:PASSWORD@127.0.0.1:PORT/0
     host: str
     port: int
+    password: str | None = None
+
+    def database_url(self, database: int) -> str:
+        """The URL of another database on the same server (the Celery broker's), password included."""
+        return self.url.rsplit("/", 1)[0] + f"/{database}"
 
 
 @dataclass(frozen=True)
@@ -91,26 +98,53 @@ def free_port(host: str = HOST) -> int:
 
 
 @contextlib.contextmanager
-def start_redis() -> Iterator[RedisServer]:
-    """A ``redis-server`` on a free loopback port, no persistence; yields its ``url`` (database 0)."""
+def start_redis(password: str | None = None) -> Iterator[RedisServer]:
+    """A ``redis-server`` on a free loopback port, no persistence; yields its ``url`` (database 0).
+
+    With ``password`` every client must authenticate (the URL carries it); without, anyone on the
+    machine may read and write, which is only acceptable for a test's own throwaway server.
+    """
     binary = _require("redis-server", "apt-get install redis-server")
     with _temp_dir("redis") as folder:
+        config = folder / "redis.conf"
+        config.touch(mode=0o600)
+        if password is not None:
+            if not password or any(c.isspace() or c in "\"'@:/" for c in password):
+                raise ValueError("a Redis password for a URL must be non-empty, without spaces, quotes, @, : or /")
+            config.write_text(f"requirepass {password}\n")
 
         def command(port: int) -> list[str]:
-            return [binary, "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no",
+            return [binary, str(config), "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no",
                     "--dir", str(folder), "--daemonize", "no", "--logfile", ""]  # fmt: skip
 
-        with _serve("redis-server", command, folder / "redis.log", _redis_answers) as port:
-            yield RedisServer(url=f"redis://{HOST}:{port}/0", host=HOST, port=port)
+        def answers(port: int) -> bool:
+            return _redis_answers(port, password)
+
+        with _serve("redis-server", command, folder / "redis.log", answers) as port:
+            auth = f":{password}@" if password is not None else ""
+            yield RedisServer(url=f"redis://{auth}{HOST}:{port}/0", host=HOST, port=port, password=password)
 
 
-def _redis_answers(port: int) -> bool:
+def _redis_answers(port: int, password: str | None = None) -> bool:
     try:
         with socket.create_connection((HOST, port), timeout=1) as sock:
+            if password is not None:
+                sock.sendall(_resp("AUTH", password))
+                if not sock.recv(16).startswith(b"+OK"):
+                    return False
             sock.sendall(b"PING\r\n")
             return sock.recv(16).startswith(b"+PONG")
     except OSError:
         return False
+
+
+def _resp(*words: str) -> bytes:
+    """One command in Redis's wire format (an array of bulk strings: any byte in a word is safe)."""
+    parts = [f"*{len(words)}\r\n".encode()]
+    for word in words:
+        data = word.encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
 
 
 # --- PostgreSQL ------------------------------------------------------------------------------------

@@ -42,15 +42,54 @@ def test_the_contracts_catch_a_web_tier_shortcut_and_a_service_core_cycle(tmp_pa
         shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copy(REPO / ".importlinter", tmp_path / ".importlinter")
     with open(tmp_path / "webapp" / "conversations" / "protocol.py", "a") as f:
-        f.write("\nfrom inference.session import DialogueSession  # noqa\n")
+        f.write("\nfrom inference.session.dialogue import DialogueSession  # noqa\n")
     with open(tmp_path / "inference" / "contracts.py", "a") as f:
         f.write("\nfrom inference.service import InferenceService  # noqa\n")
 
     result = _lint_imports(tmp_path)
 
     assert result.returncode != 0, result.stdout
-    assert "webapp.conversations.protocol -> inference.session" in result.stdout, result.stdout
+    assert "webapp.conversations.protocol -> inference.session.dialogue" in result.stdout, result.stdout
     assert "inference.contracts -> inference.service" in result.stdout, result.stdout
+
+
+def _copy_with(tmp_path: Path, additions: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` on a copy of inference/ and webapp/ with ``additions`` (path -> source) appended."""
+    for package in ("inference", "webapp"):
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(REPO / ".importlinter", tmp_path / ".importlinter")
+    for relative, source in additions.items():
+        with open(tmp_path / relative, "a") as f:
+            f.write(source)
+    return _lint_imports(tmp_path)
+
+
+def test_the_contracts_catch_an_import_back_up_between_packages_and_an_unlisted_module(tmp_path):
+    """The layers reach every package: the framing importing the registry (transport -> cluster), the
+    worker importing the session (slots -> session), and a new root module in no row are each reported."""
+    result = _copy_with(
+        tmp_path,
+        {
+            "inference/transport/wire.py": "\nfrom inference.cluster import registry  # noqa\n",
+            "inference/slots/pool.py": "\nfrom inference.session import outbox  # noqa\n",
+            "inference/stray.py": "from inference import service  # noqa\n",
+        },
+    )
+
+    assert result.returncode != 0, result.stdout
+    assert "inference.transport.wire -> inference.cluster.registry" in result.stdout, result.stdout
+    assert "inference.slots.pool -> inference.session.outbox" in result.stdout, result.stdout
+    assert "- inference.stray" in result.stdout, result.stdout
+
+
+def test_the_contracts_catch_a_cycle_inside_a_package(tmp_path):
+    """Two sibling modules of a webapp app importing each other break the acyclic contract."""
+    result = _copy_with(
+        tmp_path, {"webapp/accounts/models.py": "\nfrom webapp.accounts import services  # noqa\n"}
+    )
+
+    assert result.returncode != 0, result.stdout
+    assert "No cycles are allowed in webapp.accounts" in result.stdout, result.stdout
 
 
 def test_importing_the_whole_web_tier_loads_no_torch_engine_or_model():

@@ -40,6 +40,26 @@ def test_redis_server_stores_and_returns_values(redis_server):
     assert client.config_get("save") == {"save": ""}  # nothing is written to disk
 
 
+def test_redis_with_a_password_refuses_clients_without_it():
+    with services.start_redis(password="pw-for-this-test") as server:
+        assert server.url == f"redis://:pw-for-this-test@127.0.0.1:{server.port}/0"
+        anonymous = redis.Redis(host=server.host, port=server.port)
+        with pytest.raises(redis.AuthenticationError):
+            anonymous.set("parley:services", b"forged")
+        anonymous.close()
+        wrong = redis.Redis(host=server.host, port=server.port, password="not-it")
+        with pytest.raises(redis.AuthenticationError):
+            wrong.ping()
+        wrong.close()
+        client = redis.Redis.from_url(server.database_url(1))  # another database, the same password
+        client.set("parley-probe", b"ok")
+        assert client.get("parley-probe") == b"ok"
+        assert client.connection_pool.connection_kwargs["db"] == 1
+        client.close()
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+        assert "pw-for-this-test" not in ps  # the password is in a 0600 file, not on a command line
+
+
 def test_postgres_server_is_a_fresh_database_with_a_superuser(postgres_server):
     with psycopg.connect(postgres_server.url, autocommit=True) as conn:
         database, user, superuser = conn.execute(

@@ -1,5 +1,5 @@
-"""ASGI entry point: HTTP -> Django; WebSocket -> connect throttle -> origin policy -> cookie auth ->
-API-key auth -> routes."""
+"""ASGI entry point: the client's address from trusted proxies only, then HTTP -> Django; WebSocket ->
+origin policy -> cookie auth -> API-key auth -> connect limits -> routes."""
 
 import os
 
@@ -13,9 +13,10 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from webapp.common.forwarded import TrustedProxyMiddleware  # noqa: E402
 from webapp.conversations.auth import (  # noqa: E402
     BearerKeyAuthMiddleware,
-    ConnectThrottleMiddleware,
+    ConnectLimitMiddleware,
     OriginPolicyMiddleware,
 )
 from webapp.conversations.routing import websocket_urlpatterns  # noqa: E402
@@ -28,11 +29,13 @@ http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django
 # The realtime endpoint (/v1/realtime) and the operations console's socket (/ops/live).
 websocket_routes = URLRouter([*websocket_urlpatterns, *operations_websockets])
 
-application = ProtocolTypeRouter(
-    {
-        "http": http_app,
-        "websocket": ConnectThrottleMiddleware(
-            OriginPolicyMiddleware(AuthMiddlewareStack(BearerKeyAuthMiddleware(websocket_routes)))
-        ),
-    }
+application = TrustedProxyMiddleware(
+    ProtocolTypeRouter(
+        {
+            "http": http_app,
+            "websocket": OriginPolicyMiddleware(
+                AuthMiddlewareStack(BearerKeyAuthMiddleware(ConnectLimitMiddleware(websocket_routes)))
+            ),
+        }
+    )
 )

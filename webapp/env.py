@@ -42,6 +42,8 @@ class WebEnv(BaseSettings):
     redis_url: str = Field("", validation_alias="REDIS_URL")  # "" = in-memory channel layer
     celery_broker_url: str = Field("", validation_alias="CELERY_BROKER_URL")  # "" = eager Celery
     var_dir: Path = Field(BASE_DIR / "var", validation_alias="PARLEY_VAR_DIR")
+    # collectstatic's target; unset = var/staticfiles (production: a folder the front proxy may read)
+    static_root: Path | None = Field(None, validation_alias="DJANGO_STATIC_ROOT")
     max_event_bytes: int = Field(1024 * 1024, ge=1024, validation_alias="PARLEY_MAX_EVENT_BYTES")
     default_model: str = Field("", validation_alias="PARLEY_ENGINE")
     # 0 = keep recordings forever
@@ -56,23 +58,42 @@ class WebEnv(BaseSettings):
     recordings_s3_secret_key: str = Field("", validation_alias="PARLEY_RECORDINGS_S3_SECRET_KEY")
     # browser origins allowed on /v1/realtime besides the site's own
     allowed_origins: Csv = Field([], validation_alias="PARLEY_ALLOWED_ORIGINS")
-    # WebSocket connects per client IP ("limits" notation, e.g. "30/minute")
-    connect_rate: str = Field("30/minute", validation_alias="PARLEY_CONNECT_RATE")
-    # wrong API keys per client IP before that IP is refused for a while
+    # WebSocket connects per signed-in user (session cookie) and per API key, in a moving minute: generous,
+    # a guard against a runaway client, not a quota (an office behind one address is many users)
+    connects_per_user_per_minute: int = Field(120, ge=1, validation_alias="PARLEY_CONNECTS_PER_USER_PER_MINUTE")
+    connects_per_key_per_minute: int = Field(600, ge=1, validation_alias="PARLEY_CONNECTS_PER_KEY_PER_MINUTE")
+    # failed authentications (wrong API keys, connects without credentials) per client IP before that IP
+    # is refused for a while: the only per-address limit
     key_failure_rate: str = Field("10/minute", validation_alias="PARLEY_KEY_FAILURE_RATE")
     # wrong passwords per client IP before django-axes locks it out
     login_failure_limit: int = Field(5, ge=1, validation_alias="PARLEY_LOGIN_FAILURE_LIMIT")
+    # proxies whose X-Forwarded-For is believed (addresses or networks); the client is the rightmost other hop
+    trusted_proxies: Csv = Field(["127.0.0.1", "::1"], validation_alias="PARLEY_TRUSTED_PROXIES")
+    # how often a live call re-reads its user: deactivated without a save signal (a queryset update) ends it
+    account_check_s: float = Field(15.0, gt=0, le=3600, validation_alias="PARLEY_ACCOUNT_CHECK_S")
     # production's Strict-Transport-Security max-age
     hsts_seconds: int = Field(365 * 24 * 3600, ge=0, validation_alias="DJANGO_HSTS_SECONDS")
 
-    @field_validator("allowed_hosts", "csrf_trusted_origins", "allowed_origins", mode="before")
+    @field_validator("allowed_hosts", "csrf_trusted_origins", "allowed_origins", "trusted_proxies", mode="before")
     @classmethod
     def _split_csv(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
-    @field_validator("connect_rate", "key_failure_rate")
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        import ipaddress
+
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{entry!r} is not an IP address or network") from exc
+        return value
+
+    @field_validator("key_failure_rate")
     @classmethod
     def _rate(cls, value: str) -> str:
         from limits import parse

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import gc
-import json
 import os
 from pathlib import Path
 
 import torch
 
+from bench.results_io import write_result
 from bench.stats import summary
 
 GiB = 1024**3
@@ -29,8 +29,8 @@ def free_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def save(results: dict, out: str | None) -> None:
-    """Write the results to ``out`` and, on the device machine, to ``$OUT/lockstep.json`` as well."""
-    for path in filter(None, [out, os.environ.get("OUT") and os.path.join(os.environ["OUT"], "lockstep.json")]):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(results, indent=1, default=str))
+def save(results: dict, out: Path) -> None:
+    """Write the results to ``out`` (a named result file: rewritten after each section, so a later crash keeps the
+    earlier numbers) and, on the device machine, under the same name into ``$OUT`` as well."""
+    for path in filter(None, [out, os.environ.get("OUT") and Path(os.environ["OUT"]) / out.name]):
+        write_result(results, out.stem, gpu=True, out=path)

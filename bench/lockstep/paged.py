@@ -161,7 +161,7 @@ def pool_gb_for(lm: MoshiLM, slots: int, reserve_gib: float) -> float:
 def churn(lm: MoshiLM, slots: int, page: int, reserve_gib: float, ticks: int, warm: int) -> dict:
     import sentencepiece as spm
 
-    from bench.lockstep.round2 import checkpoint_dir
+    from bench.lockstep.against_reference import checkpoint_dir
     from inference.engines.lockstep import LockstepEngine
     from inference.engines.lockstep_fast_backend import KVPaging
 
@@ -276,7 +276,7 @@ def serve_call_mix(engine, mix: CallMix, mean_call_frames: int, ticks: int, warm
 
 
 def run_paged(args, results: dict) -> None:
-    from bench.lockstep.round2 import _section
+    from bench.lockstep.against_reference import _section
 
     log("== paged KV: native random bf16 weights, PersonaPlex shape")
     lm = build_native_random(16)

@@ -29,8 +29,8 @@ import torch
 from bench.lockstep.common import FRAME_MS, log, stats
 from inference.engines.base import SlotConfig, SlotInput, SlotOutput
 from inference.engines.lockstep import LockstepEngine
-from inference.metrics import TimingRing
-from inference.worker import EngineWorker
+from inference.slots.timing import TimingRing
+from inference.slots.worker import EngineWorker
 
 FRAME = 1920
 

@@ -25,7 +25,7 @@ always ends with audio that arrived moments before the tick:
   the piece later), and a frame end inside the newest piece is not safer for it either: if that piece is
   late, the frame is short all the same. Measured on the call page (20 ms pieces), the capture wait of a
   frame's last sample was 10-16 ms in most 60 s echo calls, and 1-2 ms in those whose frames happened to end
-  at a piece boundary, which were 20-30 ms faster end to end (bench/notes/latency.md, stop 26).
+  at a piece boundary, which were 20-30 ms faster end to end (bench/notes/latency.md, 96926a3).
 
 ``push`` runs on the session's event loop and ``take`` on the worker thread, hence the lock.
 """

@@ -1,7 +1,7 @@
 """The engine contract that every model family implements.
 
 An engine owns one model instance on one device and serves ``num_slots`` sessions as slots.
-It is only ever touched from its worker thread (``inference.worker``), so engines need no locks.
+It is only ever touched from its worker thread (``inference.slots.worker``), so engines need no locks.
 
 Lifecycle of a slot, as the worker drives it::
 

@@ -8,6 +8,7 @@ engine's, so every path of the worker and the session is exercised without torch
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ class EchoEngine(Engine):
         num_slots: sessions served at once.
         delay_frames: ticks between an input frame and its echo (silence is returned meanwhile).
         prefill_ticks: ticks of simulated prefill after ``open_slot`` (0 = ready at once).
+        slow_tick_ms: test-only: each tick takes at least this long (an engine that cannot keep up).
+        slow_for_s: test-only: ... only during the first N seconds after the latest ``open_slot`` (0 = always).
         chunk_period_ms: the engine clock.
         rate: input and output sample rate (Hz).
     """
@@ -56,10 +59,14 @@ class EchoEngine(Engine):
         prefill_ticks: int = 0,
         chunk_period_ms: int = 80,
         rate: int = 24_000,
+        slow_tick_ms: float = 0.0,
+        slow_for_s: float = 0.0,
     ):
         if num_slots < 1 or delay_frames < 0 or prefill_ticks < 0:
             raise ValueError("num_slots >= 1, delay_frames >= 0 and prefill_ticks >= 0 are required")
         self.num_slots = num_slots
+        self.slow_tick_s, self.slow_for_s = slow_tick_ms / 1000.0, slow_for_s
+        self._opened_at = time.monotonic()
         self.delay_frames = delay_frames
         self.prefill_ticks = prefill_ticks
         chunk = rate * chunk_period_ms // 1000
@@ -78,7 +85,13 @@ class EchoEngine(Engine):
     @classmethod
     def from_config(cls, config) -> EchoEngine:  # config: inference.config.InferenceConfig
         """Build from the service configuration."""
-        return cls(config.slots, delay_frames=config.echo_delay_frames, prefill_ticks=config.echo_prefill_ticks)
+        return cls(
+            config.slots,
+            delay_frames=config.echo_delay_frames,
+            prefill_ticks=config.echo_prefill_ticks,
+            slow_tick_ms=config.test_echo_slow_tick_ms,
+            slow_for_s=config.test_echo_slow_for_s,
+        )
 
     def warmup(self, progress: ProgressFn | None = None) -> None:
         """Nothing to load; reports progress once so callers see the same flow as a model engine."""
@@ -90,6 +103,7 @@ class EchoEngine(Engine):
         self._check_slot(slot)
         if slot in self._slots:
             raise EngineError(f"slot {slot} is already open")
+        self._opened_at = time.monotonic()
         self._slots[slot] = _EchoSlot(
             delay_line=deque(self._silence for _ in range(self.delay_frames)),
             prefill_left=self.prefill_ticks,
@@ -107,6 +121,8 @@ class EchoEngine(Engine):
 
     def step(self, inputs: Mapping[int, SlotInput]) -> dict[int, SlotOutput]:
         """Advance prefilling slots, echo the live ones; slots absent from ``inputs`` stay frozen."""
+        if self.slow_tick_s and (not self.slow_for_s or time.monotonic() - self._opened_at < self.slow_for_s):
+            time.sleep(self.slow_tick_s)  # the test hook: a tick that takes longer than the clock allows
         outputs: dict[int, SlotOutput] = {}
         for slot, state in self._slots.items():
             if state.prefill_left > 0:

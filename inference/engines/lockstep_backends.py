@@ -12,7 +12,7 @@ feeds, which paused slots must stay frozen); a ``LockstepBackend`` does it on th
 - ``EagerBackend``: the native path, ``gen.LockstepGen`` over the whole batch with an execution mask and the eager
   Mimi codec; token-exact against moshi 0.2.13 and kept as the reference the fast backend is tested against.
 
-``choose_backend`` is the one place that picks between them.
+``inference.engines.lockstep.choose_backend`` is the one place that picks between them.
 
 One backend ``step`` is one LM pass over a set of rows, live rows first: the live rows' audio is encoded, their
 user codes forced, the pass runs (prefill rows ride along), the live rows' agent codes are decoded, and tokens
@@ -25,7 +25,6 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -35,9 +34,6 @@ from inference.models.moshi.gen import LockstepGen, SamplingConfig
 from inference.models.moshi.lm import MoshiLM
 from inference.models.moshi.mimi import MimiCodec
 from inference.models.moshi.personaplex import SILENCE_TOKENS
-
-if TYPE_CHECKING:
-    from inference.engines.lockstep_fast_backend import KVPaging
 
 BACKENDS = ("auto", "eager", "fast")
 USER_CODEBOOKS = 8
@@ -240,41 +236,6 @@ class EagerBackend(LockstepBackend):
         kv = self.gen.kv.keys.numel() * self.gen.kv.keys.element_size() * 2
         weights = sum(p.numel() * p.element_size() for p in self.lm.parameters())
         return {"lm_kv_bytes": float(kv), "lm_weight_bytes": float(weights)}
-
-
-def choose_backend(
-    requested: str,
-    lm: MoshiLM,
-    codec: MimiCodec,
-    num_slots: int,
-    sampling: SamplingConfig,
-    *,
-    kv_fp8: bool | None = None,
-    seed: int = 0,
-    paging: KVPaging | None = None,
-) -> LockstepBackend:
-    """The one place that picks the stepper: ``auto`` is the fast path (graphed on CUDA, torch twins on CPU).
-
-    Args:
-        requested: ``auto``, ``eager`` or ``fast``.
-        kv_fp8: fp8 KV rings for the fast path; None means on for bfloat16 on CUDA (serving), off otherwise
-            (float32 keeps the fast path token-exact against the eager one).
-
-    Raises:
-        ValueError: an unknown backend name.
-    """
-    if requested not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {requested!r}")
-    device = lm.text_emb.weight.device
-    dtype = lm.text_emb.weight.dtype
-    name = "fast" if requested == "auto" else requested
-    if name == "eager":
-        return EagerBackend(lm, codec, num_slots, sampling, seed=seed)
-    from inference.engines.lockstep_fast_backend import FastBackend  # that module builds on this one
-
-    if kv_fp8 is None:
-        kv_fp8 = device.type == "cuda" and dtype == torch.bfloat16
-    return FastBackend(lm, codec, num_slots, sampling, kv_fp8=kv_fp8, seed=seed, paging=paging)
 
 
 # ---- codec rows of paused slots ------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import numpy as np
 
 from inference.engines.base import EngineError, SlotConfig
 from inference.engines.lockstep_backends import LockstepBackend
+from inference.models.moshi.codes_prompt import read_codes_prompt
 from inference.models.moshi.config import LMConfig
 from inference.models.moshi.personaplex import (
     DEFAULT_PERSONA,
@@ -79,9 +80,8 @@ def slot_prefill(
 
 
 def _codes_prompt(path) -> np.ndarray | None:
-    """The Mimi codes of a ``.safetensors`` codes prompt (``inference.voice_prompts``), None for other prompts."""
+    """The Mimi codes of a ``.safetensors`` codes prompt (``inference.models.moshi.codes_prompt``), None for other
+    prompts."""
     if Path(path).suffix.lower() != ".safetensors":
         return None
-    from inference.voice_prompts import read_codes_prompt
-
     return read_codes_prompt(path)

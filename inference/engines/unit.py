@@ -181,7 +181,8 @@ class UnitEngine(Engine):
             # Process-wide, like every torch thread knob. A tiny model on CPU is bound by per-op overhead: extra
             # intra-op threads only add contention (4x slower units on a shared 2-core host). On CUDA the host's
             # torch work is small (the unit's mel): beside the launching thread, 16 intra-op threads made it spike
-            # to 30-77 ms in about one unit in eight, the listen unit's p99 (bench/results/unit-host-threads-h200.json).
+            # to 30-77 ms in about one unit in eight, the listen unit's p99
+            # (bench/results/unit-host-threads-h200-897b290.json).
             torch.set_num_threads(1)
         report(0.7, "warming up the unit loop")
         session = self.runner.new_session()

@@ -26,6 +26,7 @@ from inference.audio.resample import resample_clip
 from inference.contracts import ChatMessage
 from inference.engines.base import SlotOutput
 from inference.recording.recorder import SessionRecording, record_steps
+from inference.recording.wall_clock import CHAT_EVENT
 
 _NO_OUTPUT = SlotOutput(audio=np.zeros(0, np.float32))  # a step's text goes in as its own event
 
@@ -35,6 +36,7 @@ class ChatRecording:
 
     def __init__(self, recording: SessionRecording, meta: dict[str, Any]):
         self.recording = recording
+        recording.event(CHAT_EVENT)  # the reader lays this recording's audio end to end, not on the wall clock
         self.input_rate = int(meta["input_rate"])
         self.caller_step = int(meta["input_chunk_samples"])
         self.agent_step = round(int(meta["output_rate"]) * int(meta["chunk_period_ms"]) / 1000)
@@ -80,4 +82,3 @@ class ChatRecording:
             for k in range(count)
         ]
         record_steps(items)
-

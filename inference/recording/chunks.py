@@ -40,7 +40,9 @@ SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")  # what the service generates; 
 class Kind:
     """Record kinds."""
 
-    CALLER_AUDIO = 1  # STEP + pcm16 at the engine's input rate: what the engine received this step
+    # STEP + pcm16 at the engine's input rate: what the engine received this step (format 2: absent when no
+    # caller audio arrived for the step; the reader marks such runs as gaps)
+    CALLER_AUDIO = 1
     AGENT_AUDIO = 2  # STEP + pcm16 at the engine's output rate: what the engine sent this step
     EVENT = 3  # JSON object with "k" (kind) and "t" (seconds since start): text, epoch, pause, ack ...
     TICK = 4  # TICK: one engine step of this session and how long the whole batch took

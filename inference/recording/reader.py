@@ -25,6 +25,7 @@ from inference.recording.chunks import (
     read_json,
     read_records,
 )
+from inference.recording.wall_clock import Timeline, lay_out
 
 
 class RawRecordingError(Exception):
@@ -33,7 +34,8 @@ class RawRecordingError(Exception):
 
 @dataclass
 class RawRecording:
-    """A decoded recording. Audio is int16 mono; step ``k`` starts at ``k * period_ms``."""
+    """A decoded recording. Audio is int16 mono on the call's wall clock (``inference.recording.wall_clock``):
+    step ``k`` starts at ``step_starts[k]`` seconds, and ``gaps`` name the silences laid in between."""
 
     session_id: str
     meta: dict[str, Any]
@@ -47,6 +49,8 @@ class RawRecording:
     events: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # damaged chunks, dropped items: each names its cause
     chunks: list[str] = field(default_factory=list)
+    step_starts: list[float] = field(default_factory=list)
+    gaps: list[dict[str, Any]] = field(default_factory=list)  # {"t", "end", "cause"}: marked silence
 
     @property
     def steps(self) -> int:
@@ -55,6 +59,14 @@ class RawRecording:
     @property
     def duration_s(self) -> float:
         return max(len(self.caller) / self.caller_rate, len(self.agent) / self.agent_rate)
+
+    def step_time(self, step: int) -> float:
+        """Where step ``step`` starts on the recording's clock (past the last step: one period each)."""
+        if step < len(self.step_starts):
+            return self.step_starts[step]
+        last = len(self.step_starts) - 1
+        base = self.step_starts[last] if last >= 0 else 0.0
+        return base + (step - last) * self.period_ms / 1000.0
 
     @property
     def interrupted(self) -> bool:
@@ -107,8 +119,19 @@ def read_recording(folder: Path) -> RawRecording:
         )
     if end is not None and end.get("problem"):
         recording.problems.append(str(end["problem"]))
-    recording.caller = _place(caller_parts, chunk_samples, sequential=False)
-    recording.agent = _place(agent_parts, round(agent_rate * period_ms / 1000), sequential=True)
+    # Format 2 writes no caller record for a step whose caller audio did not arrive: those are gaps.
+    caller_steps = {step for step, _ in caller_parts} if int(meta.get("format", 1)) >= 2 else None
+    end_s = end.get("duration_s") if end is not None else None
+    timeline = lay_out(
+        recording.ticks,
+        period_s=period_ms / 1000.0,
+        events=recording.events,
+        caller_steps=caller_steps,
+        end_s=float(end_s) if isinstance(end_s, int | float) else None,
+    )
+    recording.step_starts, recording.gaps = timeline.starts, timeline.gaps
+    recording.caller = _place(caller_parts, timeline, caller_rate, chunk_samples, sequential=False)
+    recording.agent = _place(agent_parts, timeline, agent_rate, round(agent_rate * period_ms / 1000), sequential=True)
     return recording
 
 
@@ -128,24 +151,28 @@ def _take(kind: int, payload: bytes, recording: RawRecording, caller: list, agen
             recording.events.append(event)
 
 
-def _place(parts: list[tuple[int, bytes]], step_samples: int, *, sequential: bool) -> np.ndarray:
-    """Lay each step's samples at its step's start; steps lost to drops or damage stay silent.
+def _place(
+    parts: list[tuple[int, bytes]], timeline: Timeline, rate: int, step_samples: int, *, sequential: bool
+) -> np.ndarray:
+    """Lay each step's samples at its step's start on the timeline; steps lost to drops or damage, and the
+    timeline's gaps, stay silent. The track is as long as the timeline (a silent tail included).
 
     ``sequential``: a step may carry more (or less) than one step of audio (a unit engine's unit);
     such audio is laid after the previous step's, never over it, as the caller's player would.
     """
+    total = round(timeline.duration_s * rate)
     if not parts:
-        return np.zeros(0, np.int16)
+        return np.zeros(total if total > 0 else 0, np.int16)
     samples = [np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2") for _, data in parts]
     end = 0
     starts = []
     for (step, _), chunk in zip(parts, samples, strict=True):
-        start = step * step_samples
+        start = round(timeline.starts[step] * rate) if step < len(timeline.starts) else step * step_samples
         if sequential:
             start = max(start, end)
         starts.append(start)
         end = max(end, start + len(chunk))
-    out = np.zeros(end, np.int16)
+    out = np.zeros(max(end, total), np.int16)
     for start, chunk in zip(starts, samples, strict=True):
         out[start : start + len(chunk)] = chunk
     return out

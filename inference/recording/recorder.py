@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 FLUSH_PERIOD_S = 0.5  # well inside the promised second, with room for a slow write
 DEFAULT_MAX_PENDING = 64  # queued items (a tick's steps are one item): ~5 s of ticks; beyond it, drop and count
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a step whose caller audio did not arrive has no caller record (a gap, not silence)
 _running_here: set[str] = set()  # instance ids of this process's started recorders (several services may share one)
 
 
@@ -70,8 +70,11 @@ class SessionRecording:
 
     # ---- worker thread ----------------------------------------------------------------------
 
-    def step_item(self, caller: np.ndarray, agent_pcm16: bytes, output: Any, step_ms: float) -> tuple[Any, ...]:
-        """One engine step of this session (the input it got, what it sent, its text and decision)."""
+    def step_item(self, caller: np.ndarray | None, agent_pcm16: bytes, output: Any, step_ms: float) -> tuple[Any, ...]:
+        """One engine step of this session (the input it got, what it sent, its text and decision).
+
+        ``caller`` None: no caller audio arrived for this step (the engine was fed silence); the reader
+        keeps that time as a marked gap."""
         step, self.step = self.step, self.step + 1
         return (self, step, self.seconds(), caller, agent_pcm16, output.text, output.decision, output.end_of_turn,
                 step_ms)  # fmt: skip
@@ -331,7 +334,7 @@ def record_steps(steps: list[tuple[Any, ...]]) -> None:
 def _step_records(
     step: int,
     seconds: float,
-    caller: np.ndarray,
+    caller: np.ndarray | None,
     agent_pcm16: bytes,
     text: str,
     decision: str | None,
@@ -340,11 +343,10 @@ def _step_records(
 ) -> bytes:
     """One step's records: the tick timing, both audio payloads, and text/decision if any."""
     prefix = STEP.pack(step)
-    parts = [
-        encode_record(Kind.TICK, TICK.pack(step, seconds, step_ms)),
-        encode_record(Kind.CALLER_AUDIO, prefix + _caller_pcm16(caller)),
-        encode_record(Kind.AGENT_AUDIO, prefix + agent_pcm16),
-    ]
+    parts = [encode_record(Kind.TICK, TICK.pack(step, seconds, step_ms))]
+    if caller is not None:
+        parts.append(encode_record(Kind.CALLER_AUDIO, prefix + _caller_pcm16(caller)))
+    parts.append(encode_record(Kind.AGENT_AUDIO, prefix + agent_pcm16))
     if text:
         parts.append(encode_event({"k": "text", "t": round(seconds, 4), "step": step, "text": text}))
     if decision is not None:

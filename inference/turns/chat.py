@@ -2,7 +2,7 @@
 
 The session keeps the conversation. A response takes an engine slot from the pool (or queues for one) at
 ``create_response`` and gives it back when the reply ends, so a chat session holds no slot while the person
-types. The reply is generated on the worker's thread (``inference.worker_chats``) from the whole
+types. The reply is generated on the worker's thread (``inference.slots.chats``) from the whole
 conversation, and streamed back as the same events a half-duplex response sends: ``ResponseStarted``, then
 ``TextOut`` / ``AudioOut`` of its epoch, then ``ResponseEnded``.
 

@@ -13,10 +13,21 @@ import { countEvent, hooks, installTap, pushBounded } from "./hooks.js";
 import { JitterPlayer, WIRE_RATE } from "./player.js";
 import { LatencyMeter } from "./latency.js";
 import { bindChat, handleChatEvent } from "./chat.js";
+import { CAN_PICK_SPEAKER, fillDevicePicker, microphoneProblem } from "./devices.js";
 import { applyMode, chosenMode, handleModeEvent } from "./modes.js";
 import { handleServerEvent, noteAgentAudio } from "./server-events.js";
 import { Transport } from "./transport.js";
 import { CallUi } from "./ui.js";
+
+// The server's refusals and failures, by close code (docs/protocol.md, "Close codes"); the error event
+// before the close says more. None of them leaves a session to resume.
+const CLOSE_REFUSALS = {
+  4008: "The call could not be opened.",
+  4011: "The server failed and ended the call.",
+  4013: "All slots are busy and the queue is full: try again later.",
+  4401: "Not signed in, or the key was revoked: sign in and start again.",
+  4429: "Too many connections: wait a minute, then start again.",
+};
 
 const params = new URLSearchParams(location.search);
 // Tests (and people debugging levels) pass ?raw=1: the browser's echo canceller, noise
@@ -29,7 +40,7 @@ const TAP = params.get("tap") === "1";
 // category such as "interactive"). 0 gets headless chromium's smallest output buffer (12 ms reported
 // against 40 for "interactive"). With it a starved audio thread loses clock time more often, and each
 // loss used to stay on as delay (the drift of d9c2c76's clean-clone runs); the jitter buffer now drops
-// what arrived for the lost time (player-worklet.js, traced in bench/notes/latency.md, stop 24).
+// what arrived for the lost time (player-worklet.js, traced in bench/notes/latency.md, 6942395).
 const DEFAULT_LATENCY_HINT = 0;
 // ?slip_drop=0 keeps the audio the jitter buffer would drop for the audio clock's slip (an A/B lever for
 // bench/latency_browser.py --stall-audio-ms; see player-worklet.js).
@@ -61,6 +72,13 @@ export class Call {
     this.meter = null; // measured mouth-to-ear, see latency.js
     this.startedAt = 0; // performance.now() when Start was pressed
     this.lastSentAt = null; // when the previous microphone piece went out (ms since the time origin)
+    this.muted = false;
+    this.volume = 1;
+  }
+
+  /** Milliseconds since Start was pressed (the transcript's times). */
+  sinceStart() {
+    return performance.now() - this.startedAt;
   }
 
   /** Note how long after Start one step of the start was done (hooks.startTimeline), once per call. */
@@ -90,6 +108,7 @@ export class Call {
     hooks.startTimeline = {};
     this.ctx = new AudioContext({ latencyHint: LATENCY_HINT });
     const resuming = this.ctx.resume(); // still inside the user gesture
+    const speaker = document.getElementById("speaker-device").value;
     this.setState("connecting");
     this.ui.notice("");
     try {
@@ -98,9 +117,10 @@ export class Call {
       if (chosenMode() !== "chat") await this.openMicrophone(); // chat takes typed messages, no stream
       this.markStart("microphone");
     } catch (err) {
-      this.fail(`Microphone unavailable: ${err.message}`);
+      this.fail(microphoneProblem(err));
       return;
     }
+    refreshDevicePickers(); // with the microphone allowed, devices have names
     this.meter = new LatencyMeter(this.ctx);
     try {
       this.player = await JitterPlayer.create(this.ctx, {
@@ -113,6 +133,8 @@ export class Call {
       return;
     }
     this.markStart("player");
+    this.player.volume.gain.value = this.volume;
+    if (speaker) await this.chooseSpeaker(speaker);
     this.ui.drawOutput(this.player.analyser);
     if (TAP && this.mic) await installTap(this.ctx, this.mic.source, this.player.gain);
     hooks.framesSent = 0;
@@ -153,6 +175,32 @@ export class Call {
     this.send({ type: "response.cancel" });
   }
 
+  /** Mute: the microphone's track is disabled, so the call goes on with silence going up. */
+  toggleMute() {
+    this.muted = !this.muted;
+    this.mic?.stream.getAudioTracks().forEach((track) => (track.enabled = !this.muted));
+    hooks.muted = this.muted;
+    this.ui.setMuted(this.muted);
+  }
+
+  setVolume(volume) {
+    this.volume = volume;
+    hooks.outputVolume = volume;
+    if (this.player) this.player.volume.gain.value = volume;
+    this.ui.showVolume(volume);
+  }
+
+  /** Send the agent's audio to another output device (where the browser can). */
+  async chooseSpeaker(deviceId) {
+    if (!this.ctx || !CAN_PICK_SPEAKER) return;
+    try {
+      await this.ctx.setSinkId(deviceId);
+      hooks.speakerId = deviceId;
+    } catch (err) {
+      this.ui.notice(`That speaker could not be used: ${err.message}`, "error");
+    }
+  }
+
   forceListen() {
     this.send({ type: "response.force_listen" });
   }
@@ -180,13 +228,16 @@ export class Call {
   // ---- audio in ------------------------------------------------------------------------------
 
   async openMicrophone() {
+    const deviceId = document.getElementById("mic-device").value;
     const constraints = {
+      ...(deviceId ? { deviceId: { exact: deviceId } } : {}),
       channelCount: 1,
       echoCancellation: !RAW_AUDIO,
       noiseSuppression: !RAW_AUDIO,
       autoGainControl: !RAW_AUDIO,
     };
     const stream = await navigator.mediaDevices.getUserMedia({ audio: constraints });
+    stream.getAudioTracks().forEach((track) => (track.enabled = !this.muted)); // muted before Start stays muted
     const source = this.ctx.createMediaStreamSource(stream);
     const node = new AudioWorkletNode(this.ctx, "parley-mic", { numberOfInputs: 1, numberOfOutputs: 0 });
     // Until the socket's Worker takes the pieces (connect), only their level is shown.
@@ -263,6 +314,10 @@ export class Call {
       onClose: (code) => {
         if (this.transport !== transport) return; // an old socket after a reconnect
         if (["closed", "replaced", "failed"].includes(this.state)) return;
+        if (CLOSE_REFUSALS[code]) {
+          this.teardown("failed", CLOSE_REFUSALS[code]); // refused or ended by the server: nothing to resume
+          return;
+        }
         this.teardown("disconnected", `The connection closed (code ${code}). Start again within 30 s to resume.`);
       },
     });
@@ -340,12 +395,14 @@ export class Call {
     this.player?.close();
     this.ctx?.close();
     this.ctx = null;
+    this.ui.setServerStatus(""); // a warning about a call that has ended says nothing
     this.setState(state, detail);
   }
 
+  /** Said once: in the notice (the state badge says "Failed" beside it). */
   fail(message) {
+    this.teardown("failed", "");
     this.ui.notice(message, "error");
-    this.teardown("failed", message);
   }
 
   stopCamera() {
@@ -432,6 +489,16 @@ ui.bind({
   forceListen: () => call.forceListen(),
   camera: () => call.toggleCamera(),
 });
-ui.bindPersonaPresets();
+ui.bindPersonaPresets(params);
+const refreshDevicePickers = () => {
+  fillDevicePicker(document.getElementById("mic-device"), "audioinput");
+  if (CAN_PICK_SPEAKER) fillDevicePicker(document.getElementById("speaker-device"), "audiooutput");
+};
+ui.showSpeakerPicker(CAN_PICK_SPEAKER);
+refreshDevicePickers();
+navigator.mediaDevices?.addEventListener("devicechange", refreshDevicePickers);
+document.getElementById("mute").addEventListener("click", () => call.toggleMute());
+document.getElementById("volume").addEventListener("input", (event) => call.setVolume(Number(event.target.value)));
+document.getElementById("speaker-device").addEventListener("change", (event) => call.chooseSpeaker(event.target.value));
 bindChat(call);
 ui.showPreview(); // the default engine's banner, before the first call

@@ -9,6 +9,10 @@ export const hooks = {
   resumed: null,
   capabilities: null,
   recorded: null, // session.duplex.record as the server last reported it
+  sessionNames: null, // {persona, version, voice} as the last session.updated named them
+  muted: false,
+  outputVolume: 1,
+  speakerId: null, // the output device chosen with the speaker picker (null: the system default)
   framesSent: 0,
   imagesSent: 0,
   micRms: 0,
@@ -36,6 +40,7 @@ export const hooks = {
   queue: null, // the last session.queued event
   prefillProgress: [], // progress values of session.prefill events, as received (bounded)
   metrics: null,
+  serverStatus: null, // the latest session.status: {level, code, message}
   closeReason: null,
   errors: [],
   eventCounts: {},

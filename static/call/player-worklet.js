@@ -2,7 +2,7 @@
 //
 // Chunks of 24 kHz pcm16 arrive on a MessagePort straight from the socket's Worker (transport-worker.js),
 // never through the page's main thread: a main-thread stall of a few tens of ms (layout, drawing, GC) used
-// to hold back a chunk and be heard as an underrun (bench/notes/latency.md, stop 25). The node's own port
+// to hold back a chunk and be heard as an underrun (bench/notes/latency.md, 6885243). The node's own port
 // takes chunks too (tests), and carries the figures back to the page.
 //
 // What is queued when a chunk arrives (its slack) measures the network and server jitter the buffer
@@ -16,7 +16,7 @@
 // arrives meanwhile queues up as extra delay while the server goes on sending 80 ms per 80 ms of wall
 // time (the microphone audio of that time never existed; the server padded it with silence). The
 // player measures that slip (wall time minus context time since the first chunk) and drops as much from
-// the front of the next chunks at once, never below the target (traced in bench/notes/latency.md, stop 24).
+// the front of the next chunks at once, never below the target (traced in bench/notes/latency.md, 6942395).
 //
 // Resampling from the wire rate to the context's is linear interpolation with a fractional read
 // position; the speed-up is the same read position moving a little faster.
@@ -24,9 +24,9 @@
 const WIRE_RATE = 24000;
 const GROW_STEP_MS = 20; // added on top of what an underrun was missing: one miss should not repeat
 // Slack kept above the worst arrival of a window. 10 ms left 2-3 underruns per 30-60 s on a quiet loopback
-// echo call; with the buffer on the main thread an A/B of 30 against 40 ms kept 30 (stop 25). Here, off the main
+// echo call; with the buffer on the main thread an A/B of 30 against 40 ms kept 30 (5426bf7). Here, off the main
 // thread, 60 s echo calls had no underrun in 4 at 30 ms and 6 at 25 ms (p50 151-159 against 127-157), and 1 in 3
-// at 20 ms (bench/notes/latency.md, stop 26).
+// at 20 ms (bench/notes/latency.md, 9873310).
 const MARGIN_MS = 25;
 const WINDOW_ARRIVALS = 25; // 2 s of 80 ms chunks: long enough to see the jitter's tail
 const MIN_SPEEDUP = 0.02; // 1.6 ms less per 80 ms: inaudible

@@ -34,7 +34,9 @@ export class JitterPlayer {
     this.gain = ctx.createGain();
     this.analyser = ctx.createAnalyser(); // the output waveform view reads from here
     this.analyser.fftSize = 2048;
-    this.node.connect(this.gain).connect(this.analyser).connect(ctx.destination);
+    // The listener's volume comes last: the waveform and the latency tap (hooks.js) see the audio as it arrived.
+    this.volume = ctx.createGain();
+    this.node.connect(this.gain).connect(this.analyser).connect(this.volume).connect(ctx.destination);
     // The worklet's latest figures (refreshed four times a second and on every flush).
     this.stats = { chunksScheduled: 0, underruns: 0, overruns: 0, grows: 0, shrinks: 0, playedMs: 0, slipDroppedMs: 0 };
     this.targetMs = processorOptions.startMs ?? 40;

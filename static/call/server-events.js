@@ -1,6 +1,7 @@
 // Server events of /v1/realtime -> the call's state, the player, the view and the test hooks.
 // One handler per event type; types the page has no use for (response.created, ...) are ignored.
 
+import { closeReasonWords } from "./close-reasons.js";
 import { countEvent, hooks, pushBounded } from "./hooks.js";
 import { WIRE_RATE } from "./player.js";
 
@@ -33,6 +34,7 @@ const HANDLERS = {
     hooks.recorded = Boolean(duplex.record);
     call.ui.setRecording(hooks.recorded);
     if (hooks.resumed && duplex.persona) call.ui.showPersona(duplex.persona);
+    call.ui.setSessionNames(duplex);
     // Sent before the state turns live, so the server applies it before the first audio frame.
     call.sendSessionUpdate(hooks.resumed);
     call.setState("live");
@@ -50,7 +52,18 @@ const HANDLERS = {
   "response.output_audio_transcript.delta"(call, e) {
     const text = e.delta ?? "";
     if (hooks.transcript.length < TRANSCRIPT_HOOK_LIMIT) hooks.transcript += text;
-    call.ui.appendTranscript(text);
+    call.ui.appendTranscript("agent", text, call.sinceStart());
+  },
+  "response.output_audio_transcript.done"(call) {
+    call.ui.endTranscriptLine("agent");
+  },
+  // The caller's side (OpenAI's input transcription events): deltas as they come, then the whole utterance.
+  "conversation.item.input_audio_transcription.delta"(call, e) {
+    call.ui.appendTranscript("caller", e.delta ?? "", call.sinceStart());
+  },
+  "conversation.item.input_audio_transcription.completed"(call, e) {
+    call.ui.appendTranscript("caller", e.transcript ?? "", call.sinceStart(), { replace: true });
+    call.ui.endTranscriptLine("caller");
   },
   "response.listen"(call, e) {
     addUnit(call, "listen", e);
@@ -60,6 +73,11 @@ const HANDLERS = {
   },
   "session.metrics"(call, e) {
     hooks.metrics = e.metrics ?? e;
+  },
+  // Whether the server keeps up, in words (the counters alone say it only to someone who reads them).
+  "session.status"(call, e) {
+    hooks.serverStatus = { level: e.level, code: e.code, message: e.message };
+    call.ui.setServerStatus(e.level === "warning" ? e.message : "");
   },
   "session.paused"(call) {
     call.player?.flush();
@@ -73,14 +91,19 @@ const HANDLERS = {
     call.teardown("replaced", "Another window took this call over.");
   },
   "session.updated"(call, e) {
-    hooks.recorded = Boolean(((e.session ?? {}).duplex ?? {}).record);
+    const duplex = (e.session ?? {}).duplex ?? {};
+    hooks.recorded = Boolean(duplex.record);
     call.ui.setRecording(hooks.recorded);
+    hooks.sessionNames = { persona: duplex.persona_name ?? null, version: duplex.persona_version ?? null, voice: duplex.voice ?? null };
+    call.ui.setSessionNames(duplex);
   },
   "session.closed"(call, e) {
     hooks.closeReason = e.reason ?? null;
+    const recorded = hooks.recorded && hooks.sessionId;
     call.ui.setRecording(false);
     if (e.reason === "admin_ended") call.ui.notice("An administrator ended this call.", "info");
-    call.teardown("closed", e.reason ? `Reason: ${e.reason.replaceAll("_", " ")}` : "");
+    call.teardown("closed", closeReasonWords(e.reason));
+    call.ui.showRecordingLink(recorded ? `/recordings/session/${encodeURIComponent(hooks.sessionId)}/` : null);
   },
   error(call, e) {
     const err = e.error ?? {};

@@ -3,7 +3,7 @@
 // Audio never waits for the main thread: microphone pieces come from the mic worklet on a MessagePort
 // and go out on the socket from here; the agent's audio goes from here to the player worklet on another
 // port. A main-thread stall (layout, drawing, GC, a busy tab) used to delay one uplink piece and one
-// downlink chunk at once, heard as an underrun (bench/notes/latency.md, stop 25). The page gets the JSON
+// downlink chunk at once, heard as an underrun (bench/notes/latency.md, 6885243). The page gets the JSON
 // events, and a summary of the audio for its figures.
 //
 // Messages from the page: {type: "connect", url} | {type: "send", text} | {type: "mic", port} |

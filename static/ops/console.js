@@ -74,7 +74,7 @@ function makeServiceCard(id) {
   const dl = document.createElement("dl");
   const cells = {};
   for (const [key, label] of [["host", "host"], ["device", "device"], ["engine", "engine"], ["checkpoint", "checkpoint"],
-    ["slots", "slots"], ["queue", "queue"], ["tick", "tick p50 / p99"], ["memory", "GPU memory"], ["beat", "heartbeat"]]) {
+    ["slots", "slots"], ["queue", "queue"], ["tick", "tick p50 / p99"], ["memory", "memory"], ["beat", "heartbeat"]]) {
     cells[key] = field(dl, label);
   }
   const tickLabel = document.createElement("div");
@@ -154,7 +154,10 @@ function renderServices(services) {
     c.queue.textContent = String(s.queue_length);
     c.tick.textContent = `${s.tick_ms_p50.toFixed(1)} / ${s.tick_ms_p99.toFixed(1)} ms`;
     const memory = Object.entries(s.gpu_memory || {});
-    c.memory.textContent = memory.length ? memory.map(([k, v]) => `${k} ${bytes(v)}`).join(", ") : "—";
+    // Only a service on a GPU has GPU memory to show; a CPU service's row says what it runs on instead.
+    const onGpu = /^(cuda|gpu)/i.test(s.device || "") || memory.length > 0;
+    c.memory.previousElementSibling.textContent = onGpu ? "GPU memory" : "memory";
+    c.memory.textContent = memory.length ? memory.map(([k, v]) => `${k} ${bytes(v)}`).join(", ") : onGpu ? "—" : "system (CPU service)";
     c.beat.textContent = `${Math.max(0, snapshot.at - s.heartbeat_at).toFixed(1)} s ago`;
     const p50 = s.history.map((p) => p[1]), p99 = s.history.map((p) => p[2]), used = s.history.map((p) => p[3]);
     sparkline(view.tickCanvas, [[p50, "#4a7bd0"], [p99, "#1d2b3a"]], Math.max(1, ...p99), 80);
@@ -200,6 +203,7 @@ function makeRow(row) {
     tr.append(td);
   }
   const actions = document.createElement("td");
+  actions.className = "row-actions";
   const end = document.createElement("button");
   end.type = "button"; end.className = "action end-session"; end.textContent = "End";
   end.addEventListener("click", () => {
@@ -261,7 +265,10 @@ function renderSessions(sessions) {
     view.tr.dataset.state = row.state;
     for (const key of COLUMNS) {
       const text = cellText(row, key);
-      if (view.cells[key].textContent !== text) view.cells[key].textContent = text;
+      if (view.cells[key].textContent !== text) {
+        view.cells[key].textContent = text;
+        view.cells[key].title = text; // a cell cut to one line shows the whole text on hover
+      }
     }
     view.voiceButton.hidden = !row.voice || !/^\d+$/.test(row.voice);
     const visible = matches(row, filters);

@@ -62,6 +62,20 @@ function showErrors(messages) {
   box.hidden = messages.length === 0;
 }
 
+/**
+ * The clip's length in seconds, decoded here (null when this browser cannot decode it: the server decides).
+ * The server counts speech after trimming silence; a clip shorter than the minimum in all is refused here
+ * already, before an upload that could only fail.
+ */
+async function clipSeconds(blob) {
+  const context = new OfflineAudioContext(1, 1, 48000);
+  try {
+    return (await context.decodeAudioData(await blob.arrayBuffer())).duration;
+  } catch {
+    return null;
+  }
+}
+
 wireRecorder("clip");
 wireRecorder("consent");
 
@@ -76,6 +90,11 @@ $("voice-form").addEventListener("submit", async (event) => {
     const file = data.get(field);
     if (!(file instanceof Blob) || file.size === 0) return showErrors([`${field}: record or choose a file first.`]);
     if (file.size > maxBytes) return showErrors([`${field}: at most ${maxBytes / 1048576} MB.`]);
+  }
+  const minSeconds = Number(form.dataset.minSeconds);
+  const seconds = await clipSeconds(data.get("clip"));
+  if (seconds !== null && seconds < minSeconds) {
+    return showErrors([`clip: it is ${seconds.toFixed(1)} s long; a voice needs at least ${minSeconds} s of speech. Record or choose a longer clip.`]);
   }
   showErrors([]);
   $("create-voice").disabled = true;

@@ -138,6 +138,32 @@ class SyncPlayer {
   }
 }
 
+// ---- gaps -------------------------------------------------------------------------------------
+
+const GAP_CAUSES = {
+  no_caller_audio: "no audio arrived from the caller",
+  engine_behind: "the server was behind",
+  pause: "the call was paused",
+  detach: "the caller was disconnected",
+};
+
+/** The recording's marked silences in words: when, how long, and why (the chart shows them shaded). */
+function showGaps(timeline) {
+  const gaps = timeline.markers.filter((m) => m.kind === "gap");
+  hooks.gaps = gaps.length;
+  const list = document.getElementById("gaps");
+  if (!list || !gaps.length) return;
+  const total = gaps.reduce((sum, m) => sum + m.silence_s, 0);
+  document.getElementById("gaps-summary").textContent =
+    `${gaps.length} marked silence${gaps.length === 1 ? "" : "s"}, ${total.toFixed(1)} s in all`;
+  for (const m of gaps) {
+    const item = document.createElement("li");
+    item.textContent = `${fmt(m.t)}: ${m.silence_s.toFixed(1)} s of silence, ${GAP_CAUSES[m.cause] ?? m.cause}`;
+    list.append(item);
+  }
+  document.getElementById("gaps-section").hidden = false;
+}
+
 // ---- drawing --------------------------------------------------------------------------------
 
 function sizeCanvas(canvas) {
@@ -168,6 +194,13 @@ function drawTimeline(canvas, timeline, duration) {
   const g = sizeCanvas(canvas);
   const { width, height } = canvas;
   const x = (t) => (t / duration) * width;
+  for (const m of timeline.markers) {
+    if (m.kind === "gap") {
+      // Marked silence: call time the recording has no audio for (hatched, so it never reads as quiet speech).
+      g.fillStyle = "rgba(176,120,0,.22)";
+      g.fillRect(x(m.t), 0, Math.max(2, x(m.end) - x(m.t)), height);
+    }
+  }
   for (const m of timeline.markers) {
     if (m.kind === "pause" || m.kind === "detach") {
       g.fillStyle = "rgba(120,120,120,.35)";
@@ -317,6 +350,7 @@ async function main() {
   const duration = player.buffer.duration;
   hooks.duration = duration;
   document.getElementById("tick-stats").textContent = `${timeline.tick_ms_p50} / ${timeline.tick_ms_p99} ms`;
+  showGaps(timeline);
 
   const canvases = {
     caller: document.getElementById("wave-caller"),

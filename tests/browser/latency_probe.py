@@ -340,7 +340,7 @@ class AudioStalls:
     A starved audio thread on a loaded machine, made reproducible: while the audio service is stopped
     the page's AudioContext renders nothing, so its clock falls behind the wall, the fake microphone's
     audio of that time is lost, and the server's audio arriving meanwhile queues on the stalled clock
-    (bench/notes/latency.md, stop 24). Linux only (SIGSTOP).. Only the audio service of a chromium this process started.
+    (bench/notes/latency.md, 6942395). Linux only (SIGSTOP).. Only the audio service of a chromium this process started.
     """
 
     def __init__(self, ms: float, every_s: float) -> None:

@@ -252,7 +252,7 @@ def test_jitter_player_starts_low_grows_on_underrun_and_shrinks_when_calm(page, 
     assert r["calm"]["target"] < r["stalled"]["target"] - 50
     # a burst's backlog is given back too (by playing fast), not kept as latency once arrivals are steady: the
     # depth returns to where it stood before the burst (the calm depth itself is the margin plus this page's
-    # own feeding jitter: 142-152 ms measured, with the main-thread player of stop 25 as with the worklet)
+    # own feeding jitter: 142-152 ms measured, with the main-thread player of 5426bf7 as with the worklet)
     assert r["burstDepth"] >= r["calm"]["depth"] + 350
     assert r["afterBurst"]["depth"] <= r["calm"]["depth"] + 25, r
     assert r["afterBurst"]["underruns"] == r["calm"]["underruns"]

@@ -25,7 +25,7 @@ from tests.browser.pages import (
 
 pytestmark = pytest.mark.browser
 
-# The fake microphone's speech has an RMS around 0.1 with pauses; silence would be 0.
+# The fake microphone's speech has an RMS of about 0.1 with pauses; silence would be 0.
 AUDIBLE_RMS = 0.01
 
 

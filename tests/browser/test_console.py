@@ -10,13 +10,15 @@ import pytest
 import redis
 from playwright.sync_api import expect
 
-from inference.registry import SERVICES_KEY
+from inference.cluster import signed_records
+from inference.cluster.registry import SERVICES_KEY
 from inference.status import ServiceStatus, SessionStatus, status_to_dict
 from tests.browser.pages import hooks, login, open_call_page, start_call, wait_for, wait_for_state
 
 pytestmark = pytest.mark.browser
 
 CONSOLE_PERMS = ("view_console", "end_session")
+REGISTRY_SECRET = "console-test-registry-secret"  # the live server reads only records signed with it
 
 
 def frames_in(row) -> int:
@@ -109,7 +111,12 @@ def registry_live_server(django_db_setup, django_db_blocker, redis_server):
     """A live server whose console reads the Redis registry (no inference service of its own)."""
     from tests.live_server import live_server_env, run_live_server
 
-    env = live_server_env("echo", PARLEY_REGISTRY_URL=redis_server.url, PARLEY_HEARTBEAT_TIMEOUT_S="5")
+    env = live_server_env(
+        "echo",
+        PARLEY_REGISTRY_URL=redis_server.url,
+        PARLEY_HEARTBEAT_TIMEOUT_S="5",
+        PARLEY_INFERENCE_TOKEN=REGISTRY_SECRET,
+    )
     with run_live_server(django_db_blocker, env) as server:
         yield server
 
@@ -140,7 +147,8 @@ def publish_busy_services(redis_url: str, stop: threading.Event) -> None:
                 history=tuple((time.time() - 60 + t, 12.0 + t % 5, 30.0 + t % 7, 180 + t % 10) for t in range(60)),
                 sessions=sessions,
             )  # fmt: skip
-            client.hset(SERVICES_KEY, service_id, json.dumps(status_to_dict(status)))
+            record = signed_records.sign(status_to_dict(status), REGISTRY_SECRET)
+            client.hset(SERVICES_KEY, service_id, json.dumps(record))
         stop.wait(0.5)
     client.delete(SERVICES_KEY)
     client.close()

@@ -159,7 +159,7 @@ def test_unit_engine_call_with_camera_through_a_scripted_socket(channels_live_se
 
     server.sends({"type": "session.closed", "reason": "max_duration"})
     wait_for_state(page, "closed")
-    expect(page.locator("#call-state-detail")).to_have_text("Reason: max duration")
+    expect(page.locator("#call-state-detail")).to_have_text("The call reached its maximum length.")
     frames_at_close = hooks(page)["framesSent"]
     page.wait_for_timeout(300)
     assert hooks(page)["framesSent"] == frames_at_close, "the microphone must stop with the call"

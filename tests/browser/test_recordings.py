@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 
 from tests.browser.pages import hooks, login, open_call_page, start_call, wait_for, wait_for_state
 from tests.live_server import live_server_env, run_live_server
+from tests.webapp.recordings.test_wall_clock_live import call, processed, speak_pause_speak
 from webapp.recordings.models import Recording
 from webapp.recordings.storage import recordings_storage
 
@@ -90,3 +91,17 @@ def test_a_recorded_call_is_processed_reviewed_and_deleted(recording_server, bro
     page.wait_for_url(f"{url}/recordings/")
     assert not Recording.objects.filter(session_id=session_id).exists()
     assert not any(recordings_storage().exists(name) for name in names)
+
+
+def test_the_review_page_shows_a_calls_gap_as_marked_silence(recording_server, browser, make_user):
+    """A call whose caller's frames stopped for 3 s: the review page says so in words, and its length is the call's."""
+    user = make_user("gap-reviewer")
+    session_id, wall_s = call(recording_server, user, speak_pause_speak)
+    recording, _ = processed(session_id)
+    page = browser.new_context().new_page()
+    login(page, recording_server.url, "gap-reviewer")
+    page.goto(f"{recording_server.url}/recordings/{recording.pk}/")
+    review(page, "r.state === 'ready'")
+    assert abs(page.evaluate("window.review.duration") - wall_s) < 0.2
+    expect(page.locator("#gaps-summary")).to_contain_text("marked silence")
+    expect(page.locator("#gaps li").first).to_contain_text("of silence, no audio arrived from the caller")

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from inference import wire
+from inference.transport import wire
+from tests.cluster.rogue_service import RogueService
 from tests.cluster.topology import Cluster
 
 HEARTBEAT_TIMEOUT_S = 2.5
@@ -31,7 +32,7 @@ import json
 from django.contrib.auth import get_user_model
 from webapp.accounts.services import apikey_create
 keys = {}
-for i in range(12):
+for i in range(13):
     user, _ = get_user_model().objects.get_or_create(username=f"cluster{i}")
     keys[user.username] = apikey_create(user=user, name="cluster test")[1]
 print("KEYS=" + json.dumps(keys))
@@ -251,6 +252,70 @@ def test_a_tcp_connection_without_the_shared_token_is_refused_and_logged(cluster
     assert body["error"]["code"] == "unauthenticated" and "ok" not in body  # and nothing was served
     log = (cluster.var_dir / "logs" / "svc-a.log").read_text()
     assert "refused" in log.lower()
+
+
+def test_the_clusters_redis_refuses_a_client_without_its_password(cluster):
+    import redis
+
+    url = redis.connection.parse_url(cluster.redis_url)
+    assert url["password"], "make cluster's Redis URL carries its password"
+    anonymous = redis.Redis(host=url["host"], port=url["port"])
+    with pytest.raises(redis.AuthenticationError):  # what a local process as nobody tried in issue 30
+        anonymous.hset("parley:services", "rogue", "{}")
+    anonymous.close()
+    assert "rogue" not in cluster.registry()
+
+
+async def test_a_forged_registry_record_gets_nothing_and_the_call_goes_to_a_real_service(cluster):
+    """Issue 30's attack, by someone who can write to the registry's Redis (its password leaked, or a deployment
+    without one): a record with 1000 free slots that points at their listener. It is ignored and logged, never
+    dialled; the caller is served by svc-a or svc-b."""
+    import redis
+
+    real = cluster.registry()["svc-a"]
+    client = redis.Redis.from_url(cluster.redis_url)
+    stop = asyncio.Event()
+    with RogueService() as rogue:
+        unsigned = {**real, "sessions": [], "slots_used": 0, "slots_total": 1000, "queue_length": 0}
+        unsigned.update(service_id="aaa-rogue", address=rogue.address)  # first in id order: the old code's pick
+        unsigned.pop("signature", None)
+        copied = {**unsigned, "service_id": "aab-rogue", "signature": real.get("signature", "")}  # a real one, reused
+
+        async def keep_fresh() -> None:  # heartbeats, as a live service would write them
+            while not stop.is_set():
+                for record in (unsigned, copied):
+                    record["heartbeat_at"] = time.time()
+                    client.hset("parley:services", record["service_id"], json.dumps(record))
+                await asyncio.sleep(0.3)
+
+        forging = asyncio.create_task(keep_fresh())
+        caller = None
+        try:
+            await asyncio.sleep(0.5)
+            with contextlib.suppress(AssertionError, OSError):  # on the old code the call hangs on the rogue
+                caller = await Caller.open(cluster.nginx.ws_url, cluster.keys["cluster12"])
+            got = bytes(rogue.received)
+            token = cluster.env["PARLEY_INFERENCE_TOKEN"].encode()
+            assert token not in got and b'"open"' not in got and b"user" not in got, got[:300]
+            assert rogue.connections == 0 and got == b"", "a forged record must never be dialled"
+            assert caller is not None, "the call was not served"
+            service = await wait_until(lambda: holders(cluster).get(caller.session_id), what="placement")
+            assert service in ("svc-a", "svc-b"), service
+            seen = len(caller.events)
+            await caller.talk(2)
+            await caller.audio_after(seen)  # served by the real echo service
+        finally:
+            stop.set()
+            await forging
+            client.hdel("parley:services", "aaa-rogue", "aab-rogue")
+            client.close()
+            if caller is not None:
+                await hang_up(caller)
+    logs = "".join((cluster.var_dir / "logs" / f"daphne-{i}.log").read_text(errors="replace") for i in (1, 2))
+    forged = [line for line in logs.splitlines() if "registry.forged_record" in line]
+    assert any("aaa-rogue" in line and "unsigned" in line for line in forged), forged[:5]
+    assert any("aab-rogue" in line and "signature" in line for line in forged), forged[:5]
+    assert cluster.env["PARLEY_INFERENCE_TOKEN"] not in logs
 
 
 def test_each_service_exposes_its_own_prometheus_metrics(cluster):

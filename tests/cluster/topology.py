@@ -1,10 +1,12 @@
 """The whole production topology on loopback: what ``make cluster`` runs and the cluster test drives.
 
-PostgreSQL and Redis (``tests/services.py``), N inference services on TCP (echo engine) that
-heartbeat into the Redis registry, M daphne processes behind nginx (``tests/cluster/nginx.py``),
-and a Celery worker and beat on the Redis broker. Every piece is a child process with its output in
-``<var>/logs/``; ``Cluster`` stops them in reverse order (SIGTERM, then SIGKILL after a grace) and
-deletes its files. docs/deploy.md maps each piece to its systemd unit for a real deployment.
+PostgreSQL and Redis (``tests/services.py``; Redis requires a password, which every process's
+``REDIS_URL`` / ``PARLEY_REGISTRY_URL`` / ``CELERY_BROKER_URL`` carries), N inference services on
+TCP (echo engine) that heartbeat into the Redis registry, M daphne processes behind nginx
+(``tests/cluster/nginx.py``), and a Celery worker and beat on the Redis broker. Every piece is a
+child process with its output in ``<var>/logs/``; ``Cluster`` stops them in reverse order (SIGTERM,
+then SIGKILL after a grace) and deletes its files. docs/deploy.md maps each piece to its systemd
+unit for a real deployment.
 """
 
 from __future__ import annotations
@@ -121,7 +123,8 @@ class Cluster:
         (self.var_dir / "logs").mkdir(parents=True, exist_ok=True)
         if self.postgres:
             self.database_url = self._stack.enter_context(start_postgres()).url
-        redis = self._stack.enter_context(start_redis())
+        # A password-less Redis would let any local process forge registry records and read the channel layer.
+        redis = self._stack.enter_context(start_redis(password=secrets.token_urlsafe(24)))
         self.redis_url = redis.url
         self.env = self._base_env(redis)
         self._run_once("migrate", [PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"])
@@ -220,7 +223,7 @@ class Cluster:
                 "PARLEY_VAR_DIR": str(self.var_dir),
                 "DATABASE_URL": self.database_url,  # "" means SQLite in PARLEY_VAR_DIR
                 "REDIS_URL": redis.url,
-                "CELERY_BROKER_URL": f"redis://{redis.host}:{redis.port}/1",
+                "CELERY_BROKER_URL": redis.database_url(1),
                 "PARLEY_REGISTRY_URL": redis.url,
                 "PARLEY_INFERENCE_TOKEN": token_file.read_text(),
                 "PARLEY_ENGINE": "echo",

@@ -342,7 +342,7 @@ async def test_a_queued_user_who_drops_leaves_the_queue(facade):
 
 
 async def test_outbox_drops_the_oldest_audio_but_never_control_events():
-    from inference.outbox import Outbox
+    from inference.session.outbox import Outbox
 
     outbox = Outbox(max_audio=3)
     outbox.put(Prefill(1.0, True))
@@ -376,7 +376,7 @@ async def test_a_slow_reader_sees_bounded_audio_and_a_dropped_count(facade):
 
 
 async def test_a_timed_out_read_does_not_end_the_event_stream():
-    from inference.outbox import Outbox
+    from inference.session.outbox import Outbox
 
     outbox = Outbox(max_audio=2)
     events = outbox.stream()

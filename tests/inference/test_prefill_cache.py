@@ -10,11 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from inference.engines.base import SlotConfig, SlotInput, VoiceRef
 from inference.engines.lockstep import LockstepEngine
 from inference.models.moshi.make_checkpoint import make_checkpoint
+
+pytestmark = pytest.mark.usefixtures("single_torch_thread")  # tests/conftest.py
 
 VOICE_PT = Path(__file__).resolve().parents[1] / "data" / "personaplex" / "voice_prompt.pt"  # dim 64: tiny presets
 LIVE_FRAMES = 12
@@ -23,14 +24,6 @@ LIVE_FRAMES = 12
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     return make_checkpoint("tiny-personaplex", tmp_path_factory.mktemp("ckpt") / "ckpt", 0)
-
-
-@pytest.fixture(autouse=True)
-def _single_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def speech_like(frames: int) -> np.ndarray:

@@ -42,4 +42,4 @@ async def test_a_production_log_line_carries_session_id_and_reason_as_json_field
     closed = [r for r in records if r.get("message") == "session.closed"]
     assert closed, rest[-2000:]
     assert closed[0]["session_id"] == ready.session_id and closed[0]["reason"] == "client_close"
-    assert closed[0]["name"] == "inference.session" and closed[0]["levelname"] == "INFO"
+    assert closed[0]["name"] == "inference.session.dialogue" and closed[0]["levelname"] == "INFO"

@@ -14,6 +14,7 @@ import soundfile
 import torch
 
 from inference import api
+from inference.models.moshi.codes_prompt import read_codes_prompt
 from inference.voice_prompts import (
     MAX_UPLOAD_BYTES,
     VoiceClipError,
@@ -21,8 +22,9 @@ from inference.voice_prompts import (
     convert_pt_prompt,
     prepare_clip,
     prompt_targets,
-    read_codes_prompt,
 )
+
+pytestmark = pytest.mark.usefixtures("single_torch_thread")  # tests/conftest.py
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "personaplex"
 RATE = 48_000
@@ -73,15 +75,6 @@ def video_without_audio() -> bytes:
 
 
 CLIP = padded(speech(6.0))
-
-
-@pytest.fixture(autouse=True)
-def _single_thread():
-    # small models: extra intra-op threads only spin against each other on a shared 2-core machine
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def test_production_path_is_selected_by_env_vars():
 
 @pytest.mark.parametrize(
     ("var", "value"),
-    [("DJANGO_DEBUG", "ture"), ("PARLEY_RECORDING_RETENTION_DAYS", "-1"), ("PARLEY_CONNECT_RATE", "fast")],
+    [("DJANGO_DEBUG", "ture"), ("PARLEY_RECORDING_RETENTION_DAYS", "-1"), ("PARLEY_KEY_FAILURE_RATE", "fast")],
 )
 def test_a_bad_value_stops_start_up_naming_the_variable_and_value(var, value):
     clean = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARS}

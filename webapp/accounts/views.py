@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth import login
-from django.contrib.auth.decorators import login_required, permission_required
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from webapp.accounts.forms import ApiKeyCreateForm, InviteCreateForm, InviteSignupForm
@@ -33,15 +34,20 @@ def signup(request: HttpRequest) -> HttpResponse:
     return render(request, "registration/signup.html", {"form": form})
 
 
+NEW_KEY_SESSION_KEY = "new_api_key"
+
+
 @login_required
 def api_keys(request: HttpRequest) -> HttpResponse:
     form = ApiKeyCreateForm(request.POST or None)
-    new_key = None
     if request.method == "POST" and form.is_valid():
         _, new_key = apikey_create(user=request.user, name=form.cleaned_data["name"])
-        form = ApiKeyCreateForm()
+        # Redirect after POST, so a reload cannot make a second key; the raw key rides in the session to the
+        # next page, which shows it once and forgets it (it is never stored with the key).
+        request.session[NEW_KEY_SESSION_KEY] = new_key
+        return redirect("api-keys")
+    new_key = request.session.pop(NEW_KEY_SESSION_KEY, None) if request.method == "GET" else None
     keys = ApiKey.objects.filter(user=request.user)
-    # The raw key is rendered in this one response only; it is not stored anywhere.
     return render(request, "accounts/api_keys.html", {"form": form, "keys": keys, "new_key": new_key})
 
 
@@ -54,15 +60,17 @@ def api_key_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("api-keys")
 
 
-@staff_member_required
-@permission_required("accounts.add_invite", raise_exception=True)  # staff alone is not enough: 403
+@login_required
 def invites(request: HttpRequest) -> HttpResponse:
+    # A signed-in user without the right gets a 403 page that says so (not the admin's login form).
+    if not (request.user.is_staff and request.user.has_perm("accounts.add_invite")):
+        raise PermissionDenied("Only staff with the right to invite people can see and create invites.")
     form = InviteCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         invite = invite_create(created_by=request.user, note=form.cleaned_data["note"])
         messages.info(request, f"Invite created: {invite.code}")
         return redirect("invites")
-    signup_url = request.build_absolute_uri("/accounts/signup/")
+    signup_url = request.build_absolute_uri(reverse("signup"))
     return render(
         request,
         "accounts/invites.html",

@@ -1,9 +1,9 @@
 """WebSocket handshake guards: the origin policy and ``Authorization: Bearer <api key>``.
 
-Order in ``webapp.asgi``: connect throttle -> origin policy -> session-cookie auth -> bearer auth
+Order in ``webapp.asgi``: origin policy -> session-cookie auth -> bearer auth -> connect limits
 -> router. A refused origin is closed before ``accept`` (HTTP 403), so nothing is allocated. A
 throttled client is marked in ``scope["throttled"]`` (a ``throttling.Refusal``); the consumer accepts
-only to say why (``rate_limit_exceeded``) and closes with 1013.
+only to say why (``rate_limit_exceeded``) and closes with 4429.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.conf import settings
 from django.http.request import validate_host
 
 from webapp.accounts.services import apikey_lookup
-from webapp.conversations import throttling
+from webapp.common import throttling
 
 
 def _header(scope: dict, name: bytes) -> str | None:
@@ -94,15 +94,26 @@ class OriginPolicyMiddleware:
         return await self.app(scope, receive, send)
 
 
-class ConnectThrottleMiddleware:
-    """Counts every WebSocket handshake per client IP (``PARLEY_CONNECT_RATE``)."""
+class ConnectLimitMiddleware:
+    """After authentication: an authenticated connect counts against its API key or its user
+    (``throttling.connect_refusal``); one without valid credentials is a failed authentication of its
+    address (a wrong key was counted by ``BearerKeyAuthMiddleware``), refused once the address is over
+    ``PARLEY_KEY_FAILURE_RATE``. Authenticated connects are never limited per address."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "websocket" and (refusal := await throttling.connect_refusal(throttling.client_ip(scope))):
-            scope = {**scope, "throttled": refusal}
+        if scope["type"] == "websocket" and "throttled" not in scope:
+            user = scope.get("user")
+            ip = throttling.client_ip(scope)
+            refusal = None
+            if user is not None and user.is_authenticated:
+                refusal = await throttling.connect_refusal(user_id=user.pk, api_key_id=scope.get("api_key_id"))
+            elif scope.get("auth_method") != "api_key" and (refusal := await throttling.key_refusal(ip)) is None:
+                await throttling.record_key_failure(ip)
+            if refusal is not None:
+                scope = {**scope, "throttled": refusal}
         return await self.app(scope, receive, send)
 
 

@@ -1,10 +1,10 @@
 """``/v1/realtime``: moves events between one WebSocket and the user's inference session.
 
 Transport only. Parsing lives in ``protocol``, server-event bookkeeping in ``server_events``,
-ORM work in ``services`` (touched at session edges and on ``session.update``, never per frame),
-and the session itself behind ``inference.api``. Every rejected input becomes one ``error`` event
-through ``_reject``, the single place where ``ProtocolError`` and the facade's ``ParleyError`` are
-translated; the session goes on.
+ORM work and fault handling in ``services`` (touched at session edges, on ``session.update`` and by the
+account check, never per frame), and the session itself behind ``inference.api``. Errors arrive typed
+(``ProtocolError``, the facade's and the services' ``ParleyError``); every one becomes one ``error``
+event through ``_reject``, the single place where they are translated, and the session goes on.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from webapp.accounts import revocation
 from webapp.conversations import chat_items, services
 from webapp.conversations import protocol as p
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
+from webapp.conversations.server_health import ServerHealth
 from webapp.conversations.turn_events import TurnEvents
 from webapp.conversations.turn_settings import turn_update
 from webapp.operations.metrics import count_error
@@ -56,15 +57,21 @@ logger = logging.getLogger(__name__)
 
 
 class CloseCode:
-    """WebSocket close codes the endpoint uses (see docs/protocol.md)."""
+    """WebSocket close codes the endpoint uses (see docs/protocol.md).
+
+    daphne (autobahn) sends only 1000 and 3000-4999: any other code raises inside it and the client
+    gets 1011 or 1006 instead. So the standard codes' meanings live in the application range, as
+    4000 + the standard code's last digits (1011 -> 4011), or 4000 + the HTTP status (4401, 4429).
+    """
 
     NORMAL = 1000
-    GOING_AWAY = 1001  # the server is shutting down
-    POLICY = 1008  # the session could not be opened for another reason than capacity
-    SERVER_ERROR = 1011  # engine_failed / internal_error ended the session
-    TRY_AGAIN_LATER = 1013  # resource_exhausted: no slot and the queue is full
+    GOING_AWAY = 4001  # the server is shutting down (RFC 6455's 1001)
+    POLICY = 4008  # the session could not be opened for another reason than capacity (1008)
+    SERVER_ERROR = 4011  # engine_failed / internal_error ended the session (1011)
+    QUEUE_FULL = 4013  # resource_exhausted: no slot and the queue is full; try again later (1013)
     UNAUTHENTICATED = 4401
     REPLACED = 4409  # another connection of the same user took the session over
+    RATE_LIMITED = 4429  # rate_limit_exceeded: too many connects or failed authentications (HTTP 429)
 
 
 _CLOSE_CODE_BY_REASON = {
@@ -74,12 +81,13 @@ _CLOSE_CODE_BY_REASON = {
 }
 
 
-# A session that could not be opened: how the socket closes, by the error's code (else 1008).
-_CONNECT_CLOSE_CODES = {"resource_exhausted": CloseCode.TRY_AGAIN_LATER, "engine_failed": CloseCode.SERVER_ERROR}
+# A session that could not be opened: how the socket closes, by the error's code (else POLICY).
+_CONNECT_CLOSE_CODES = {"resource_exhausted": CloseCode.QUEUE_FULL, "engine_failed": CloseCode.SERVER_ERROR}
 
 
 class RealtimeConsumer(AsyncWebsocketConsumer):
     handle: api.SessionHandle | None = None
+    account_watch: asyncio.Task | None = None  # see _watch_account
 
     async def connect(self) -> None:
         self.handle = None
@@ -91,17 +99,23 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.view = SessionView(model=self._requested_model(), input_rates=tuple(settings.PARLEY_INPUT_RATES))
         self.events = RealtimeEvents(self.view)
         self.turn_events = TurnEvents(self.events)
+        self.health = ServerHealth()  # turns the metrics into "the server is behind" in words
         self.user = self.scope.get("user")
         self.revocation_groups: list[str] = []
         await self.accept()
         if throttled := self.scope.get("throttled"):  # accepted only to say why (see conversations.auth)
             error = p.ProtocolError("rate_limit_exceeded", throttled.message, error_type="rate_limit_error")
             await self._reject(error)
-            await self._close(CloseCode.TRY_AGAIN_LATER)
+            await self._close(CloseCode.RATE_LIMITED)
             return
         if self.user is None or not self.user.is_authenticated:
             # Accept-then-close so browsers can see why (a refused handshake has no readable reason).
-            await self._reject(p.ProtocolError("forbidden", "Authentication required: log in or send an API key."))
+            message = (  # a key was sent (see conversations.auth): say that the key is what is wrong
+                "This API key is not valid: it is mistyped, revoked, or its user is deactivated."
+                if self.scope.get("auth_method") == "api_key"
+                else "Authentication required: log in or send an API key."
+            )
+            await self._reject(p.ProtocolError("forbidden", message))
             await self._close(CloseCode.UNAUTHENTICATED)
             return
         request = SessionRequest(user_key=str(self.user.pk), model=self.view.model, mode=self._requested_mode())
@@ -132,6 +146,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.socket_closed = True
+        if self.account_watch is not None:
+            self.account_watch.cancel()
         for group in self.revocation_groups:
             await self.channel_layer.group_discard(group, self.channel_name)
         if self.pump is not None and self.pump is not asyncio.current_task():
@@ -151,23 +167,21 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             return
         event_id = None
         try:
-            p.check_size(text_data if text_data is not None else bytes_data or b"", settings.PARLEY_MAX_EVENT_BYTES)
-            if text_data is None:
-                self._require_ready()
-                await self._append_audio(p.split_binary_frame(bytes_data or b""))
-                return
-            event = p.parse_client_event(text_data)
-            event_id = event.event_id
-            if not isinstance(event, p.SessionClose):
-                self._require_ready()
-            await self._dispatch(event)
+            async with services.unexpected_faults("realtime.receive_failed", session_id=self.view.session_id):
+                p.check_size(text_data if text_data is not None else bytes_data or b"", settings.PARLEY_MAX_EVENT_BYTES)
+                if text_data is None:
+                    self._require_ready()
+                    await self._append_audio(p.split_binary_frame(bytes_data or b""))
+                    return
+                event = p.parse_client_event(text_data)
+                event_id = event.event_id
+                if not isinstance(event, p.SessionClose):
+                    self._require_ready()
+                await self._dispatch(event)
+        except services.AccountInactive:
+            await self._end_for_inactive_account()
         except (p.ProtocolError, ParleyError) as exc:
             await self._reject(exc, event_id)
-        except Exception:  # the one edge: an unexpected fault must not kill the user's session
-            logger.exception("realtime.receive_failed", extra={"session_id": self.view.session_id})
-            await self._reject(
-                p.ProtocolError("internal_error", "Internal error.", error_type="server_error"), event_id
-            )
 
     def _require_ready(self) -> None:
         if not self.ready:
@@ -248,21 +262,20 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         input_type, input_rate = p.session_input_format(
             config, current=current, input_rates=view.input_rates, output_rate=view.output_rate
         )
+        # Always asked, even with no persona or voice named: the account is checked on every update.
+        choices = await database_sync_to_async(services.session_update_choices)(
+            user_id=self.user.pk,
+            persona_id=config.duplex.persona_id if config.duplex else None,
+            voice=audio.output.voice if audio and audio.output else None,
+        )
         persona_id, persona_version, instructions = view.persona_id, view.persona_version, view.instructions
-        if config.duplex and config.duplex.persona_id is not None:
-            choice = await database_sync_to_async(services.persona_resolve)(
-                user=self.user, persona_id=config.duplex.persona_id
-            )
-            if choice is None:
-                raise p.ProtocolError("persona_not_found", "No such persona.", param="session.duplex.persona_id")
-            persona_id, persona_version, instructions = choice.persona_id, choice.version, choice.instructions
+        persona_name = view.persona_name
+        if (persona := choices.persona) is not None:
+            persona_id, persona_version, instructions = persona.persona_id, persona.version, persona.instructions
+            persona_name = persona.name
         elif config.instructions is not None and config.instructions != view.instructions:
-            persona_id, persona_version, instructions = None, None, config.instructions
-        voice = None
-        if audio and audio.output and audio.output.voice is not None:
-            voice = await database_sync_to_async(services.voice_resolve)(user=self.user, voice=audio.output.voice)
-            if voice is None:
-                raise p.ProtocolError("voice_not_found", "No such voice.", param="session.audio.output.voice")
+            persona_id, persona_version, instructions, persona_name = None, None, config.instructions, None
+        voice = choices.voice
         # Only changes reach the session: stock clients resend unchanged fields with every update.
         new_persona = instructions if instructions != view.instructions else None
         new_voice = voice.ref if voice is not None and voice.name != view.voice else None
@@ -278,9 +291,14 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         if new_persona is not None or new_voice is not None or new_record is not None:
             await self.handle.update(persona=new_persona, voice=new_voice, record=new_record)
         view.input_type, view.input_rate = input_type, input_rate
+        named = (persona_id, persona_version, voice.voice_id if voice else view.voice_id)
+        renamed = named != (view.persona_id, view.persona_version, view.voice_id)
         view.persona_id, view.persona_version, view.instructions = persona_id, persona_version, instructions
+        view.persona_name = persona_name
         if voice is not None:
             view.voice, view.voice_id = voice.name, voice.voice_id
+        if renamed and new_record is None:
+            await self._sync_recording()  # the recording names the persona version and voice chosen here
         if config.duplex and config.duplex.binary_audio is not None:
             view.binary_audio = config.duplex.binary_audio
         if new_record is not None:
@@ -293,20 +311,20 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
     async def _pump_session_events(self) -> None:
         assert self.handle is not None
         try:
-            async for event in self.handle.events():
-                await self._on_session_event(event)
-                if self.finished:
-                    return
+            async with services.unexpected_faults("realtime.pump_failed", session_id=lambda: self.view.session_id):
+                async for event in self.handle.events():
+                    await self._on_session_event(event)
+                    if self.finished:
+                        return
             # The stream ended without Closed/Replaced: the session is gone; say so rather than hang.
             self.finished = True
             await self._reject(p.ProtocolError("internal_error", "The session ended.", error_type="server_error"))
             await self._close(CloseCode.SERVER_ERROR)
+        except services.ServiceFault as exc:  # a fault here ends this socket, not the server
+            await self._reject(exc)
+            await self._close(CloseCode.SERVER_ERROR)
         except ParleyError as exc:
             await self._reject(exc)
-        except Exception:  # an unexpected fault ends this socket, not the server
-            logger.exception("realtime.pump_failed", extra={"session_id": self.view.session_id})
-            await self._reject(p.ProtocolError("internal_error", "Internal error.", error_type="server_error"))
-            await self._close(CloseCode.SERVER_ERROR)
 
     async def _on_session_event(self, event: SessionEvent) -> None:
         events = self.events
@@ -316,7 +334,12 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             case TextOut():
                 await self._emit(events.text(event))
             case Metrics():
-                await self._emit([events.event("session.metrics", metrics=dict(event.values))])
+                outgoing = [events.event("session.metrics", metrics=dict(event.values))]
+                if (status := self.health.update(event.values)) is not None:
+                    outgoing.append(
+                        events.event("session.status", level=status.level, code=status.code, message=status.message)
+                    )
+                await self._emit(outgoing)
             case Decision():
                 await self._emit(
                     [events.event(f"response.{event.kind}", unit=event.unit, end_of_turn=event.end_of_turn)]
@@ -352,6 +375,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         view.mode = event.mode
         view.turn_detection = {"type": "server_vad", **event.turn_detection} if event.turn_detection else None
         self.ready = True
+        if self.account_watch is None:
+            self.account_watch = asyncio.create_task(self._watch_account())
         await self._emit([self.events.session_created()])
         logger.info(
             "realtime.session_ready",
@@ -361,6 +386,27 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             user=self.user, session_id=event.session_id, engine=event.capabilities.engine
         )
         await self._sync_recording()
+
+    async def _watch_account(self) -> None:
+        """End the call within ``PARLEY_ACCOUNT_CHECK_S`` once its user is deactivated or deleted by any means.
+
+        The save signal (``webapp.accounts.revocation``) ends it at once for the admin and ``save()``, but a
+        queryset ``update()`` or raw SQL sends none; a check on ``session.update`` alone would miss a call
+        that sends no updates. One indexed read per live call per period, off the audio path.
+        """
+        while not self.finished:
+            await asyncio.sleep(settings.PARLEY_ACCOUNT_CHECK_S)
+            try:
+                await database_sync_to_async(services.account_check)(user_id=self.user.pk)
+            except services.AccountInactive:
+                await self._end_for_inactive_account()
+                return
+            except services.ServiceFault:
+                continue  # the database is unreachable just now (logged there): ask again next period
+
+    async def _end_for_inactive_account(self) -> None:
+        """Like a revocation: the session closes with ``credentials_revoked`` (session.closed, then 4401)."""
+        await self.credentials_revoked({"why": "user_inactive"})
 
     async def _sync_recording(self) -> None:
         """The recording's catalogue row follows whether the session is recorded (session edges only)."""

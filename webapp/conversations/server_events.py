@@ -34,6 +34,7 @@ class SessionView:
     instructions: str | None = None
     persona_id: int | None = None
     persona_version: int | None = None
+    persona_name: str | None = None  # the saved persona's name, for a page to show (None for free text)
     voice: str | None = None
     voice_id: int | None = None
     input_type: str = "audio/pcm"
@@ -137,6 +138,7 @@ class RealtimeEvents:
                 "persona": view.instructions,
                 "persona_id": view.persona_id,
                 "persona_version": view.persona_version,
+                "persona_name": view.persona_name,
                 "voice": view.voice,
                 "voice_id": view.voice_id,
                 "resumed": view.resumed,

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 from inference import api
 from inference.contracts import ParleyError
 from webapp.accounts.services import apikey_authenticate
-from webapp.conversations import throttling
+from webapp.common import throttling
 from webapp.operations.access import VIEW_CONSOLE, may
 
 PROCESS_REGISTRY = CollectorRegistry(auto_describe=True)

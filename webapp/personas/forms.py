@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from django import forms
 
+from webapp.accounts.permissions import may
 from webapp.personas.models import Persona
-from webapp.personas.selectors import voice_list_for
+from webapp.personas.selectors import CHANGE_ANY_PERSONA, SHARE_VOICE, voice_list_for
 
 
 class PersonaForm(forms.ModelForm):
-    shared = forms.BooleanField(required=False, help_text="Visible to every user (staff only).")
+    shared = forms.BooleanField(required=False, help_text="Visible to every user (staff with the permission).")
 
     class Meta:
         model = Persona
@@ -22,7 +23,7 @@ class PersonaForm(forms.ModelForm):
         self.fields["default_voice"].queryset = voice_list_for(user=user, usable_only=True)
         self.fields["default_voice"].required = False
         self.fields["instructions"].max_length = 20_000
-        if user.is_staff:
+        if may(user, CHANGE_ANY_PERSONA):
             self.fields["shared"].initial = self.instance.pk is not None and self.instance.owner_id is None
         else:
             del self.fields["shared"]
@@ -42,9 +43,9 @@ class VoiceUploadForm(forms.Form):
     name = forms.CharField(max_length=100)
     clip = forms.FileField(help_text="wav, flac, ogg/opus, webm, mp3 or m4a; 3 to 30 s of speech; at most 10 MB")
     consent = forms.FileField(help_text="You reading the sentence above aloud.")
-    shared = forms.BooleanField(required=False, help_text="Visible to every user (staff only).")
+    shared = forms.BooleanField(required=False, help_text="Visible to every user (staff with the permission).")
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
-        if not user.is_staff:
+        if not may(user, SHARE_VOICE):
             del self.fields["shared"]

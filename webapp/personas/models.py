@@ -145,6 +145,7 @@ class Voice(models.Model):
             models.UniqueConstraint(fields=["owner", "name"], name="voice_name_unique_per_owner"),
             models.UniqueConstraint(fields=["name"], condition=Q(owner__isnull=True), name="voice_name_unique_shared"),
         ]
+        permissions = [("use_any_voice", "Can call with another user's private voice")]
 
     def __str__(self) -> str:
         return self.name

@@ -1,4 +1,5 @@
-"""Permission-scoped lookups: a user sees their own rows and the shared ones (owner null); staff see all.
+"""Permission-scoped lookups: a user sees their own rows and the shared ones (owner null); others' private
+rows only with an explicit permission (``webapp.accounts.permissions.may``), never for being staff.
 
 Every view, the realtime ``session.update`` path and the management pages go through these, so a
 private persona or voice of another user is indistinguishable from a missing one.
@@ -9,22 +10,32 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q, QuerySet
 
+from webapp.accounts.permissions import may
 from webapp.personas.models import Persona, Voice
 
+VIEW_ANY_PERSONA = "personas.view_persona"  # see (and call with) other users' private personas
+CHANGE_ANY_PERSONA = "personas.change_persona"  # edit or archive shared personas and other users' own; share one
+VIEW_ANY_VOICE = "personas.view_voice"  # see other users' private voices (list, page, status, preview)
+USE_ANY_VOICE = "personas.use_any_voice"  # call with another user's private voice (realtime, persona default)
+SHARE_VOICE = "personas.change_voice"  # upload a voice as shared
 
-def _visible_to(user: AbstractBaseUser) -> Q:
-    if getattr(user, "is_staff", False):
+
+def _visible_to(user: AbstractBaseUser, permission: str) -> Q:
+    if may(user, permission):
         return Q()
     return Q(owner__isnull=True) | Q(owner=user)
 
 
 def persona_list_for(*, user: AbstractBaseUser, include_archived: bool = False) -> QuerySet[Persona]:
-    rows = Persona.objects.filter(_visible_to(user)).select_related("default_voice", "owner")
+    rows = Persona.objects.filter(_visible_to(user, VIEW_ANY_PERSONA)).select_related("default_voice", "owner")
     return rows if include_archived else rows.filter(archived=False)
 
 
 def voice_list_for(*, user: AbstractBaseUser, usable_only: bool = False) -> QuerySet[Voice]:
-    rows = Voice.objects.filter(_visible_to(user)).select_related("owner")
+    """``usable_only``: the voices ``user`` may call with (ready, and another user's private one only with
+    ``USE_ANY_VOICE``); else the voices they may look at."""
+    permission = USE_ANY_VOICE if usable_only else VIEW_ANY_VOICE
+    rows = Voice.objects.filter(_visible_to(user, permission)).select_related("owner")
     return rows.filter(status=Voice.Status.READY) if usable_only else rows
 
 
@@ -48,9 +59,9 @@ def voice_get_for(*, user: AbstractBaseUser, voice: object, usable_only: bool = 
     return None
 
 
-def can_edit(*, user: AbstractBaseUser, row: Persona | Voice) -> bool:
-    """Owners edit their rows; shared rows and everything else are staff's."""
-    return bool(getattr(user, "is_staff", False)) or (row.owner_id is not None and row.owner_id == user.pk)
+def can_edit(*, user: AbstractBaseUser, row: Persona) -> bool:
+    """Owners edit their personas; shared ones and other users' take ``CHANGE_ANY_PERSONA``."""
+    return (row.owner_id is not None and row.owner_id == user.pk) or may(user, CHANGE_ANY_PERSONA)
 
 
 def _as_pk(value: object) -> int | None:

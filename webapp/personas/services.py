@@ -80,7 +80,6 @@ class Consent:
     """The person reading ``sentence`` (which holds the random ``phrase``) aloud, as an audio file."""
 
     audio: bytes
-    filename: str
     sentence: str
     phrase: str
 
@@ -91,19 +90,27 @@ def voice_create_clone(
     by: AbstractBaseUser,
     name: str,
     clip: bytes,
-    clip_filename: str,
     consent: Consent,
 ) -> Voice:
     """Store a cloned voice as ``pending`` with its consent record, then queue its processing.
 
-    The consent recording must be real speech: it is checked (decoded, not silent) before anything is stored.
+    Both files are probed first (their container headers, nothing decoded): a file that is not audio, or whose
+    header declares more than the caps (a decompression bomb), is refused here and nothing is stored. The consent
+    recording must be real speech: it is decoded (in the limited child process ``prepare_voice_clip`` uses) and
+    checked before anything is stored; the clip is decoded later, by the voice task. Each file is stored under
+    the extension of what the probe found, never the one in the name the client sent.
 
     Raises:
-        VoiceError: duplicate name, or an unusable consent recording.
+        VoiceError: duplicate name, an unusable clip header, or an unusable consent recording.
     """
     if not consent.phrase or consent.phrase not in consent.sentence:
         raise VoiceError("The consent step is missing: read the displayed sentence aloud and record it.")
     try:
+        clip_header = api.probe_voice_clip(clip)
+    except ParleyError as exc:
+        raise VoiceError(f"The clip cannot be used: {exc.message}") from exc
+    try:
+        consent_header = api.probe_voice_clip(consent.audio)
         api.prepare_voice_clip(consent.audio, min_speech_s=CONSENT_MIN_SPEECH_S)
     except ParleyError as exc:
         raise VoiceError(f"The consent recording cannot be used: {exc.message}") from exc
@@ -122,8 +129,8 @@ def voice_create_clone(
                 progress_stage="queued",
             )
             voice.save()
-            voice.reference_audio.save(_safe_name(clip_filename, "clip"), ContentFile(clip), save=False)
-            voice.consent_audio.save(_safe_name(consent.filename, "consent"), ContentFile(consent.audio), save=False)
+            voice.reference_audio.save("clip" + clip_header.extension, ContentFile(clip), save=False)
+            voice.consent_audio.save("consent" + consent_header.extension, ContentFile(consent.audio), save=False)
             voice.save(update_fields=["reference_audio", "consent_audio"])
     except IntegrityError as exc:  # the same name, created concurrently
         raise VoiceError(f"A voice named {name!r} already exists.") from exc
@@ -146,11 +153,6 @@ def voice_check_name(*, owner: AbstractBaseUser | None, name: str) -> None:
         raise VoiceError(f"A voice named {name!r} already exists.")
 
 
-def _safe_name(filename: str, fallback: str) -> str:
-    suffix = Path(filename or "").suffix.lower()
-    return fallback + (suffix if suffix.isascii() and 1 < len(suffix) <= 6 and suffix[1:].isalnum() else "")
-
-
 def voice_disable(*, voice: Voice, by: AbstractBaseUser) -> None:
     voice.status, voice.disabled_by, voice.disabled_at = Voice.Status.DISABLED, by, timezone.now()
     voice.save(update_fields=["status", "disabled_by", "disabled_at", "updated_at"])
@@ -161,6 +163,28 @@ def voice_enable(*, voice: Voice) -> None:
     voice.status = Voice.Status.READY if voice.duration_s is not None or voice.prompts.exists() else Voice.Status.FAILED
     voice.disabled_by, voice.disabled_at = None, None
     voice.save(update_fields=["status", "disabled_by", "disabled_at", "updated_at"])
+
+
+def voice_retry(*, voice: Voice) -> None:
+    """Process a failed voice's stored clip again (a fault on the way may not happen twice)."""
+    if voice.status != Voice.Status.FAILED or not voice.reference_audio:
+        raise VoiceError("Only a failed voice with its clip can be tried again.")
+    voice.status, voice.failure_reason = Voice.Status.PENDING, ""
+    voice.progress_stage, voice.progress_percent = "queued", 0
+    voice.save(update_fields=["status", "failure_reason", "progress_stage", "progress_percent", "updated_at"])
+    _enqueue(voice)
+
+
+def voice_delete(*, voice: Voice) -> None:
+    """Delete a failed voice and its files (a voice that calls may use is disabled instead, by staff)."""
+    if voice.status != Voice.Status.FAILED:
+        raise VoiceError("Only a failed voice can be deleted.")
+    for prompt in voice.prompts.all():
+        prompt.file.delete(save=False)
+    for field in (voice.reference_audio, voice.consent_audio, voice.processed_audio):
+        if field:
+            field.delete(save=False)
+    voice.delete()
 
 
 # ---- voices: processing (the Celery task's body) ---------------------------------------------------------

@@ -16,4 +16,6 @@ urlpatterns = [
     path("voices/<int:pk>/status/", views.voice_status, name="voice-status"),
     path("voices/<int:pk>/preview/", views.voice_preview, name="voice-preview"),
     path("voices/<int:pk>/disable/", views.voice_disable, name="voice-disable"),
+    path("voices/<int:pk>/retry/", views.voice_retry, name="voice-retry"),
+    path("voices/<int:pk>/delete/", views.voice_delete, name="voice-delete"),
 ]

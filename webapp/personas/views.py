@@ -1,5 +1,5 @@
-"""Persona and voice pages. Every lookup goes through ``selectors`` (owner + shared, staff all): another user's
-private row answers 404 exactly like a missing one, on every route."""
+"""Persona and voice pages. Every lookup goes through ``selectors`` (owner + shared; others' private rows only
+with an explicit permission): another user's private row answers 404 exactly like a missing one, on every route."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
 from inference import api
+from webapp.accounts.permissions import DISABLE_VOICE, may
 from webapp.personas import services
 from webapp.personas.forms import PersonaForm, VoiceUploadForm
 from webapp.personas.models import Persona, Voice
@@ -30,7 +31,7 @@ def _persona_or_404(request: HttpRequest, pk: int, *, edit: bool = False) -> Per
     if persona is None:
         raise Http404("No such persona.")
     if edit and not can_edit(user=request.user, row=persona):
-        raise PermissionDenied("Only staff may edit shared personas.")
+        raise PermissionDenied("Editing another user's or a shared persona takes the change_persona permission.")
     return persona
 
 
@@ -145,11 +146,8 @@ def _voice_new_checked(request: HttpRequest, handler) -> HttpResponse:
                     owner=None if shared else request.user,
                     by=request.user,
                     name=form.cleaned_data["name"].strip(),
-                    clip=clip.read(),
-                    clip_filename=clip.name,
-                    consent=services.Consent(
-                        audio=consent.read(), filename=consent.name, sentence=consent_sentence, phrase=phrase
-                    ),
+                    clip=clip.read(),  # the client's file names are not used: what is stored is named by its content
+                    consent=services.Consent(audio=consent.read(), sentence=consent_sentence, phrase=phrase),
                 )
             except services.VoiceError as exc:
                 form.add_error(None, str(exc))
@@ -188,8 +186,13 @@ def _form_errors(form) -> list[str]:
 @require_GET
 def voice_detail(request: HttpRequest, pk: int) -> HttpResponse:
     voice = _voice_or_404(request, pk)
-    prompts = voice.prompts.all()
-    return render(request, "personas/voice_detail.html", {"voice": voice, "prompts": prompts})
+    context = {
+        "voice": voice,
+        "prompts": voice.prompts.all(),
+        "may_disable": may(request.user, DISABLE_VOICE),
+        "can_change": can_edit(user=request.user, row=voice),
+    }
+    return render(request, "personas/voice_detail.html", context)
 
 
 @login_required
@@ -227,12 +230,46 @@ def voice_preview(request: HttpRequest, pk: int) -> HttpResponse:
     return FileResponse(buffer, content_type="audio/wav", filename=f"voice-{voice.pk}-preview.wav")
 
 
+def _voice_to_change(request: HttpRequest, pk: int) -> Voice:
+    voice = _voice_or_404(request, pk)
+    if not can_edit(user=request.user, row=voice):
+        raise PermissionDenied("Only the voice's owner (or staff) may change it.")
+    return voice
+
+
+@login_required
+@require_POST
+def voice_retry(request: HttpRequest, pk: int) -> HttpResponse:
+    voice = _voice_to_change(request, pk)
+    try:
+        services.voice_retry(voice=voice)
+    except services.VoiceError as exc:
+        messages.error(request, str(exc))
+    return redirect("personas:voice-detail", pk=voice.pk)
+
+
+@login_required
+@require_POST
+def voice_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    voice = _voice_to_change(request, pk)
+    try:
+        services.voice_delete(voice=voice)
+    except services.VoiceError as exc:
+        messages.error(request, str(exc))
+        return redirect("personas:voice-detail", pk=voice.pk)
+    messages.info(request, f"Voice {voice.name!r} deleted.")
+    return redirect("personas:voice-list")
+
+
 @login_required
 @require_POST
 def voice_disable(request: HttpRequest, pk: int) -> HttpResponse:
-    if not request.user.is_staff:
-        raise PermissionDenied("Only staff may disable voices.")
-    voice = _voice_or_404(request, pk)
+    # The console's own check (operations.disable_voice), and like the console it reaches any voice by id.
+    if not may(request.user, DISABLE_VOICE):
+        raise PermissionDenied("Disabling a voice takes the disable_voice permission.")
+    voice = Voice.objects.filter(pk=pk).first()
+    if voice is None:
+        raise Http404("No such voice.")
     if request.POST.get("enable") == "1":
         services.voice_enable(voice=voice)
         messages.info(request, f"Voice {voice.name!r} enabled again.")

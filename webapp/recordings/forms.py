@@ -20,10 +20,10 @@ class RecordingFilterForm(forms.Form):
     max_duration_s = forms.FloatField(required=False, min_value=0, label="Max s")
     mine = forms.BooleanField(required=False, label="Only mine")
 
-    def __init__(self, *args, engines: list[str], staff: bool, **kwargs):
+    def __init__(self, *args, engines: list[str], everyone: bool, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["engine"].choices = [("", "any engine"), *((e, e) for e in engines)]
-        if not staff:
+        if not everyone:
             del self.fields["mine"]  # everyone else only ever sees their own
 
     def filters(self) -> RecordingFilters:

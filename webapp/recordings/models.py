@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from webapp.common.close_reasons import close_reason_words
+
 
 class Recording(models.Model):
     class Status(models.TextChoices):
@@ -49,6 +51,15 @@ class Recording(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} ({self.user}, {self.status})"
+
+    @property
+    def checkpoint_name(self) -> str:
+        """What the pages show of the checkpoint: its folder's name, not the server path (kept for operators)."""
+        return self.checkpoint.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def close_reason_text(self) -> str:
+        return close_reason_words(self.close_reason)
 
     @property
     def playable(self) -> bool:

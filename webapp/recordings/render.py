@@ -6,8 +6,10 @@
 - ``timeline.json``: tick timings, heard-vs-generated (playback acks), barge-ins, pauses, detaches,
   listen/speak decisions, each at its time on the audio's clock.
 
-Times: engine step ``k`` starts at ``k * period``; a pause or a detach freezes the engine, so it shows
-as a marker (with its wall-clock length) rather than as silence.
+Times: the audio is on the call's wall clock (``inference.recording.wall_clock``): engine step ``k``
+starts at ``raw.step_time(k)``; time without steps (ticks running late, a pause, a detach) and steps
+without caller audio are silence, each span a ``gap`` marker with its cause, and a pause or a detach
+also keeps its own marker (with its wall-clock length).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class RawRecording(Protocol):
     ticks: list[tuple[int, float, float]]
     events: list[dict[str, Any]]
     problems: list[str]
+    gaps: list[dict[str, Any]]
+
+    def step_time(self, step: int) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,7 @@ def peak_levels(track: np.ndarray, rate: int) -> list[float]:
 
 
 def step_time(raw: RawRecording, step: int) -> float:
-    return round(step * raw.period_ms / 1000.0, 3)
+    return round(raw.step_time(step), 3)
 
 
 def transcript_lines(raw: RawRecording) -> list[dict[str, Any]]:
@@ -188,7 +193,10 @@ def timeline_of(raw: RawRecording, duration_s: float) -> dict[str, Any]:
             markers.append({"kind": event.get("kind", "decision"), "t": at, "end_of_turn": bool(event.get("eot"))})
     for gap in open_gap.values():  # paused or detached when the call ended
         markers.append({**gap, "wall_s": None})
-    ticks = [[round(step * raw.period_ms / 1000.0, 3), round(ms, 3)] for step, _, ms in raw.ticks]
+    for gap in raw.gaps:  # marked silence: time the call had that the engine's steps did not fill
+        markers.append({"kind": "gap", "t": gap["t"], "end": gap["end"], "cause": gap["cause"],
+                        "silence_s": round(gap["end"] - gap["t"], 3)})  # fmt: skip
+    ticks = [[step_time(raw, step), round(ms, 3)] for step, _, ms in raw.ticks]
     tick_ms = np.array([ms for _, ms in ticks] or [0.0])
     return {
         "duration_s": round(duration_s, 3),

@@ -9,15 +9,28 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
+from webapp.accounts.permissions import may
 from webapp.recordings.models import Recording
 
 MAX_ID = 2**63  # a BigAutoField
 
 
+VIEW_ANY_RECORDING = "recordings.view_recording"  # see, play and download other users' recordings
+DELETE_ANY_RECORDING = "recordings.delete_recording"  # delete other users' recordings
+
+
 def recordings_visible_to(user: AbstractBaseUser) -> QuerySet[Recording]:
-    """Staff see everyone's recordings; everybody else only their own."""
+    """A user's own recordings; everyone's only with ``VIEW_ANY_RECORDING`` (being staff is not enough)."""
     rows = Recording.objects.select_related("user")
-    return rows if user.is_staff else rows.filter(user=user)
+    return rows if may(user, VIEW_ANY_RECORDING) else rows.filter(user=user)
+
+
+def may_see_everyones(user: AbstractBaseUser) -> bool:
+    return may(user, VIEW_ANY_RECORDING)
+
+
+def may_delete(*, user: AbstractBaseUser, recording: Recording) -> bool:
+    return recording.user_id == user.pk or may(user, DELETE_ANY_RECORDING)
 
 
 def recording_get_for(*, user: AbstractBaseUser, recording_id: int) -> Recording:

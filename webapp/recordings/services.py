@@ -61,8 +61,19 @@ def recording_sync(
             "started_at": timezone.now(),
         },
     )
-    if not created and row.mode != mode and row.ended_at is None:  # the mode was chosen after the row was made
-        Recording.objects.filter(pk=row.pk).update(mode=mode)
+    if created or row.ended_at is not None:
+        return
+    # The row is made when the session is ready; the mode, persona and voice are chosen by session.update after.
+    chosen = {
+        "mode": mode,
+        "persona_id": persona_id,
+        "persona_name": persona.name if persona is not None else "",
+        "persona_version": persona_version,
+        "voice": voice or "",
+    }
+    changed = {name: value for name, value in chosen.items() if getattr(row, name) != value}
+    if changed:
+        Recording.objects.filter(pk=row.pk).update(**changed)
 
 
 def recording_close(*, session_id: str, reason: str, nothing_recorded: bool = False) -> None:

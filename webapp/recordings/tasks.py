@@ -9,6 +9,7 @@ files are stored, so a later run (the sweep, or a retry) can still succeed.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -54,16 +55,18 @@ def process_recording(self, recording_id: int, attempt: int = 0) -> str:
     try:
         raw = api.read_recording(recording.session_id)
     except ParleyError as exc:
-        return _finish(recording, Status.FAILED, exc.message)
+        return _finish(recording, Status.FAILED, without_paths(exc.message))
     _copy_meta(recording, raw)
     try:
         rendered = render(raw, progress=lambda f: _update(recording, progress=round(0.05 + 0.55 * f, 3)))
     except Exception as exc:  # noqa: BLE001 - bad data must end as failed, never as a stuck row
         logger.exception("recordings.render_failed", extra={"session_id": recording.session_id})
-        return _finish(recording, Status.FAILED, f"could not render the recording: {type(exc).__name__}: {exc}")
+        return _finish(recording, Status.FAILED, f"could not render the recording: {_describe(exc)}")
     try:
         _store(recording, rendered)
     except Exception as exc:  # noqa: BLE001 - any storage fault (disk full, bucket unreachable) is retried
+        # The whole fault (paths included) for the operator; the reason users see names none (_describe).
+        logger.warning("recordings.store_failed", exc_info=True, extra={"session_id": recording.session_id})
         recording.attempts += 1
         if attempt < STORAGE_RETRIES:
             countdown = BACKOFF_BASE_S * 2**attempt
@@ -186,4 +189,16 @@ def _update(recording: Recording, **fields) -> None:
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:300]
+    """The fault as users may read it: its kind and message, never a server path (the log has the rest)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{type(exc).__name__}: {exc.strerror}"  # "[Errno 20] Not a directory: '/srv/...'" without the file
+    return without_paths(f"{type(exc).__name__}: {exc}")[:300]
+
+
+# An absolute filesystem path: "/" not part of a URL or a word ("http://host/x", "a/b" are left alone).
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])/[^\s'\"]+")
+
+
+def without_paths(text: str) -> str:
+    """``text`` with every absolute filesystem path replaced by its last component."""
+    return _ABSOLUTE_PATH.sub(lambda m: "…/" + m.group(0).rstrip("/").rsplit("/", 1)[-1], text)

@@ -6,6 +6,7 @@ urlpatterns = [
     path("", views.recording_list, name="recording-list"),
     path("status.json", views.recording_statuses, name="recording-statuses"),
     path("<int:recording_id>/", views.recording_detail, name="recording-detail"),
+    path("session/<str:session_id>/", views.recording_of_session, name="recording-of-session"),
     path("<int:recording_id>/status.json", views.recording_status, name="recording-status"),
     path("<int:recording_id>/files/<str:kind>", views.recording_file, name="recording-file"),
     path("<int:recording_id>/download.zip", views.recording_zip, name="recording-zip"),

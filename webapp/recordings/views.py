@@ -1,7 +1,8 @@
 """Review pages: the list, the detail page with synchronised playback, files, zip and delete.
 
 Every route looks the recording up through ``selectors.recording_get_for``: another user's id is a
-404 everywhere (page, status, files, zip, delete).
+404 everywhere (page, status, files, zip, delete) unless the user holds ``recordings.view_recording``;
+deleting another user's recording takes ``recordings.delete_recording`` too.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import io
 import zipfile
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect, render
@@ -18,7 +20,13 @@ from django.urls import reverse
 from inference import api
 from webapp.recordings.forms import RecordingFilterForm
 from webapp.recordings.models import Recording
-from webapp.recordings.selectors import recording_get_for, recordings_filtered, recordings_visible_to
+from webapp.recordings.selectors import (
+    may_delete,
+    may_see_everyones,
+    recording_get_for,
+    recordings_filtered,
+    recordings_visible_to,
+)
 from webapp.recordings.services import recording_delete
 from webapp.recordings.storage import recordings_storage
 from webapp.recordings.tasks import process_recording
@@ -38,13 +46,15 @@ CONTENT_TYPES = {
 def recording_list(request: HttpRequest) -> HttpResponse:
     visible = recordings_visible_to(request.user)
     engines = sorted(set(visible.order_by().values_list("engine", flat=True).distinct()))
-    form = RecordingFilterForm(request.GET or None, engines=engines, staff=request.user.is_staff)
+    everyone = may_see_everyones(request.user)
+    form = RecordingFilterForm(request.GET or None, engines=engines, everyone=everyone)
     _process_forgotten(visible)
     rows = recordings_filtered(user=request.user, filters=form.filters())
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    return render(request, "recordings/list.html", {"form": form, "page": page, "query": query.urlencode()})
+    context = {"form": form, "page": page, "query": query.urlencode(), "everyone": everyone}
+    return render(request, "recordings/list.html", context)
 
 
 @login_required
@@ -52,6 +62,15 @@ def recording_detail(request: HttpRequest, recording_id: int) -> HttpResponse:
     recording = recording_get_for(user=request.user, recording_id=recording_id)
     urls = {kind: reverse("recording-file", args=[recording.pk, kind]) for kind in recording.files}
     return render(request, "recordings/detail.html", {"recording": recording, "file_urls": urls})
+
+
+@login_required
+def recording_of_session(request: HttpRequest, session_id: str) -> HttpResponse:
+    """The call page's link after hang-up: it knows the session, not the recording's id."""
+    row = recordings_visible_to(request.user).filter(session_id=session_id[:100]).values_list("pk", flat=True).first()
+    if row is None:
+        raise Http404("No recording of this call (it was not recorded, or it has been deleted).")
+    return redirect("recording-detail", recording_id=row)
 
 
 @login_required
@@ -106,6 +125,8 @@ def recording_delete_view(request: HttpRequest, recording_id: int) -> HttpRespon
     recording = recording_get_for(user=request.user, recording_id=recording_id)  # 404 before 405
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
+    if not may_delete(user=request.user, recording=recording):
+        raise PermissionDenied("Deleting another user's recording takes the delete_recording permission.")
     recording_delete(recording)
     return redirect("recording-list")
 

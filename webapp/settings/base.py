@@ -102,9 +102,16 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 # Browser origins allowed to open /v1/realtime with the session cookie, besides the site's own origin
 # (scheme, host and port compared whole).
 PARLEY_ALLOWED_ORIGINS = ENV.allowed_origins
-# Per client IP ("limits" notation): WebSocket connects, and wrong API keys before the IP is refused.
-PARLEY_CONNECT_RATE = ENV.connect_rate
+# WebSocket connects per user and per API key (a moving minute); failed authentications per client IP
+# ("limits" notation) before that IP is refused: see webapp/common/throttling.py.
+PARLEY_CONNECTS_PER_USER_PER_MINUTE = ENV.connects_per_user_per_minute
+PARLEY_CONNECTS_PER_KEY_PER_MINUTE = ENV.connects_per_key_per_minute
 PARLEY_KEY_FAILURE_RATE = ENV.key_failure_rate
+# A live call re-reads its user this often (s): one deactivated without a save signal loses the call.
+PARLEY_ACCOUNT_CHECK_S = ENV.account_check_s
+# The failed-authentication limit and login lockouts key on the client's address: X-Forwarded-For counts only
+# from these (webapp.common.forwarded).
+PARLEY_TRUSTED_PROXIES = tuple(ENV.trusted_proxies)
 # The pages load scripts and styles from static/ only; the one inline <style> (base.html) carries the nonce.
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
@@ -132,8 +139,12 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT = ENV.static_root or VAR_DIR / "staticfiles"  # production: outside the private var/ (nginx reads it)
 MEDIA_ROOT = VAR_DIR / "media"
+# Voices and recordings are people's voices: readable by this service's user only, whatever the umask
+# (Django's defaults leave both to the umask: 0644 files under a 022 one).
+FILE_UPLOAD_PERMISSIONS = 0o600
+FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
 
 # Finished recordings (webapp/recordings/storage.py): local files by default, an S3 bucket when configured.
 STORAGES = {

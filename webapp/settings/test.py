@@ -12,8 +12,10 @@ from webapp.settings.base import DATABASES
 
 DEBUG = False
 SECRET_KEY = ENV.secret_key or "parley-insecure-test-key-for-pytest-only"
-# Every test client is 127.0.0.1: the suite would trip the per-IP limits (tests/webapp/security sets them low).
-PARLEY_CONNECT_RATE = "100000/minute"
+# Every test client is 127.0.0.1 and a few users connect many times: the suite would trip the limits
+# (tests/webapp/security sets them low, and checks the defaults).
+PARLEY_CONNECTS_PER_USER_PER_MINUTE = 100_000
+PARLEY_CONNECTS_PER_KEY_PER_MINUTE = 100_000
 PARLEY_KEY_FAILURE_RATE = "100000/minute"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True  # even when a developer shell sets CELERY_BROKER_URL

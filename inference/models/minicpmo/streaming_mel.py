@@ -4,8 +4,8 @@ The reference computes the Whisper log-mel of the session's whole buffer (up to 
 unit's frames. Only the newest frames change from one unit to the next, apart from two couplings: the floor
 (``max - 8`` over every frame of the buffer) and the reflect padding of a centred STFT (the first two frames
 mirror the buffer's start, the last one its end). On the H200 machine recomputing the whole buffer took a 1.8 ms
-median but 30-77 ms in one unit in eight, the tail of the listen unit (bench/results/unit-h200-a7bd560.json; the
-spikes were the host's 16 torch threads meeting the GPU work, bench/results/unit-host-threads-h200.json). ``MelCache`` keeps the pre-floor log-mel and each frame's peak, and each unit recomputes only what
+median but 30-77 ms in one unit in eight, the tail of the listen unit (a7bd560, bench/notes/unit-gpu.md; the
+spikes were the host's 16 torch threads meeting the GPU work, bench/results/unit-host-threads-h200-897b290.json). ``MelCache`` keeps the pre-floor log-mel and each frame's peak, and each unit recomputes only what
 changed: the block holding the previous last frame onward, and the first block after a slide.
 
 Frames are computed in blocks of ``BLOCK_FRAMES`` aligned to the buffer's first frame. A block's bits depend on

@@ -138,7 +138,7 @@ def train_tokenizer(path: Path, vocab_size: int, seed: int) -> None:
 
 def write_mimi(out: Path, seed: int) -> None:
     """The small Mimi config and its random weights (Kyutai key layout), from helper M2's module."""
-    from inference.models.moshi.mimi import MimiConfig
+    from inference.models.moshi.mimi_config import MimiConfig
     from inference.models.moshi.mimi_loading import random_mimi_state_dict
 
     mimi_config = MimiConfig.tiny()

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 
 from inference.models.moshi.loading import key_set_mismatch
-from inference.models.moshi.mimi import MimiCodec, MimiConfig
+from inference.models.moshi.mimi import MimiCodec
+from inference.models.moshi.mimi_config import MimiConfig
 from inference.models.moshi.seeded import unit_noise
 from inference.models.safetensors_files import read_safetensors_file
 

@@ -153,7 +153,7 @@ def encode_user_wav(info: CheckpointInfo, path: Path, device: str) -> np.ndarray
 def encode_pcm(info: CheckpointInfo, pcm: np.ndarray, device: str) -> np.ndarray:
     """Streaming Mimi encode of float32 24 kHz ``pcm`` in 1920-sample frames (last one zero-padded), with the
     attention window of the checkpoint's reference (the NVIDIA/personaplex fork's for PersonaPlex)."""
-    from inference.models.moshi.mimi import MimiConfig
+    from inference.models.moshi.mimi_config import MimiConfig
     from inference.models.moshi.mimi_loading import load_mimi
 
     mimi_config = MimiConfig.from_dict(info.mimi_config) if info.mimi_config else MimiConfig.kyutai_default()

@@ -151,7 +151,9 @@ def test_a_restarted_recorder_marks_a_dead_services_recordings_interrupted(tmp_p
     assert restarted.recover_interrupted() == ["sess_killed"]
     raw = read_recording(tmp_path / "sess_killed")
     assert raw.interrupted and raw.problems == []  # a cut tail of a killed call is expected, not damage
-    assert raw.steps == 12 and len(raw.agent) == 11 * CHUNK  # only step 11's agent audio was cut
+    # Only step 11's agent audio was cut: its time is still on the timeline, silent.
+    assert raw.steps == 12 and len(raw.agent) == 12 * CHUNK
+    assert raw.agent[10 * CHUNK : 11 * CHUNK].any() and not raw.agent[11 * CHUNK :].any()
     recorder.stop()
 
 

@@ -70,15 +70,18 @@ def test_sign_up_with_a_wrong_code_creates_nothing():
 def test_api_key_page_shows_a_new_key_once_and_revokes(alice):
     client = Client()
     client.force_login(alice)
-    response = client.post("/accounts/keys/", {"name": "laptop"})
+    response = client.post("/accounts/keys/", {"name": "laptop"}, follow=True)
+    assert response.redirect_chain == [("/accounts/keys/", 302)]  # redirect after POST: a reload makes no second key
     raw_key = re.search(rb'id="new-api-key">([^<]+)<', response.content).group(1).decode()
+    assert b'id="copy-api-key"' in response.content
     key = ApiKey.objects.get(user=alice)
     assert key.name == "laptop" and raw_key.startswith(key.prefix)
     assert key.key_hash == apikey_hash(raw_key) and raw_key not in key.key_hash  # only the hash is stored
     assert apikey_authenticate(raw_key=raw_key) == alice
 
-    listing = client.get("/accounts/keys/")
+    listing = client.get("/accounts/keys/")  # shown once: the session forgot it
     assert raw_key.encode() not in listing.content and key.prefix.encode() in listing.content
+    assert ApiKey.objects.filter(user=alice).count() == 1
 
     intruder = User.objects.create_user(username="eve", password="x-long-password-2")
     other = Client()
@@ -129,8 +132,13 @@ def test_staff_create_invites_on_their_page(alice):
     staff.user_permissions.add(Permission.objects.get(codename="add_invite"))
     client = Client()
     client.force_login(alice)
-    assert client.get("/accounts/invites/").status_code == 302  # not staff
+    refused = client.get("/accounts/invites/")  # not staff: a page that says why, not the admin's login form
+    assert refused.status_code == 403 and b"right to invite" in refused.content and b"/admin/login" not in refused.content
     client.force_login(staff)
     client.post("/accounts/invites/", {"note": "for dave"})
     invite = Invite.objects.get(note="for dave")
-    assert invite.created_by == staff and invite.code.encode() in client.get("/accounts/invites/").content
+    page = client.get("/accounts/invites/").content.decode()
+    link = f"http://testserver/accounts/signup/?code={invite.code}"
+    assert link in page  # a sign-up link with the code filled in
+    signup = client.get(link)
+    assert f'value="{invite.code}"' in signup.content.decode()

@@ -40,14 +40,19 @@ def upload(data: bytes, name: str = "clip.wav"):
     return SimpleUploadedFile(name, data)
 
 
+# Staff act on other users' rows by explicit grants only (tests/webapp/security/test_object_permissions.py).
+STAFF_GRANTS = {"personas": ("view_persona", "change_persona", "view_voice"), "operations": ("disable_voice",)}
+
+
 @pytest.fixture
 def users(django_user_model):
+    from django.contrib.auth.models import Permission
+
     make = django_user_model.objects.create_user
-    return {
-        "alice": make("alice", password="pw"),
-        "bob": make("bob", password="pw"),
-        "staff": make("staff", password="pw", is_staff=True),
-    }
+    staff = make("staff", password="pw", is_staff=True)
+    for app, codenames in STAFF_GRANTS.items():
+        staff.user_permissions.add(*Permission.objects.filter(content_type__app_label=app, codename__in=codenames))
+    return {"alice": make("alice", password="pw"), "bob": make("bob", password="pw"), "staff": staff}
 
 
 def client_for(client, user):
@@ -122,14 +127,14 @@ def test_another_user_cannot_list_use_preview_or_download_private_rows(client, u
         assert "Alice private" not in page and "alicevoice" not in page and "secret text" not in page
     persona.refresh_from_db()
     assert persona.name == "Alice private" and not persona.archived and persona.version == 1
-    # the owner and staff can
+    # the owner and staff with the view permissions can
     for user in (users["alice"], users["staff"]):
         c = client_for(client, user)
         assert c.get(reverse("personas:voice-preview", args=[voice.pk])).status_code == 200
         assert c.get(reverse("personas:persona-versions", args=[persona.pk])).status_code == 200
 
 
-def test_shared_rows_are_visible_but_only_staff_edit_them(client, users):
+def test_shared_rows_are_visible_but_only_staff_with_change_persona_edit_them(client, users):
     shared = Persona.objects.create(owner=None, name="Shared", instructions="for all")
     bob = client_for(client, users["bob"])
     assert bob.get(reverse("personas:persona-versions", args=[shared.pk])).status_code == 200
@@ -202,8 +207,9 @@ def test_a_bad_clip_fails_with_the_exact_reason_and_leaves_nothing(client, users
     c = client_for(client, users["alice"])
     with django_capture_on_commit_callbacks(execute=True):
         response, _ = new_voice(c, "bad", clip)
-    if response.status_code == 400:  # an empty file is refused by the form itself
-        assert reason == "empty" and "empty" in json.dumps(response.json())
+    if response.status_code == 400:  # refused at the upload: by the form (empty) or by the header probe
+        assert reason in ("empty", "not an audio file") and reason in json.dumps(response.json())
+        assert not Voice.objects.exists(), "nothing stored"
         return
     voice = Voice.objects.get(name="bad")
     assert voice.status == "failed" and reason in voice.failure_reason
@@ -249,7 +255,7 @@ def test_a_file_over_the_limit_is_cut_off_while_streaming(client, users):
     assert not Voice.objects.exists()
 
 
-def test_staff_disable_stops_new_calls_and_others_cannot(client, users):
+def test_staff_with_disable_voice_stop_new_calls_and_others_cannot(client, users):
     from webapp.conversations.services import voice_resolve
 
     voice = make_ready_voice(None, "shared-voice")
@@ -260,6 +266,33 @@ def test_staff_disable_stops_new_calls_and_others_cannot(client, users):
     assert voice.status == "disabled" and voice.disabled_by == users["staff"]
     assert voice_resolve(user=users["bob"], voice="shared-voice") is None
     assert voice_resolve(user=users["bob"], voice=voice.pk) is None
+
+
+def test_only_a_failed_voice_is_deleted_and_only_by_its_owner_or_staff(client, users):
+    failed = Voice.objects.create(owner=users["alice"], name="broken", status=Voice.Status.FAILED)
+    ready = make_ready_voice(users["alice"], "working")
+    delete = lambda voice: reverse("personas:voice-delete", args=[voice.pk])  # noqa: E731
+    shared = Voice.objects.create(owner=None, name="shared-broken", status=Voice.Status.FAILED)
+    assert client_for(client, users["bob"]).post(delete(failed)).status_code == 404  # private: not even seen
+    assert client_for(client, users["bob"]).post(delete(shared)).status_code == 403
+    client_for(client, users["alice"]).post(delete(ready))
+    assert Voice.objects.filter(pk=ready.pk).exists()  # a usable voice is disabled by staff, never deleted here
+    response = client_for(client, users["alice"]).post(delete(failed))
+    assert response.status_code == 302 and not Voice.objects.filter(pk=failed.pk).exists()
+
+
+def test_a_failed_voice_is_processed_again_from_its_clip(client, users, django_capture_on_commit_callbacks):
+    client_for(client, users["alice"])
+    with django_capture_on_commit_callbacks(execute=True):
+        response = new_voice(client, "retried", wav(speech(6.0)))
+    voice = Voice.objects.get(name="retried")
+    assert voice.status == Voice.Status.READY, voice.failure_reason
+    Voice.objects.filter(pk=voice.pk).update(status=Voice.Status.FAILED, failure_reason="a fault on the way")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("personas:voice-retry", args=[voice.pk]))
+    assert response.status_code == 302
+    voice.refresh_from_db()
+    assert (voice.status, voice.failure_reason, voice.progress_percent) == (Voice.Status.READY, "", 100)
 
 
 # ---- importvoices ---------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The realtime ``session.update`` path: only the owner (and staff) may use a private persona or voice; a voice
+"""The realtime ``session.update`` path: only the owner (and staff granted the permission) may use a private
+persona or voice; a voice
 that is not ready (pending, failed, disabled) starts no call; the session's capabilities name the persona
 version and the voice it runs with."""
 
@@ -74,13 +75,19 @@ async def test_capabilities_name_the_persona_version_and_the_voice(inference_ser
     await peer.close()
 
 
-async def test_staff_may_use_any_voice(inference_service):
+async def test_staff_may_use_any_voice_only_with_use_any_voice(inference_service):
+    from django.contrib.auth.models import Permission
+
     alice, boss = await make_account("alice"), await make_account("boss")
     boss.user.is_staff = True
     await database_sync_to_async(boss.user.save)()
-    await database_sync_to_async(Voice.objects.create)(owner=alice.user, name="alices", status=Voice.Status.READY)
-    voice = await database_sync_to_async(Voice.objects.get)(name="alices")
+    voice = await database_sync_to_async(Voice.objects.create)(
+        owner=alice.user, name="alices", status=Voice.Status.READY
+    )
     peer, _ = await ready_peer(boss)
+    assert (await rejected(peer, voice_update(voice.pk)))["code"] == "voice_not_found"  # staff alone: no
+    permission = await database_sync_to_async(Permission.objects.get)(codename="use_any_voice")
+    await database_sync_to_async(boss.user.user_permissions.add)(permission)
     await peer.send(voice_update(voice.pk))
     assert (await peer.until("session.updated"))["session"]["duplex"]["voice_id"] == voice.pk
     await peer.close()

@@ -14,29 +14,23 @@ from django.core.files.base import ContentFile
 
 from inference import api, embedded
 from inference.config import InferenceConfig
-from inference.voice_prompts import read_codes_prompt
+from inference.models.moshi.codes_prompt import read_codes_prompt
 from webapp.celery import app as celery_app
 from webapp.personas import services
 from webapp.personas.models import Voice
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
+pytestmark = [
+    pytest.mark.usefixtures("single_torch_thread"),
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.services,
+]
 CHECKPOINT = Path(__file__).resolve().parents[2] / "data" / "personaplex" / "ckpt"
-
-
-@pytest.fixture(autouse=True)
-def _single_thread():
-    import torch  # the worker computes the Mimi codes in this process; extra intra-op threads only spin here
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture
 def personaplex_config(monkeypatch):
     """The web tier's view of the inference config: a PersonaPlex engine on the test checkpoint."""
-    monkeypatch.setattr(embedded, "_config", InferenceConfig(engine="personaplex", checkpoint=CHECKPOINT))
+    monkeypatch.setattr(embedded._process, "_config", InferenceConfig(engine="personaplex", checkpoint=CHECKPOINT))
 
 
 @pytest.fixture

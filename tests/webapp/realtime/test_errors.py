@@ -186,7 +186,7 @@ async def test_session_not_ready_while_queued_then_resource_exhausted(inference_
     third, connected, _ = await open_peer(key=carol.key)  # the queue (1) is full
     error = await third.error()
     assert (error["type"], error["code"]) == ("rate_limit_error", "resource_exhausted")
-    assert (await third.until("closed"))["code"] == 1013
+    assert (await third.until("closed"))["code"] == 4013
 
     await first.proves_alive()
     await second.close()
@@ -224,7 +224,7 @@ async def test_engine_failed_ends_the_session_and_a_new_one_works(alice, inferen
     error = await peer.error()
     assert (error["type"], error["code"]) == ("server_error", "engine_failed")
     assert (await peer.until("session.closed"))["reason"] == "engine_failed"
-    assert (await peer.until("closed"))["code"] == 1011
+    assert (await peer.until("closed"))["code"] == 4011
 
     again, created_again = await ready_peer(alice)
     assert created_again["session"]["id"] != created["session"]["id"]
@@ -260,12 +260,12 @@ async def test_internal_error_is_reported_and_the_session_goes_on(alice, monkeyp
     await peer.close()
 
 
-async def test_unknown_model_is_refused_with_1008(alice):
+async def test_unknown_model_is_refused_with_4008(alice):
     peer, connected, _ = await open_peer(key=alice.key, path="/v1/realtime?model=gpt-no-such-model")
     assert connected
     error = await peer.error()
     assert error["code"] == "model_not_found" and error["param"] == "model"
-    assert (await peer.until("closed"))["code"] == 1008
+    assert (await peer.until("closed"))["code"] == 4008
     again, created = await ready_peer(alice, path="/v1/realtime?model=echo")
     assert created["session"]["model"] == "echo"
     await again.proves_alive()
@@ -295,4 +295,24 @@ async def test_invalid_image_on_a_video_engine(alice, inference_service):
     assert not any(
         isinstance(e, dict) and e["type"] == "error" and e["error"]["event_id"] == "img-ok" for e in peer.seen
     )
+    await peer.close()
+
+
+async def test_a_database_fault_in_session_update_is_internal_error_and_the_session_goes_on(alice, monkeypatch):
+    """The services turn it into a typed error (logged whole there); the consumer only translates it."""
+    from django.db import OperationalError
+
+    from webapp.conversations import services
+
+    def locked(**kwargs):
+        raise OperationalError("database is locked")
+
+    peer, _ = await ready_peer(alice)
+    monkeypatch.setattr(services, "persona_get_for", locked)
+    update = {"type": "session.update", "event_id": "u1", "session": {"duplex": {"persona_id": 1}}}
+    error = await rejected(peer, update)
+    assert (error["type"], error["code"], error["event_id"]) == ("server_error", "internal_error", "u1")
+    assert "database" in error["message"]
+    monkeypatch.undo()
+    await peer.proves_alive()
     await peer.close()

@@ -22,7 +22,8 @@ async def test_no_credentials_gets_forbidden_and_4401_then_a_key_works(alice):
 async def test_wrong_or_revoked_key_is_refused(alice):
     peer, connected, _ = await open_peer(key="pk_not-a-real-key")
     assert connected
-    assert (await peer.error())["code"] == "forbidden"
+    error = await peer.error()
+    assert error["code"] == "forbidden" and "API key is not valid" in error["message"]  # not "log in or send a key"
     assert (await peer.until("closed"))["code"] == 4401
 
     from channels.db import database_sync_to_async

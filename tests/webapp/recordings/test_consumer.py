@@ -80,3 +80,27 @@ async def test_a_call_closed_before_any_audio_leaves_no_recording(caller, raw_di
         await asyncio.sleep(0.05)
     assert await status_of(session_id) is None
     assert not (raw_dir / session_id).exists()
+
+
+async def test_the_recording_names_the_persona_version_and_voice_chosen_by_session_update(caller):
+    """The row is made at session.created, before the client chose anything: session.update's choice reaches it."""
+    from webapp.personas.models import Persona, Voice
+
+    voice = await database_sync_to_async(Voice.objects.create)(
+        owner=caller.user, name="Calm narrator", status=Voice.Status.READY
+    )
+    persona = await database_sync_to_async(Persona.objects.create)(
+        owner=caller.user, name="Museum guide", instructions="You are a calm museum guide."
+    )
+    peer, created = await ready_peer(caller)
+    session_id = created["session"]["id"]
+    await wait_for_status(session_id, Recording.Status.RECORDING)
+    update = {"duplex": {"persona_id": persona.pk}, "audio": {"output": {"voice": voice.pk}}}
+    await peer.send({"type": "session.update", "session": update})
+    duplex = (await peer.until("session.updated"))["session"]["duplex"]
+    assert (duplex["persona_name"], duplex["persona_version"], duplex["voice"]) == ("Museum guide", 1, "Calm narrator")
+    row = await database_sync_to_async(Recording.objects.get)(session_id=session_id)
+    assert (row.persona_id, row.persona_name, row.persona_version) == (persona.pk, "Museum guide", 1)
+    assert row.voice == "Calm narrator"
+    await peer.send({"type": "session.close"})
+    await peer.until("session.closed")

@@ -149,3 +149,41 @@ def test_purge_deletes_recordings_past_the_retention_period(recorder, media_dir,
     assert not any(recordings_storage().exists(name) for name in files)
     settings.PARLEY_RECORDING_RETENTION_DAYS = 0
     assert tasks.purge_recordings.delay().get() == 0
+
+
+def test_a_storage_failure_and_the_checkpoint_reach_the_owner_without_server_paths(
+    recorder, media_dir, make_recording, django_user_model, client, settings
+):
+    """A file where the user's recordings folder belongs: the OS names the full path in its error; the reason
+    shown on the pages keeps the kind of fault only. The checkpoint is shown by name, not by path."""
+    settings.STORAGES["recordings"]["OPTIONS"]["location"] = media_dir
+    owner = django_user_model.objects.create_user(username="owner", password="x")
+    (media_dir / "recordings").mkdir(parents=True)
+    (media_dir / "recordings" / str(owner.pk)).write_bytes(b"not a folder")
+    recording = close_and_process_recorded(recorder, make_recording(owner, session_id="sess_blocked"))
+    assert recording.status == Recording.Status.FAILED and recording.attempts == tasks.STORAGE_RETRIES + 1
+    assert "NotADirectoryError: Not a directory" in recording.status_reason, recording.status_reason
+    Recording.objects.filter(pk=recording.pk).update(checkpoint="/srv/models/checkpoints/personaplex-7b")
+    client.force_login(owner)
+    for url in (f"/recordings/{recording.pk}/", "/recordings/", f"/recordings/{recording.pk}/status.json"):
+        body = client.get(url).content.decode()
+        assert "Not a directory" in body, url
+        assert str(media_dir) not in body and "/srv/models" not in body and "sess_blocked/" not in body, url
+    assert "personaplex-7b" in client.get(f"/recordings/{recording.pk}/").content.decode()
+
+
+def close_and_process_recorded(recorder, recording: Recording) -> Recording:
+    record_raw_call(recorder, recording.session_id, steps=5)
+    return close_and_process(recording)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("[Errno 2] No such file: '/var/lib/parley/media/x.ogg'", "[Errno 2] No such file: '…/x.ogg'"),
+        ('Could not connect to the endpoint URL: "http://127.0.0.1:9/b/k"', None),  # a URL is not a path
+        ("chunk-000000.prc: bad crc", None),
+    ],
+)
+def test_reasons_keep_no_absolute_path(text, shown):
+    assert tasks.without_paths(text) == (shown or text)

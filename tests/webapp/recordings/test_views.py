@@ -76,8 +76,11 @@ def test_the_owner_gets_page_files_and_zip(client, processed, django_user_model)
     assert "Hello there." in archive.read("transcript.txt").decode()
 
 
-def test_staff_see_everyones_recordings(client, processed, django_user_model):
-    django_user_model.objects.create_user(username="boss", password="x", is_staff=True)
+def test_staff_with_view_recording_see_everyones_recordings(client, processed, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    boss = django_user_model.objects.create_user(username="boss", password="x", is_staff=True)
+    boss.user_permissions.add(Permission.objects.get(codename="view_recording"))
     client.force_login(django_user_model.objects.get(username="boss"))
     assert client.get(reverse("recording-detail", args=[processed.pk])).status_code == 200
     page = client.get(reverse("recording-list")).content.decode()
@@ -139,3 +142,16 @@ def test_ids_too_large_for_the_database_are_404_not_500(client, django_user_mode
     for url in (f"/recordings/{huge}/", f"/recordings/{huge}/status.json", f"/recordings/{huge}/files/ogg"):
         assert client.get(url).status_code == 404, url
     assert client.post(f"/recordings/{huge}/delete").status_code == 404
+
+
+def test_the_call_page_s_link_by_session_reaches_the_owner_s_recording_only(client, make_recording, django_user_model):
+    owner = django_user_model.objects.create_user(username="linked", password="x")
+    other = django_user_model.objects.create_user(username="stranger", password="x")
+    recording = make_recording(owner, session_id="sess_linked")
+    url = reverse("recording-of-session", args=["sess_linked"])
+    client.force_login(owner)
+    response = client.get(url)
+    assert response.status_code == 302 and response["Location"] == reverse("recording-detail", args=[recording.pk])
+    assert client.get(reverse("recording-of-session", args=["sess_nothing"])).status_code == 404
+    client.force_login(other)
+    assert client.get(url).status_code == 404  # another user's call is not even confirmed to exist

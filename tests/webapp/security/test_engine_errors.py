@@ -31,7 +31,7 @@ async def test_a_caller_gets_engine_failed_without_server_paths(broken_engine, c
         error = await peer.error(wait_s=120)  # the engine's module imports torch first: slow on a busy machine
         closed = await peer.until("closed")
     assert error["code"] == "engine_failed" and error["type"] == "server_error"
-    assert closed["code"] == 1011
+    assert closed["code"] == 4011
     seen = json.dumps(peer.seen)
     assert "srv-private-models" not in seen and "/tmp" not in seen and "checkpoint" not in seen.lower()
     assert str(broken_engine) in caplog.text  # the operator still learns what went wrong

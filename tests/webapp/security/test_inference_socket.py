@@ -20,9 +20,11 @@ from inference.contracts import ParleyError, Ready, Replaced, SessionRequest, Vo
 from tests.inference.event_helpers import EventReader
 
 ROOT = Path(__file__).resolve().parents[3]
-# The intruder: connects, sends one call (optionally after a hello), prints every frame it gets back.
+# The intruder: connects, sends one call (optionally after answering the handshake's challenge with a proof
+# made from the token it was given, without checking the service's proof), prints every frame it gets back.
 INTRUDER = """
-import json, socket, struct, sys
+import json, os, socket, struct, sys
+from inference.transport.auth import proof
 path, token, op = sys.argv[1:4]
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 sock.settimeout(10)
@@ -32,9 +34,14 @@ def send(obj):
     try:
         sock.sendall(struct.pack(">IB", len(body) + 1, 1) + body)
     except (BrokenPipeError, ConnectionResetError):
-        pass  # refused after the hello: the answer is still there to read
+        pass  # refused after the proof: the answer is still there to read
 if token != "-":
-    send({"op": "hello", "token": token})
+    nonce = os.urandom(32)
+    send({"op": "hello", "nonce": nonce.hex()})
+    header = sock.recv(5, socket.MSG_WAITALL)
+    challenge = sock.recv(struct.unpack(">I", header[:4])[0] - 1, socket.MSG_WAITALL)
+    print(challenge.decode())
+    send({"op": "proof", "proof": proof(token, b"client", nonce, bytes.fromhex(json.loads(challenge)["nonce"]))})
 if op == "open":
     send({"op": "open", "request": {"user_key": "victim"}})
 else:
@@ -117,7 +124,11 @@ async def remote(service):
 
 def intrude(service: Service, token: str, op: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-c", INTRUDER, service.socket_path, token, op], capture_output=True, text=True, timeout=30
+        [sys.executable, "-c", INTRUDER, service.socket_path, token, op],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -137,12 +148,12 @@ def test_a_process_with_a_wrong_token_is_refused_and_logged(service, token):
     answer = intrude(service, "not-" + token, "occupancy")
     assert '"unauthenticated"' in answer and "slots" not in answer
     logged = service.log_after(mark, "inference.auth_refused")
-    assert "wrong token" in logged and token not in "".join(service.lines)  # the token is never logged
+    assert "wrong proof" in logged and token not in "".join(service.lines)  # the token is never logged
 
 
 def test_a_process_with_the_token_is_served(service, token):
     answer = intrude(service, token, "occupancy")
-    assert '"ok":true' in answer.splitlines()[0]  # the welcome
+    assert '"challenge"' in answer.splitlines()[0] and '"ok":true' in answer.splitlines()[1]  # proved, welcomed
     assert '"num_slots":2' in answer  # then the call's reply
 
 

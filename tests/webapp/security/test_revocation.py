@@ -65,3 +65,78 @@ async def test_deleting_the_user_ends_the_call(alice):
         await asyncio.sleep(0.05)
     await database_sync_to_async(alice.user.delete)()
     await assert_ended_for_revocation(peer)
+
+
+# ---- deactivated without a save signal (a queryset update, raw SQL, a shell) ----------------------------------
+
+
+def deactivate_without_signal(user) -> None:
+    """What ``manage.py shell`` or a bulk job does: no ``save()``, so no post_save and no revocation message."""
+    type(user).objects.filter(pk=user.pk).update(is_active=False)
+
+
+async def test_a_user_deactivated_by_a_queryset_update_loses_the_call_at_the_next_account_check(alice, settings):
+    settings.PARLEY_ACCOUNT_CHECK_S = 0.3
+    peer, _ = await ready_peer(alice)
+    await peer.prime()  # a live call that sends nothing else: no session.update to notice it
+    await database_sync_to_async(deactivate_without_signal)(alice.user)
+    await assert_ended_for_revocation(peer)
+    await assert_refused(key=alice.key)
+
+
+async def test_a_session_update_from_a_user_deactivated_without_a_signal_ends_the_call_at_once(alice, settings):
+    settings.PARLEY_ACCOUNT_CHECK_S = 3600  # the periodic check is far off: the update itself must notice
+    peer, _ = await ready_peer(alice)
+    await database_sync_to_async(deactivate_without_signal)(alice.user)
+    await peer.send({"type": "session.update", "session": {"instructions": "still here?"}})
+    await assert_ended_for_revocation(peer)
+
+
+async def test_an_active_user_keeps_the_call_through_account_checks(alice, settings):
+    settings.PARLEY_ACCOUNT_CHECK_S = 0.1
+    peer, _ = await ready_peer(alice)
+    await asyncio.sleep(0.5)  # several checks
+    await peer.proves_alive()
+    await peer.close()
+
+
+@pytest.fixture(scope="module")
+def checking_server(django_db_setup, django_db_blocker):
+    """A real daphne whose calls re-read their user every 0.3 s (the setting is forked into the server)."""
+    from django.test import override_settings
+
+    from tests.live_server import live_server_env, run_live_server
+
+    with (
+        override_settings(PARLEY_ACCOUNT_CHECK_S=0.3),
+        run_live_server(django_db_blocker, live_server_env("echo")) as server,
+    ):
+        yield server
+
+
+def test_on_a_real_server_a_call_ends_once_its_user_is_deactivated_without_a_signal(checking_server, django_user_model):
+    import contextlib
+    import json
+
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    from webapp.accounts.services import apikey_create
+
+    user = django_user_model.objects.create_user(username="shelled", password="pw-for-tests-only")
+    _, key = apikey_create(user=user, name="test")
+
+    async def call() -> tuple[str, int | None]:
+        headers = {"Authorization": f"Bearer {key}"}
+        async with connect(f"{checking_server.ws_url}/v1/realtime?model=echo", additional_headers=headers) as ws:
+            reason = None
+            with contextlib.suppress(ConnectionClosed):  # 4401 is not a normal close
+                async for message in ws:
+                    event = json.loads(message) if isinstance(message, str) else {}
+                    if event.get("type") == "session.created":
+                        await asyncio.to_thread(deactivate_without_signal, user)
+                    elif event.get("type") == "session.closed":
+                        reason = event["reason"]
+            return reason, ws.close_code
+
+    assert asyncio.run(asyncio.wait_for(call(), 20)) == ("credentials_revoked", 4401)

@@ -68,9 +68,54 @@ def test_check_deploy_is_clean_under_production_settings(tmp_path):
         DJANGO_SECRET_KEY=STRONG_SECRET,
         DJANGO_ALLOWED_HOSTS="parley.example.com",
         PARLEY_VAR_DIR=str(tmp_path / "var"),
+        DJANGO_STATIC_ROOT=str(tmp_path / "static"),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "no issues" in result.stdout
+
+
+WRITE_MEDIA = """
+import django; django.setup()
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from webapp.recordings import storage
+print(default_storage.save("voices/7/clip.wav", ContentFile(b"RIFF")))
+print(storage.save(storage.file_name(user_id=4, session_id="sess_x", filename="call.ogg"), b"OggS"))
+"""
+
+
+def test_files_written_under_production_settings_are_private_whatever_the_umask(tmp_path):
+    """Voices and recordings saved through Django's storage: 0600 files in 0700 folders, var/ itself 0700,
+    with the usual umask 022 (which alone gives 0644 and 0755)."""
+    var = tmp_path / "var"
+    var.mkdir(mode=0o755)
+    clean = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+    env = {**clean, "DJANGO_SETTINGS_MODULE": "webapp.settings.production", "DJANGO_SECRET_KEY": STRONG_SECRET,
+           "PARLEY_VAR_DIR": str(var), "DJANGO_STATIC_ROOT": str(tmp_path / "static")}  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", WRITE_MEDIA], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        preexec_fn=lambda: os.umask(0o022),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    media = var / "media"
+    assert mode(var) == 0o700
+    for name in result.stdout.split():
+        path = media / name
+        assert mode(path) == 0o600, name
+        while path.parent != media:
+            path = path.parent
+            assert mode(path) == 0o700, path
+
+
+def test_production_refuses_static_files_inside_the_private_var(tmp_path):
+    result = run([sys.executable, "-c", PROBE], settings="webapp.settings.production",
+                 DJANGO_SECRET_KEY=STRONG_SECRET, PARLEY_VAR_DIR=str(tmp_path / "var"))  # fmt: skip
+    assert result.returncode != 0 and "DJANGO_STATIC_ROOT must be outside" in result.stderr
+
+
+def test_every_unit_runs_with_a_private_umask():
+    for unit in sorted((ROOT / "deploy" / "systemd").glob("*.service")):
+        assert "\nUMask=0077\n" in unit.read_text(), unit.name
 
 
 # ---- make run (local settings) ---------------------------------------------------------------

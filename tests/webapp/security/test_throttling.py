@@ -1,4 +1,5 @@
-"""Finding 5: throttles on logins (django-axes), on WebSocket connects and on wrong API keys (per client IP)."""
+"""Finding 5: throttles on logins (django-axes), on WebSocket connects (per user and per API key) and on
+failed authentications (per client IP)."""
 
 import pytest
 from channels.db import database_sync_to_async
@@ -6,9 +7,10 @@ from channels.testing import HttpCommunicator, WebsocketCommunicator
 from django.contrib.auth.models import Permission
 from django.test import Client, override_settings
 
-from tests.webapp.realtime.realtime_helpers import Peer, make_account
+from tests.webapp.realtime.realtime_helpers import Peer, make_account, session_cookie_for
 from webapp.asgi import application
-from webapp.conversations import throttling
+from webapp.common import throttling
+from webapp.env import WebEnv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,10 +22,24 @@ async def fresh_counts():
     await throttling.reset()
 
 
-async def connect(*, ip: str = "203.0.113.7", key: str | None = None) -> Peer:
+def default(name: str):
+    """A setting's shipped default (the test settings raise the limits for the rest of the suite)."""
+    return WebEnv.model_fields[name].default
+
+
+SHIPPED_LIMITS = override_settings(
+    PARLEY_CONNECTS_PER_USER_PER_MINUTE=default("connects_per_user_per_minute"),
+    PARLEY_CONNECTS_PER_KEY_PER_MINUTE=default("connects_per_key_per_minute"),
+    PARLEY_KEY_FAILURE_RATE=default("key_failure_rate"),
+)
+
+
+async def connect(*, ip: str = "203.0.113.7", key: str | None = None, cookie: str | None = None) -> Peer:
     headers = [(b"host", b"127.0.0.1:8000"), (b"origin", b"http://127.0.0.1:8000")]
     if key is not None:
         headers.append((b"authorization", f"Bearer {key}".encode()))
+    if cookie is not None:
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
     comm = WebsocketCommunicator(application, "/v1/realtime", headers=headers)
     comm.scope["client"] = [ip, 50000]
     connected, code = await comm.connect(timeout=5)
@@ -35,19 +51,66 @@ async def assert_throttled(peer: Peer, what: str) -> None:
     error = await peer.error()
     assert error["code"] == "rate_limit_exceeded" and error["type"] == "rate_limit_error"
     assert what in error["message"] and "try again in" in error["message"]
-    assert (await peer.until("closed"))["code"] == 1013
+    assert (await peer.until("closed"))["code"] == 4429
 
 
-@override_settings(PARLEY_CONNECT_RATE="3/minute")
-async def test_connects_past_the_per_ip_rate_get_a_clear_error_and_1013(inference_service):
-    for _ in range(3):  # refused for another reason (no credentials), but counted
-        peer = await connect()
-        assert (await peer.error())["code"] == "forbidden"
-    await assert_throttled(await connect(), "Too many connections")
+async def admitted(peer: Peer) -> None:
+    """The first event is an admission (a slot or a place in the queue), not a refusal; then hang up."""
+    first = await peer.next(10)
+    assert isinstance(first, dict) and first["type"] in ("session.created", "session.queued"), first
+    await peer.close()
+
+
+@SHIPPED_LIMITS
+async def test_fifty_signed_in_callers_from_one_address_all_connect_within_a_minute(inference_service):
+    """An office behind one NAT: browsers (cookies) and scripts (keys), one address. Was: callers 31-50 refused."""
+    await inference_service(slots=4, queue_max=64)
+    for n in range(50):
+        account = await make_account(f"office-{n}")
+        if n % 2:
+            await admitted(await connect(key=account.key))
+        else:
+            await admitted(await connect(cookie=await session_cookie_for(account.user)))
+
+
+@SHIPPED_LIMITS
+async def test_150_open_close_cycles_with_one_key_are_not_refused_at_the_default_limit(inference_service):
+    account = await make_account("cycler")
+    for _ in range(150):  # was: 29 worked, 121 were refused
+        peer = await connect(key=account.key)
+        await peer.until("session.created")
+        await peer.close()
+
+
+@SHIPPED_LIMITS
+async def test_connects_without_credentials_from_one_address_are_throttled_as_failed_authentication(
+    inference_service,
+):
+    failures = int(default("key_failure_rate").split("/")[0])
+    for _ in range(failures):
+        assert (await (await connect()).error())["code"] == "forbidden"
+    await assert_throttled(await connect(), "unauthenticated connects")
     account = await make_account("alice")
+    await assert_throttled(await connect(key=account.key), "from your address")  # the address is locked out
     peer = await connect(ip="198.51.100.9", key=account.key)  # another address is not affected
     await peer.until("session.created")
     await peer.close()
+
+
+@override_settings(PARLEY_CONNECTS_PER_KEY_PER_MINUTE=3, PARLEY_CONNECTS_PER_USER_PER_MINUTE=2)
+async def test_connects_past_the_per_key_and_per_user_limits_get_a_clear_error_and_4429(inference_service):
+    account = await make_account("alice")
+    for n in range(3):  # each from another address: the count follows the key, not the address
+        peer = await connect(ip=f"198.51.100.{n + 1}", key=account.key)
+        await peer.until("session.created")
+        await peer.close()
+    await assert_throttled(await connect(ip="198.51.100.9", key=account.key), "Too many connections with this API key")
+    cookie = await session_cookie_for(account.user)  # the same user's browser counts on its own
+    for _ in range(2):
+        peer = await connect(cookie=cookie)
+        await peer.until("session.created")
+        await peer.close()
+    await assert_throttled(await connect(cookie=cookie), "Too many connections with this account")
 
 
 @override_settings(PARLEY_KEY_FAILURE_RATE="3/minute")
@@ -94,12 +157,15 @@ async def test_counts_live_in_redis_when_the_deployment_has_one(inference_servic
     import redis
 
     storage = f"async+{redis_server.url}"
-    with override_settings(PARLEY_RATE_LIMIT_STORAGE=storage, PARLEY_CONNECT_RATE="2/minute"):
+    account = await make_account("alice")
+    with override_settings(PARLEY_RATE_LIMIT_STORAGE=storage, PARLEY_CONNECTS_PER_KEY_PER_MINUTE=2):
         await throttling.reset()
         for _ in range(2):
-            assert (await (await connect()).error())["code"] == "forbidden"
-        await assert_throttled(await connect(), "Too many connections")
-        keys = redis.Redis.from_url(redis_server.url).keys("*connect*203.0.113.7*")
+            peer = await connect(key=account.key)
+            await peer.until("session.created")
+            await peer.close()
+        await assert_throttled(await connect(key=account.key), "Too many connections")
+        keys = redis.Redis.from_url(redis_server.url).keys("*connect*key*")
         assert keys, "the connect count is not in Redis"
         await throttling.reset()
 

@@ -19,7 +19,8 @@ import torch
 from safetensors.torch import save_file
 
 from inference.audio.loudness import normalize_loudness
-from inference.models.moshi.mimi import MimiCodec, MimiConfig
+from inference.models.moshi.mimi import MimiCodec
+from inference.models.moshi.mimi_config import MimiConfig
 from inference.models.moshi.mimi_loading import load_mimi, random_mimi_state_dict
 
 REPO = Path(__file__).resolve().parents[4]
@@ -32,12 +33,8 @@ RANDOM_SEED = 20261129
 
 
 @pytest.fixture(autouse=True)
-def _single_thread():
-    # The CI box has 2 cores shared with other jobs; one thread also keeps BLAS reductions deterministic.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+def _single_thread(single_torch_thread):
+    """Every test here runs torch on one thread (``single_torch_thread``, tests/conftest.py)."""
 
 
 @pytest.fixture(scope="session")

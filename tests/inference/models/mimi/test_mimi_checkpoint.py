@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from inference.models.moshi.mimi import MimiCodec, MimiConfig
+from inference.models.moshi.mimi import MimiCodec
+from inference.models.moshi.mimi_config import MimiConfig
 from inference.models.moshi.mimi_loading import random_mimi_state_dict
 
 

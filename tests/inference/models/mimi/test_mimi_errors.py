@@ -10,7 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from inference.models.moshi.mimi import MimiCodec, MimiConfig, MimiConfigError, MimiInputError
+from inference.models.moshi.mimi import MimiCodec, MimiInputError
+from inference.models.moshi.mimi_config import MimiConfig, MimiConfigError
 from inference.models.moshi.mimi_loading import MimiLoadError, load_mimi
 
 DATA = Path(__file__).resolve().parents[4] / "tests" / "data" / "personaplex"

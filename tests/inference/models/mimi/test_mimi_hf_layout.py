@@ -13,7 +13,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from inference.models.moshi.mimi import MimiCodec, MimiConfig
+from inference.models.moshi.mimi import MimiCodec
+from inference.models.moshi.mimi_config import MimiConfig
 from inference.models.moshi.mimi_loading import detect_layout, load_mimi
 
 FRAME = 1920

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference.models.moshi.mimi import MimiCodec, MimiConfig
+from inference.models.moshi.mimi import MimiCodec
+from inference.models.moshi.mimi_config import MimiConfig
 
 REPO = Path(__file__).resolve().parents[4]
 DATA = REPO / "tests" / "data" / "personaplex"

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference.models.moshi.mimi import MimiCodec, MimiConfigError
+from inference.models.moshi.mimi import MimiCodec
+from inference.models.moshi.mimi_config import MimiConfigError
 from inference.models.moshi.mimi_loading import load_mimi
 
 FRAME = 1920

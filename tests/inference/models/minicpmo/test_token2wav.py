@@ -26,19 +26,13 @@ from inference.models.minicpmo.token2wav.loading import (
 from inference.models.minicpmo.token2wav.make_assets import make_token2wav_assets
 from inference.models.minicpmo.token2wav.stream import PromptFeatures, Token2WavModel
 
+pytestmark = pytest.mark.usefixtures("single_torch_thread")  # tests/conftest.py
+
 REFERENCE = Path(__file__).resolve().parents[3] / "data" / "minicpmo45" / "token2wav" / "reference.npz"
 # Measured with tests/float_spread.py: bit-identical on the default CPU path here; under MKL_CBWR=COMPATIBLE +
 # ATEN_CPU_CAPABILITY=default the mel moved by 5.3e-6 and the audio by 1.35e-4 (HiFT's exp/iSTFT amplify the
 # mel's last bits). 1e-3 is ~7x the audio spread and far below a real bug (differences of order 1).
 MEL_ATOL, WAVE_ATOL = 1e-3, 1e-3
-
-
-@pytest.fixture(autouse=True)
-def _single_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")

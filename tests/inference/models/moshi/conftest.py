@@ -4,12 +4,8 @@ machine intra-op threads spin against other processes (SDPA was 300x slower with
 from __future__ import annotations
 
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def _single_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _single_thread(single_torch_thread):
+    """Every test here runs torch on one thread (``single_torch_thread``, tests/conftest.py)."""

@@ -1,6 +1,6 @@
 """Writes ``tests/data/personaplex_wrap``: reference goldens of PersonaPlex sessions that outlive the context.
 
-Needs ``.venv-personaplex-ref`` (``scripts/install-python.sh test`` with a local NVIDIA/personaplex checkout).
+Needs ``.venv-personaplex-ref`` (``scripts/install-personaplex-ref.sh`` with ``PARLEY_PERSONAPLEX_SRC``).
 Run from the repository root with the project venv:
 
     .venv/bin/python -m tests.inference.models.moshi.make_personaplex_wrap_goldens
@@ -78,7 +78,7 @@ PACKS = {
 def main() -> None:
     if not reference_available():
         raise SystemExit(
-            ".venv-personaplex-ref is missing: run scripts/install-python.sh test with PARLEY_PERSONAPLEX_SRC"
+            ".venv-personaplex-ref is missing: run scripts/install-personaplex-ref.sh with PARLEY_PERSONAPLEX_SRC"
         )
     specs = {}
     for name, pack in PACKS.items():

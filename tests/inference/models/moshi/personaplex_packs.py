@@ -31,7 +31,7 @@ from inference.models.moshi.config import CheckpointInfo, read_checkpoint_dir
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
 from inference.models.moshi.loading import load_lm
 from inference.models.moshi.make_checkpoint import PRESETS, write_lm_checkpoint
-from inference.models.moshi.mimi import MimiConfig
+from inference.models.moshi.mimi_config import MimiConfig
 from inference.models.moshi.mimi_loading import load_mimi, random_mimi_state_dict
 from inference.models.moshi.personaplex import (
     build_prefill,
@@ -42,7 +42,6 @@ from inference.models.moshi.personaplex import (
     voice_frames_from_prompt,
 )
 from inference.models.moshi.replay import live_steps, run_prefill
-from tests.ci_skips import skips_are_failures
 from tests.inference.models.moshi.moshi_lm_helpers import PERSONAPLEX_DATA, ROOT
 
 DATA = ROOT / "tests" / "data" / "personaplex_wrap"
@@ -176,17 +175,14 @@ def reference_available() -> bool:
 
 
 def require_reference() -> None:
-    """Skip without the reference venv; under CI the skip is a failure (tests/ci_skips.py).
-
-    The reference is not on PyPI and CI machines reach only the package registries, so
-    ``scripts/install-python.sh test`` builds ``.venv-personaplex-ref`` only from a local checkout of
-    NVIDIA/personaplex at 3428dfd (``PARLEY_PERSONAPLEX_SRC``, default ``~/.cache/parley/personaplex-src``).
-    """
+    """Skip without the reference venv. Only ``make test-reference`` runs the tests that call this (they are marked
+    ``personaplex_reference``, which ``make test`` deselects), and it builds ``.venv-personaplex-ref`` first from a
+    checkout of NVIDIA/personaplex at 3428dfd named by ``PARLEY_PERSONAPLEX_SRC``: the reference is on no package
+    registry."""
     if not reference_available():
-        hint = "" if not skips_are_failures() else " (CI: put the checkout where install-python.sh looks for it)"
         pytest.skip(
-            ".venv-personaplex-ref is not installed: scripts/install-python.sh test builds it from a checkout of "
-            f"NVIDIA/personaplex 3428dfd at $PARLEY_PERSONAPLEX_SRC{hint}"
+            ".venv-personaplex-ref is not installed: `make test-reference` builds it from a checkout of "
+            "NVIDIA/personaplex 3428dfd at $PARLEY_PERSONAPLEX_SRC"
         )
 
 

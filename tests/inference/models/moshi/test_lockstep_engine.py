@@ -14,7 +14,7 @@ from inference.engines.base import EngineError, SlotConfig, SlotInput, VoiceRef
 from inference.engines.lockstep import LockstepEngine
 from inference.models.moshi.config import read_checkpoint_dir
 from inference.models.moshi.make_checkpoint import make_checkpoint
-from inference.models.moshi.mimi import MimiConfig
+from inference.models.moshi.mimi_config import MimiConfig
 from inference.models.moshi.mimi_loading import load_mimi
 from inference.models.moshi.personaplex import DEFAULT_PERSONA, persona_tokens
 from inference.models.moshi.replay import replay

@@ -13,7 +13,7 @@ import sentencepiece as spm
 import torch
 
 from inference.models.moshi.config import read_checkpoint_dir
-from inference.models.moshi.mimi import MimiConfig
+from inference.models.moshi.mimi_config import MimiConfig
 from inference.models.moshi.mimi_loading import load_mimi
 from inference.models.moshi.replay import replay
 from tests.inference.models.moshi.moshi_lm_helpers import ROOT, run_reference, user_codes

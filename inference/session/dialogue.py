@@ -1,0 +1,503 @@
+"""DialogueSession: one user's persistent session, on the service's event loop.
+
+A session outlives the connections that attach to it. Each connection gets a
+``inference.session.local_handle.LocalHandle`` (the in-process ``SessionHandle``) with its own bounded outbox
+of events; a new connection replaces the old handle, a dropped one detaches and starts the grace timer.
+
+The session knows its collaborators only through the narrow interfaces of ``inference.session.context``
+(one ``SessionContext`` per service): the engine worker as a ``SlotDriver``, the slot pool as an
+``Admission``, and the service as a ``forget`` callback. It imports neither the service, the pool nor the
+handle. What its Metrics say is ``inference.session.metrics``; its stream positions (the mouth-to-ear pair
+in Metrics) are ``inference.session.stream_positions``. Two collaborators own the rest: its recording
+(``inference.session.recording.SessionRecorder``) and its turn-based modes, half-duplex and chat
+(``inference.turns.session_modes.TurnModes``, which sees the session as a ``ModesHost``).
+
+States: ``queued`` -> ``admitted`` (slot reserved) -> ``prefilling`` (slot opened at the first audio)
+-> ``live`` -> ``closed``. Paused (by the user) and detached (no connection) are flags on top of
+admitted/prefilling/live; either one freezes the slot in the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Literal
+
+import numpy as np
+
+from inference import image_header
+from inference.audio import pcm
+from inference.audio.resample import StreamingResampler
+from inference.contracts import (
+    AudioOut,
+    ChatMessage,
+    Closed,
+    CloseReason,
+    Decision,
+    ErrorEvent,
+    Metrics,
+    Mode,
+    ParleyError,
+    Paused,
+    Prefill,
+    Queued,
+    Ready,
+    Replaced,
+    Resumed,
+    SessionEvent,
+    TextOut,
+    TurnDetection,
+    VoiceRef,
+)
+from inference.engines.base import SlotConfig, SlotOutput, SlotTurn
+from inference.session.context import Admission, Attachment, SessionContext, SessionTimeouts, SlotDriver
+from inference.session.metrics import session_metrics
+from inference.session.named_timers import NamedTimers
+from inference.session.output_jitter import OutputJitter
+from inference.session.recording import SessionRecorder
+from inference.session.stream_positions import StreamPositions
+from inference.turns.session_modes import TurnModes
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Admission", "Attachment", "DialogueSession", "SessionContext", "SessionTimeouts", "SlotDriver"]
+
+State = Literal["queued", "admitted", "prefilling", "live", "closed"]
+METRICS_PERIOD_S = 1.0
+BACKPRESSURE_REPORT_PERIOD_S = 1.0
+IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
+
+
+class DialogueSession:
+    """One user's session: state, timers, audio framing, and the current connection.
+
+    Args:
+        context: the service's shared ``SessionContext``.
+        user_key: the user this session belongs to.
+        persona: persona text, fixed once audio starts.
+        voice: voice reference, fixed once audio starts.
+        record: the caller's wish to be recorded (the service's policy may override it), fixed once audio starts.
+    """
+
+    def __init__(
+        self,
+        context: SessionContext,
+        user_key: str,
+        persona: str | None,
+        voice: VoiceRef | None,
+        record: bool = True,
+    ):
+        self.recorder = SessionRecorder(context.recording, record)
+        self.caps = context.capabilities
+        self.loop = context.loop
+        self._worker = context.worker
+        self._admission = context.admission
+        self._timeouts = context.timeouts
+        self._forget = context.forget
+        self.user_key = user_key
+        self.session_id = "sess_" + uuid.uuid4().hex[:20]
+        self.persona, self.voice = persona, voice
+        self.state: State = "queued"
+        self.slot: int | None = None
+        self.user_paused = False
+        self.attachment: Attachment | None = None
+        self.audio_started = False
+        self.epoch = 0
+        self.created_at = time.monotonic()
+        self.admitted_at: float | None = None
+        self.last_activity = self.created_at
+        self.unit = 0
+        self.dropped_in = 0  # inbox overflow and audio sent while paused
+        self.dropped_out = 0  # outbound audio dropped by full outboxes
+        self.played_ms = 0.0
+        self.sent_audio_ms = 0.0
+        self._positions = StreamPositions(self.caps.input_rate)  # lets session.metrics name one tick exactly
+        jitter_ms, jitter_s = context.test_output_jitter_ms, context.test_output_jitter_s
+        self._jitter = OutputJitter(self.loop, jitter_ms, jitter_s) if jitter_ms > 0 else None
+        self._resampler: StreamingResampler | None = None
+        self._timers = NamedTimers(self.loop)
+        self._last_backpressure = 0.0
+        self.modes = TurnModes(self, self.caps, self.loop, self._admission, self._worker, self.recorder)
+
+    # ---- connections --------------------------------------------------------------------------
+
+    def attach(self, handle: Attachment, *, takeover: bool) -> None:
+        """Make ``handle`` the session's connection; an older one gets Replaced and ends."""
+        old, self.attachment = self.attachment, handle
+        self._positions.attached()
+        if old is not None:
+            old.outbox.put(Replaced())
+            self._retire(old)
+        self._timers.cancel("grace")
+        self.last_activity = time.monotonic()  # a (re)connection is activity for the idle watchdog
+        if self.state == "queued":
+            self._admission.tell_position(self)
+            return
+        if self.state == "closed":
+            raise AssertionError("attach to a closed session")
+        self.recorder.event("attach", takeover=takeover)
+        handle.outbox.put(self._ready_event(resumed=takeover))
+        if self.user_paused:
+            handle.outbox.put(Paused())
+        self._apply_freeze()
+        self._schedule_metrics()
+
+    def detach(self, handle: Attachment) -> None:
+        """The connection dropped: keep the session paused for the grace period (queued: leave the queue)."""
+        if handle is not self.attachment:
+            return
+        if self.state == "queued":
+            self.close("client_close")
+            return
+        self._retire(handle)
+        self.attachment = None
+        self.recorder.event("detach")
+        self._apply_freeze()
+        self._timers.start("grace", self._timeouts.disconnect_grace_s, self.close, "grace_expired")
+
+    def _retire(self, handle: Attachment) -> None:
+        self.dropped_out += handle.outbox.dropped_audio
+        handle.outbox.finish()
+
+    # ---- pool callbacks -----------------------------------------------------------------------
+
+    def admitted(self, slot: int | None) -> None:
+        self.slot, self.state = slot, "admitted"
+        self.admitted_at = time.monotonic()
+        self._timers.start("max_duration", self._timeouts.max_session_s, self.close, "max_duration")
+        if self.attachment is not None:
+            self.attachment.outbox.put(self._ready_event(resumed=False))
+            self._schedule_metrics()
+
+    def queue_position(self, position: int, queue_length: int, estimated_wait_s: float) -> None:
+        if self.attachment is not None:
+            self.attachment.outbox.put(Queued(position, queue_length, estimated_wait_s))
+
+    # ---- client requests (through the handle) -------------------------------------------------
+
+    def update(self, *, persona: str | None, voice: VoiceRef | None, record: bool | None = None) -> None:
+        # The first audio fixes a call's recording, persona and voice; a chat's first message fixes its recording.
+        self.recorder.request(
+            record, fixed_since="audio has started" if self.audio_started else "the chat's first message was added"
+        )
+        if self.audio_started:
+            if persona is not None and persona != self.persona:
+                raise ParleyError(
+                    "the persona is fixed once audio has started", code="persona_update_unsupported", param="persona"
+                )
+            if voice is not None and (self.voice is None or voice.voice_id != self.voice.voice_id):
+                raise ParleyError(
+                    "the voice is fixed once audio has started", code="voice_update_unsupported", param="voice"
+                )
+            return
+        if persona is not None:
+            self.persona = persona
+        if voice is not None:
+            self.voice = voice
+
+    def append_audio(self, data: bytes, encoding: str, rate: int) -> None:
+        self.require_admitted()
+        pcm.check_format(encoding, rate)
+        samples = pcm.decode(data, encoding)
+        self.last_activity = time.monotonic()
+        if self.user_paused:
+            self.dropped_in += 1  # the model clock is stopped; this audio has nowhere to go
+            return
+        if rate != self.caps.input_rate:
+            if self._resampler is None or self._resampler.src_rate != rate:
+                self._resampler = StreamingResampler(rate, self.caps.input_rate)
+            samples = self._resampler.process(samples)
+        self._positions.input_rate = rate
+        if not self.audio_started:
+            self.modes.check_streaming()
+            self.audio_started = True
+            self._open_slot()
+        assert self.slot is not None
+        if samples.size and self.modes.turns is not None:
+            self.modes.turns.on_audio(samples)  # half-duplex: the VAD hears what the engine hears
+        if samples.size:
+            taken_whole = self._worker.push(self.slot, samples)
+            self._positions.pushed += samples.size
+            if not taken_whole:
+                self.dropped_in += 1
+                self._report_backpressure()
+
+    def append_image(self, data: bytes) -> None:
+        if not self.caps.video:
+            raise ParleyError(f"engine {self.caps.engine!r} takes no images", code="unsupported_input")
+        if not data.startswith(IMAGE_MAGIC):
+            raise ParleyError("images must be JPEG or PNG", code="invalid_image", param="image")
+        if reason := image_header.oversized(data):  # from the header: nothing is decoded to find out
+            raise ParleyError(reason, code="invalid_image", param="image")
+        self.require_admitted()
+        self.last_activity = time.monotonic()
+        if self.audio_started and self.slot is not None:
+            self._worker.set_image(self.slot, data)
+
+    def pause(self) -> None:
+        self.require_admitted()
+        self.last_activity = time.monotonic()
+        if not self.user_paused:
+            self.user_paused = True
+            self.recorder.event("pause")
+            self._apply_freeze()
+            self._timers.start("pause", self._timeouts.pause_timeout_s, self.close, "pause_timeout")
+        self.emit(Paused())
+
+    def resume(self) -> None:
+        self.require_admitted()
+        self.last_activity = time.monotonic()
+        if self.user_paused:
+            self.user_paused = False
+            self.recorder.event("resume")
+            self._timers.cancel("pause")
+            self._apply_freeze()
+        self.emit(Resumed())
+
+    def cancel(self) -> None:
+        self.require_admitted()
+        self.epoch += 1
+        # What the caller had not heard yet when the agent was cut off (from the last playback ack).
+        self.recorder.event(
+            "epoch", epoch=self.epoch, unplayed_ms=round(max(0.0, self.sent_audio_ms - self.played_ms), 1)
+        )
+        if self.attachment is not None:
+            self.attachment.outbox.drop_epoch_before(self.epoch)
+        if self.audio_started and self.slot is not None:
+            self._worker.cancel(self.slot)
+        self.modes.cancelled()
+
+    def force_listen(self) -> None:
+        if self.caps.family != "unit":
+            raise ParleyError(f"engine {self.caps.engine!r} has no listen/speak units", code="unsupported_input")
+        self.require_admitted()
+        if self.audio_started and self.slot is not None:
+            self._worker.force_listen(self.slot)
+
+    def playback_ack(self, played_ms: float) -> None:
+        if not isinstance(played_ms, int | float) or not np.isfinite(played_ms) or played_ms < 0:
+            raise ParleyError("played_ms must be a finite number >= 0", code="invalid_value", param="played_ms")
+        self.played_ms = float(played_ms)
+        self.recorder.event("ack", played_ms=self.played_ms, sent_ms=round(self.sent_audio_ms, 1))
+
+    def close(self, reason: CloseReason) -> None:
+        """End the session: tell the connection, leave the queue or free the slot (once cleanup is confirmed)."""
+        if self.state == "closed":
+            return
+        held_s = time.monotonic() - self.admitted_at if self.admitted_at is not None else 0.0
+        self.state = "closed"
+        if self._jitter is not None:
+            self._jitter.cancel()
+        self._timers.cancel_all()
+        self.recorder.finish(reason)
+        self.modes.closed()
+        if self.attachment is not None:
+            self.attachment.outbox.put(Closed(reason, nothing_recorded=self.recorder.recording is None))
+            self._retire(self.attachment)
+        self._forget(self)
+        self._admission.release(self, self.slot, held_s)
+        logger.info("session.closed", extra={"session_id": self.session_id, "reason": reason})
+
+    # ---- worker callbacks (on this loop) ------------------------------------------------------
+
+    def slot_output(self, output: SlotOutput, pcm16: bytes, heard_position: int | None = None) -> None:
+        if self.state == "closed":
+            return
+        if output.prefilling:
+            self.state = "prefilling"
+            self.emit(Prefill(progress=output.progress, done=False))
+        elif self.state == "prefilling":
+            self.state = "live"
+            self.emit(Prefill(progress=1.0, done=True))
+        if pcm16:
+            self.sent_audio_ms += 1000.0 * len(pcm16) / 2 / self.caps.output_rate
+            self._send_output(self._send_audio, pcm16, heard_position, self.epoch)
+        if output.text:
+            self._send_output(self.emit, TextOut(output.text, self.epoch))
+        if output.decision is not None:
+            self._send_output(self.emit, Decision(output.decision, self.unit, output.end_of_turn))
+            self.unit += 1
+        if self.modes.turns is not None:  # half-duplex: after the unit's output, in its order
+            self._send_output(self.modes.turns.on_output, output)
+
+    def _send_output(self, send: Callable[..., None], *args: object) -> None:
+        """A tick's output goes to the connection at once (or, under test-only jitter, later and in order)."""
+        if self._jitter is None:
+            send(*args)
+        else:
+            self._jitter.send(lambda: send(*args))
+
+    def _send_audio(self, pcm16: bytes, heard_position: int | None, epoch: int) -> None:
+        self._positions.sent(len(pcm16) // 2, heard_position)
+        self.emit(AudioOut(pcm16, epoch))
+
+    def slot_failed(self, message: str) -> None:
+        if self.state == "closed":
+            return
+        logger.error("session.engine_failed", extra={"session_id": self.session_id, "detail": message})
+        self.emit(ErrorEvent("engine_failed", message, error_type="server_error"))
+        self.close("engine_failed")
+
+    # ---- turn-based modes (``TurnModes``) ----------------------------------------------------------
+
+    def set_mode(self, mode: Mode | None, detection: TurnDetection | None, max_response_s: int | None = None) -> None:
+        self.modes.set_mode(mode, detection, max_response_s)
+
+    def admit_for_chat(self) -> None:
+        """Open a new session in chat mode (``SessionRequest.mode``): admitted at once, holding no slot."""
+        self.state = "admitted"
+        self.modes.start_in_chat()
+        self.admitted(None)  # timers and Ready (mode chat), as an admission from the pool
+
+    def add_chat_item(self, message: ChatMessage) -> None:
+        self.modes.add_chat_item(message)
+
+    def commit_input(self) -> None:
+        self.modes.commit_input()
+
+    def clear_input(self) -> None:
+        self.modes.clear_input()
+
+    def create_response(self) -> None:
+        self.modes.create_response()
+
+    # ---- ModesHost: what the modes ask of the session ----------------------------------------------
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+    def give_back_slot(self) -> None:
+        if self.slot is not None:  # the slot goes back to the pool until a response needs one
+            self._admission.release(self, self.slot)
+            self.slot = None
+
+    def begin_recording(self) -> None:
+        """At the first audio (or a chat's first message)."""
+        voice = self.voice.voice_id if self.voice is not None else None
+        self.recorder.begin(self.session_id, user_key=self.user_key, persona=self.persona, voice=voice)
+
+    def set_turn(self, turn: SlotTurn) -> None:
+        if self.audio_started and self.slot is not None and self.state != "closed":
+            self._worker.set_turn(self.slot, turn)
+
+    def next_epoch(self) -> int:
+        """A new response's epoch: what the connection still holds of older ones is dropped."""
+        self.epoch += 1
+        self.recorder.event("epoch", epoch=self.epoch, response=True)
+        if self.attachment is not None:
+            self.attachment.outbox.drop_epoch_before(self.epoch)
+        return self.epoch
+
+    # ---- views --------------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> Mode:
+        return self.modes.mode
+
+    @property
+    def recorded(self) -> bool:
+        """Recorded (or, before the first audio or chat message, going to be)."""
+        return self.recorder.recorded
+
+    @property
+    def snapshot_state(self) -> str:
+        if self.state == "closed":
+            return "closing"
+        if self.attachment is None:
+            return "detached"
+        if self.user_paused:
+            return "paused"
+        return "live" if self.state == "live" else "prefilling"
+
+    def metrics(self) -> dict[str, float]:
+        stats = self._worker.stats()
+        counters = self._worker.take_slot_counters(self.slot) if self.slot is not None else None
+        outbox = self.attachment.outbox if self.attachment is not None else None
+        values = session_metrics(
+            stats,
+            counters,
+            outbox,
+            period_ms=self.caps.chunk_period_ms,
+            dropped=self._dropped(),
+            sent_audio_ms=self.sent_audio_ms,
+            played_ms=self.played_ms,
+        )
+        return values | self._positions.heard_fields()
+
+    # ---- internals ----------------------------------------------------------------------------
+
+    def _dropped(self) -> int:
+        """Input dropped here plus outbound audio dropped by this and earlier connections' outboxes."""
+        current = self.attachment.outbox.dropped_audio if self.attachment is not None else 0
+        return self.dropped_in + self.dropped_out + current
+
+    def _ready_event(self, *, resumed: bool) -> Ready:
+        return Ready(
+            session_id=self.session_id,
+            resumed=resumed,
+            capabilities=self.caps,
+            persona=self.persona,
+            voice=self.voice.voice_id if self.voice is not None else None,
+            recorded=self.recorded,
+            mode=self.mode,
+            turn_detection=self.modes.turn_detection_fields(),
+        )
+
+    def require_admitted(self) -> None:
+        if self.state == "queued":
+            raise ParleyError("the session is still queued for a slot", code="session_not_ready")
+        if self.state == "closed":
+            raise ParleyError("the session is closed", code="session_not_ready")
+
+    def _open_slot(self) -> None:
+        assert self.slot is not None
+        self.state = "prefilling"
+        config = SlotConfig(persona=self.persona, voice=self.voice)
+        self.begin_recording()
+        self._worker.open(self.slot, config, self, self.loop, self.recorder.recording)
+        self.recorder.event("mode", mode=self.mode, turn_detection=self.modes.turn_detection_fields())  # for review
+        if self.modes.turns is not None:
+            self._worker.set_turn(self.slot, self.modes.turns.turn)
+        self._apply_freeze()
+
+    def _apply_freeze(self) -> None:
+        if self.slot is not None and self.audio_started and self.state != "closed":
+            self._worker.freeze(self.slot, self.user_paused or self.attachment is None)
+
+    def emit(self, event: SessionEvent) -> None:
+        """To the connection, if one is attached (the modes' events too)."""
+        if self.attachment is not None:
+            self.attachment.outbox.put(event)
+
+    def _report_backpressure(self) -> None:
+        """Raise input_backpressure for this append (at most once a second): its audio was taken, older audio dropped.
+
+        Raised, not emitted as an event, so the error answers the append that overflowed (the
+        realtime endpoint echoes that event's ``event_id``).
+        """
+        now = time.monotonic()
+        if now - self._last_backpressure >= BACKPRESSURE_REPORT_PERIOD_S:
+            self._last_backpressure = now
+            raise ParleyError(
+                "input arrives faster than the engine consumes it; oldest audio dropped "
+                f"({self.dropped_in} frames so far)",
+                code="input_backpressure",
+            )
+
+    def _schedule_metrics(self) -> None:
+        if "metrics" not in self._timers and self.state != "closed":
+            self._timers.start("metrics", METRICS_PERIOD_S, self._housekeeping)
+
+    def _housekeeping(self) -> None:
+        """About once a second: Metrics to the connection, and the idle watchdog."""
+        self._timers.cancel("metrics")  # it fired: forget its handle
+        if self.state == "closed" or self.attachment is None:
+            return
+        if not self.user_paused and time.monotonic() - self.last_activity > self._timeouts.idle_timeout_s:
+            self.close("idle_timeout")
+            return
+        if self.audio_started and not self.user_paused:
+            self.emit(Metrics(self.metrics()))
+        self._schedule_metrics()

@@ -1,0 +1,155 @@
+"""Slot admission for one engine: who holds which slot, and a bounded FIFO queue for the rest.
+
+A slot becomes free only when the worker confirms the engine cleaned it up; ``_slot_freed`` is the
+one dispatch point that admits the head of the queue. Runs on the service's event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Generic, Protocol, TypeVar
+
+from inference.contracts import ParleyError
+from inference.slots.worker import EngineWorker
+
+QUEUE_NOTIFY_PERIOD_S = 3.0
+DEFAULT_SESSION_S = 120.0  # wait estimate before any session has finished
+
+
+class Applicant(Protocol):
+    """A session as the pool sees it: told when it gets a slot, and its place while it waits."""
+
+    def admitted(self, slot: int) -> None: ...
+    def queue_position(self, position: int, queue_length: int, estimated_wait_s: float) -> None: ...
+
+
+A = TypeVar("A", bound=Applicant)
+
+
+class SlotPool(Generic[A]):
+    """Slots of one engine plus the FIFO queue of sessions waiting for one.
+
+    Args:
+        worker: the engine worker that confirms slot cleanup.
+        queue_max: how many sessions may wait; 0 disables queueing.
+        loop: the service's event loop.
+    """
+
+    def __init__(self, worker: EngineWorker, *, queue_max: int, loop: asyncio.AbstractEventLoop):
+        self.worker = worker
+        self.queue_max = queue_max
+        self.loop = loop
+        self.owners: list[A | None] = [None] * worker.engine.num_slots
+        self.closing: set[int] = set()
+        self.queue: deque[A] = deque()
+        self._last_position: dict[int, int] = {}  # id(session) -> position last told
+        self._notify_timer: asyncio.TimerHandle | None = None
+        self._mean_session_s = DEFAULT_SESSION_S
+
+    @property
+    def num_slots(self) -> int:
+        return len(self.owners)
+
+    def free_slots(self) -> list[int]:
+        return [i for i, owner in enumerate(self.owners) if owner is None and i not in self.closing]
+
+    def request(self, session: A) -> None:
+        """Admit ``session`` to a free slot, or queue it; raise resource_exhausted when the queue is full."""
+        free = self.free_slots()
+        if free and not self.queue and self._memory_admits():
+            self._assign(free[0], session)
+            return
+        if len(self.queue) >= self.queue_max:
+            detail = "queueing is disabled" if self.queue_max == 0 else f"the queue is full ({self.queue_max} waiting)"
+            busy = f"all {self.num_slots} slots are busy" if not free else "the model's memory is taken by live calls"
+            raise ParleyError(
+                f"{busy} and {detail}; try again later",
+                code="resource_exhausted",
+                error_type="rate_limit_error",
+            )
+        self.queue.append(session)
+        self._notify_positions(force_ids={id(session)})
+
+    def tell_position(self, session: A) -> None:
+        """Re-send the current position to ``session`` (e.g. a new connection took it over)."""
+        if session in self.queue:
+            self._notify_positions(force_ids={id(session)})
+
+    def release(self, session: A, slot: int | None, held_s: float = 0.0) -> None:
+        """``session`` is done: leave the queue, or close its slot in the engine and free it when confirmed."""
+        if session in self.queue:
+            self.queue.remove(session)
+            self._last_position.pop(id(session), None)
+            self._notify_positions()
+            return
+        if slot is None or self.owners[slot] is not session:
+            return
+        if held_s > 0:
+            self._mean_session_s = 0.8 * self._mean_session_s + 0.2 * held_s
+        self.closing.add(slot)
+        self.owners[slot] = None
+        self.worker.close(slot, lambda: self._slot_freed(slot), self.loop)
+
+    def estimated_wait_s(self, position: int) -> float:
+        """A rough wait: sessions ahead (including this one), times the mean session length, per slot."""
+        return round(position * self._mean_session_s / self.num_slots, 1)
+
+    def stop(self) -> None:
+        if self._notify_timer is not None:
+            self._notify_timer.cancel()
+            self._notify_timer = None
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _slot_freed(self, slot: int) -> None:
+        """The single dispatch point: the engine confirmed cleanup, so the head of the queue gets the slot."""
+        self.closing.discard(slot)
+        self._admit_queued()
+        self._notify_positions()
+
+    def _admit_queued(self) -> None:
+        free = self.free_slots()
+        while free and self.queue and self._memory_admits():
+            session = self.queue.popleft()
+            self._last_position.pop(id(session), None)
+            self._assign(free.pop(0), session)
+
+    def _memory_admits(self) -> bool:
+        """Whether the engine's memory takes one more session.
+
+        The worker publishes the engine's count with the slots open in the engine after every tick and close
+        (``EngineWorker.admission``). Sessions admitted here whose slot is not open there yet (just admitted,
+        or waiting for their first audio) hold no memory in that count but will, so they use it up first.
+        """
+        count, opened = self.worker.admission
+        if count is None:
+            return True
+        pending = sum(1 for slot, owner in enumerate(self.owners) if owner is not None and slot not in opened)
+        return pending < count
+
+    def _assign(self, slot: int, session: A) -> None:
+        self.owners[slot] = session
+        session.admitted(slot)
+
+    def _notify_positions(self, force_ids: set[int] | None = None) -> None:
+        """Tell queued sessions their position when it changed (or when forced)."""
+        force_ids = force_ids or set()
+        length = len(self.queue)
+        for position, session in enumerate(self.queue, start=1):
+            if id(session) in force_ids or self._last_position.get(id(session)) != position:
+                self._last_position[id(session)] = position
+                session.queue_position(position, length, self.estimated_wait_s(position))
+        self._schedule_periodic()
+
+    def _schedule_periodic(self) -> None:
+        if self.queue and self._notify_timer is None:
+            self._notify_timer = self.loop.call_later(QUEUE_NOTIFY_PERIOD_S, self._periodic)
+
+    def _periodic(self) -> None:
+        """At least every 3 s every queued session hears its position again (and memory that freed up without
+        a call ending, as live calls reach their full context, lets the head of the queue in)."""
+        self._notify_timer = None
+        self._admit_queued()
+        if self.queue:
+            self._notify_positions(force_ids={id(s) for s in self.queue})

@@ -1,0 +1,97 @@
+"""The slot pool's second limit: an engine whose memory admits fewer sessions than it has free slots.
+
+The worker publishes ``(count, slots open in the engine)`` after every tick and close; the pool admits while its
+sessions whose slot is not open yet are fewer than ``count``, queues the rest, and lets them in on a later close
+or on its periodic pass once memory frees up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from inference.contracts import ParleyError
+from inference.slots.pool import SlotPool
+
+
+class Applicant:
+    def __init__(self):
+        self.slot: int | None = None
+        self.positions: list[int] = []
+
+    def admitted(self, slot: int) -> None:
+        self.slot = slot
+
+    def queue_position(self, position: int, queue_length: int, estimated_wait_s: float) -> None:
+        self.positions.append(position)
+
+
+class Worker:
+    """What the pool uses of ``EngineWorker``: the slot count, the published admission, slot closes."""
+
+    def __init__(self, slots: int):
+        self.engine = SimpleNamespace(num_slots=slots)
+        self.admission: tuple[int | None, frozenset[int]] = (None, frozenset())
+
+    def publish(self, count: int | None, opened: set[int] = frozenset()) -> None:
+        self.admission = (count, frozenset(opened))
+
+    def close(self, slot, on_closed, loop) -> None:
+        loop.call_soon(on_closed)
+
+
+async def test_memory_limits_admission_below_the_free_slots_and_queued_callers_get_in_later():
+    loop = asyncio.get_running_loop()
+    worker = Worker(slots=4)
+    pool = SlotPool(worker, queue_max=4, loop=loop)
+    worker.publish(1)  # the engine's memory takes one more session
+    first, second, third = Applicant(), Applicant(), Applicant()
+    pool.request(first)
+    pool.request(second)  # a free slot, but the first session's slot is not open yet: it has the memory
+    assert first.slot == 0 and second.slot is None and second.positions == [1]
+    worker.publish(1)  # ticks later the first caller has sent no audio yet: its slot is still not open
+    pool._periodic()
+    assert second.slot is None  # it will need that memory once it starts
+    worker.publish(1, opened={0})  # the first call's slot is open and counted; still room for one...
+    worker.publish(0, opened={0})  # ... until it grew: nothing spare
+    pool.request(third)
+    assert third.slot is None and third.positions == [2]
+    worker.publish(2, opened={0})  # live calls reached their full context: memory for two more, without a close
+    pool._periodic()
+    assert (second.slot, third.slot) == (1, 2)
+    pool.stop()
+
+
+async def test_without_a_queue_a_memory_refusal_says_what_is_full():
+    loop = asyncio.get_running_loop()
+    worker = Worker(slots=4)
+    pool = SlotPool(worker, queue_max=0, loop=loop)
+    worker.publish(0)
+    with pytest.raises(ParleyError, match="memory is taken by live calls") as refused:
+        pool.request(Applicant())
+    assert refused.value.code == "resource_exhausted"
+    worker.publish(None)  # an engine that rations nothing: slots alone decide
+    admitted = Applicant()
+    pool.request(admitted)
+    assert admitted.slot == 0
+
+
+async def test_a_close_lets_the_head_of_the_queue_in_when_memory_allows():
+    loop = asyncio.get_running_loop()
+    worker = Worker(slots=2)
+    pool = SlotPool(worker, queue_max=2, loop=loop)
+    worker.publish(1)
+    live, waiting = Applicant(), Applicant()
+    pool.request(live)
+    pool.request(waiting)
+    assert waiting.slot is None
+    worker.publish(0, opened={0})  # the live call holds the memory
+    pool._periodic()
+    assert waiting.slot is None
+    worker.publish(1)  # the worker closed the live call and counted its memory back
+    pool.release(live, live.slot)
+    await asyncio.sleep(0)
+    assert waiting.slot == 0
+    pool.stop()
