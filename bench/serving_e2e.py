@@ -5,7 +5,7 @@ speech (espeak-ng, resampled to 24 kHz) in paced 80 ms binary frames, playback a
 them, call lengths drawn from the 3-minute mix (a line hangs up and calls again), connects ramped over
 ``--ramp-s``. The topology (``bench/serving_topology.py``) is started on loopback for the run.
 
-What it reports (JSON in ``bench/results/<what>-<hardware>-<commit>.json``):
+What it reports (JSON in ``bench/results/<what>-<hardware>-<commit>.json``, through ``bench/results_io.py``):
 
 - frames lost that were sent in time: frames the generator sent within 40 ms of their due time whose echo
   never came (echo engine), per caller and in all; the service's own drop counters beside;
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import os
 import platform
@@ -49,6 +48,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench import results_io  # noqa: E402
 from bench.serving_callers import FRAME_S, CallRecord, caller_line  # noqa: E402
 from bench.serving_topology import cpu_seconds, error_lines, render_recordings, rss_mb, start_topology  # noqa: E402
 from bench.stats import summary  # noqa: E402
@@ -325,14 +325,6 @@ class Sampler(threading.Thread):
             self.rows.append(row)
 
 
-def commit() -> str:
-    """The commit the code under test is at (``PARLEY_COMMIT`` for a copy outside its checkout)."""
-    if os.environ.get("PARLEY_COMMIT"):
-        return os.environ["PARLEY_COMMIT"]
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
-
-
 def service_command(args) -> list[str] | None:
     if not args.gpu_service:
         return None
@@ -408,8 +400,8 @@ def run(args) -> dict:
     return {
         "bench": "serving_e2e",
         "what": args.what,
-        "hardware": args.hardware,
-        "commit": commit(),
+        "hardware": results_io.hardware(gpu=args.gpu_service == "gpu"),
+        "commit": results_io.commit(),
         "command": " ".join(sys.argv),
         "topology": {
             "engine": args.engine,
@@ -496,16 +488,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--speech", help="a cached .npy of pcm16 24 kHz speech (made with espeak-ng when absent)")
     p.add_argument("--env", action="append", default=[], help="KEY=VALUE for every server process")
     p.add_argument("--what", default="serving-e2e-echo")
-    p.add_argument("--hardware", default="cpu")
-    p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--hardware", help="the results' hardware name (default: results_io's, e.g. 2core or h200)")
+    p.add_argument("--out-dir", type=Path, default=results_io.RESULTS)
     args = p.parse_args(argv)
+    if args.hardware:
+        os.environ["BENCH_HARDWARE"] = args.hardware  # results_io names the file with it
     if not 1 <= args.lines <= 400 or not 1 <= args.seconds <= 3600:
         p.error("--lines must be in 1..400 and --seconds in 1..3600")
     result = run(args)
     print(headline(result), flush=True)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    out = args.out_dir / f"{args.what}-{args.hardware}-{result['commit']}.json"
-    out.write_text(json.dumps(result, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
+    out = results_io.write_result(result, args.what, gpu=args.gpu_service == "gpu", out=args.out_dir)
     print(f"wrote {out}")
     return 0
 

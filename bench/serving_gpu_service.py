@@ -35,10 +35,10 @@ def build_engine(config, tmp: Path, reserve_gib: float, tiny: bool):
         engine.warmup()
         return engine
     import sentencepiece as spm
+    from bench.lockstep.round2 import checkpoint_dir
 
     from bench.lockstep.codec import build_mimi
     from bench.lockstep.paged import build_native_random, pool_gb_for
-    from bench.lockstep.round2 import checkpoint_dir
     from inference.engines.lockstep_fast_backend import KVPaging
 
     lm = build_native_random(16)
@@ -66,7 +66,7 @@ def main() -> int:
     from inference.config import InferenceConfig
     from inference.log_format import configure_logging
     from inference.service import InferenceService
-    from inference.socket_server import serve
+    from inference.transport.server import serve
 
     config = InferenceConfig.from_env().with_overrides(engine="lockstep")
     configure_logging(json_lines=config.log_json)
