@@ -35,8 +35,8 @@ def build_engine(config, tmp: Path, reserve_gib: float, tiny: bool):
         engine.warmup()
         return engine
     import sentencepiece as spm
-    from bench.lockstep.round2 import checkpoint_dir
 
+    from bench.lockstep.against_reference import checkpoint_dir
     from bench.lockstep.codec import build_mimi
     from bench.lockstep.paged import build_native_random, pool_gb_for
     from inference.engines.lockstep_fast_backend import KVPaging
