@@ -27,6 +27,12 @@ always ends with audio that arrived moments before the tick:
   frame's last sample was 10-16 ms in most 60 s echo calls, and 1-2 ms in those whose frames happened to end
   at a piece boundary, which were 20-30 ms faster end to end (bench/notes/latency.md, 96926a3).
 
+Trims never cut the caller's words: a standing backlog or a phase alignment is dropped only when the audio it
+would drop is quiet (RMS below ``QUIET_RMS``); while the caller speaks, the backlog stays on as latency and goes at
+their next pause. Whatever the engine hears of a call was said; the bound (``max_frames``) is the one place audio
+is shed while loud, and that is counted as dropped input. (With the call page's 20 ms pieces an alignment trim was
+at most 20 ms; a client that sends 80 ms frames lost one or two whole frames of speech a call to it.)
+
 ``push`` runs on the session's event loop and ``take`` on the worker thread, hence the lock.
 """
 
@@ -49,6 +55,7 @@ MAX_MARGIN_MS = 60.0
 DECAY_MS = 1.0
 DECAY_FRACTION = 0.25
 HYSTERESIS_MS = 10.0  # standing depth tolerated above the margin before it is dropped
+QUIET_RMS = 0.01  # -40 dBFS: below speech, above a quiet room's noise; only audio this quiet is ever trimmed
 
 
 @dataclass(frozen=True)
@@ -77,9 +84,19 @@ class TickAlignedFramer:
         rate: the stream's sample rate (Hz), to turn the margins into samples.
         max_frames: bound of the FIFO in frames; overflow drops the oldest samples.
         clock: monotonic seconds (tests pass their own to place pushes and ticks in time).
+        quiet_rms: trims drop only spans whose RMS is below this; None trims whatever stands (the trims'
+            timing alone, for tests of it).
     """
 
-    def __init__(self, frame_samples: int, rate: int, *, max_frames: int = 16, clock=time.monotonic):
+    def __init__(
+        self,
+        frame_samples: int,
+        rate: int,
+        *,
+        max_frames: int = 16,
+        clock=time.monotonic,
+        quiet_rms: float | None = QUIET_RMS,
+    ):
         if frame_samples < 1 or rate < 1 or max_frames < 1:
             raise ValueError("frame_samples, rate and max_frames must be >= 1")
         self.frame_samples = frame_samples
@@ -87,6 +104,7 @@ class TickAlignedFramer:
         self._buffer = np.zeros(frame_samples * max_frames, dtype=np.float32)
         self._lock = threading.Lock()
         self._clock = clock
+        self._quiet_rms = quiet_rms
         self._start = 0  # index of the oldest buffered sample in _buffer
         self._size = 0  # buffered samples
         self._position = 0  # samples ever pushed (the stream position after the newest sample)
@@ -204,6 +222,17 @@ class TickAlignedFramer:
         self._size -= count
         self.dropped += count
 
+    def _quiet(self, count: int) -> bool:
+        """Whether the oldest ``count`` buffered samples are quiet enough to trim (always, without a threshold)."""
+        if self._quiet_rms is None:
+            return True
+        capacity = len(self._buffer)
+        first = min(count, capacity - self._start)
+        head = self._buffer[self._start : self._start + first]
+        tail = self._buffer[: count - first]
+        energy = float(np.dot(head, head)) + float(np.dot(tail, tail))
+        return energy < self._quiet_rms**2 * count
+
     def _pop_padded(self, count: int) -> np.ndarray:
         """The oldest ``count`` samples, preceded by silence up to a whole frame."""
         frame = np.zeros(self.frame_samples, dtype=np.float32)
@@ -235,10 +264,9 @@ class TickAlignedFramer:
             return
         aligned = self._aligned_drop()
         standing = self._window_min - self.margin
-        if aligned is not None:
-            self._drop(aligned)
-        elif standing > self._samples(HYSTERESIS_MS):
-            self._drop(standing)
+        trim = aligned if aligned is not None else standing if standing > self._samples(HYSTERESIS_MS) else 0
+        if trim > 0 and self._quiet(trim):
+            self._drop(trim)
         if not self._window_short:
             floor = self._samples(MIN_MARGIN_MS)
             give_back = max(self._samples(DECAY_MS), int((self.margin - floor) * DECAY_FRACTION))

@@ -13,12 +13,14 @@ MARGIN = int(START_MARGIN_MS * RATE / 1000)
 
 
 def ramp(start: int, count: int) -> np.ndarray:
-    """Samples whose values are their stream positions (scaled), so frames can be checked exactly."""
-    return (np.arange(start, start + count) / 1e6).astype(np.float32)
+    """Samples whose values are their stream positions (scaled), so frames can be checked exactly. Scaled far
+    below QUIET_RMS (float32 still holds every position exactly), so the trims may drop them: these tests are
+    about when and where the framer trims; the loud-audio tests below are about what it never trims."""
+    return (np.arange(start, start + count) / 1e8).astype(np.float32)
 
 
 def positions(frame: np.ndarray) -> np.ndarray:
-    return np.rint(frame.astype(np.float64) * 1e6).astype(int)
+    return np.rint(frame.astype(np.float64) * 1e8).astype(int)
 
 
 def test_a_new_stream_starts_at_the_first_tick_padded_in_front():
@@ -243,3 +245,56 @@ def test_a_newest_piece_inside_the_margin_leaves_frames_ending_at_the_piece_befo
     # 2 ms is inside even the margin's 5 ms floor: frames end one whole piece back, never inside one
     assert residuals[-3 * WINDOW_TICKS :] == [piece] * (3 * WINDOW_TICKS)
     assert caller.framer.short_frames == 1
+
+
+def tone(count: int, level: float = 0.3) -> np.ndarray:
+    """Speech-level audio (a 200 Hz tone at ``level`` peak): never quiet enough to trim."""
+    return (level * np.sin(2 * np.pi * 200 * np.arange(count) / RATE)).astype(np.float32)
+
+
+def test_a_loud_backlog_stays_until_the_caller_pauses_then_goes():
+    framer = TickAlignedFramer(N, RATE)
+    for _ in range(5):
+        framer.push(tone(N))
+        framer.take()
+    framer.push(tone(2 * N))  # a burst of speech: two frames beyond the tick's needs
+    for _ in range(3 * WINDOW_TICKS):
+        framer.push(tone(N))
+        framer.take()
+    assert framer.dropped == 0 and framer.pending >= 2 * N  # three windows of speech: nothing cut
+    for _ in range(2 * WINDOW_TICKS):  # the caller pauses: the backlog is silence now, and goes
+        framer.push(np.zeros(N, dtype=np.float32))
+        framer.take()
+    assert framer.pending <= framer.margin + N // 8 + 1
+    assert framer.dropped >= 2 * N - framer.margin - N // 8 - 1
+
+
+def eighty_ms_caller(framer: TickAlignedFramer, clock: list[float], audio, ticks: int) -> tuple[int, int]:
+    """A client sending whole 80 ms frames, each arriving 30 ms before its tick and frame 7 50 ms late (it comes
+    just before frame 8, as after a stall); returns (samples pushed, samples the ticks took that were not padding)."""
+    arrivals = [(0.080 * k - 0.030 + (0.050 if k == 7 else 0.0), k) for k in range(1, ticks + 1)]
+    arrivals.sort()
+    pushed = taken = 0
+    for tick in range(1, ticks + 1):
+        while arrivals and arrivals[0][0] <= 0.080 * tick:
+            clock[0] = arrivals.pop(0)[0]
+            framer.push(audio(N))
+            pushed += N
+        clock[0] = 0.080 * tick
+        before = framer.pending
+        if framer.take() is not None:
+            taken += before - framer.pending
+    return pushed, taken
+
+
+def test_a_client_of_whole_80_ms_frames_loses_no_speech_to_the_alignment():
+    # The same clocked caller with trims that ignore loudness: the late frame's phase is realigned by dropping
+    # part of a frame, which used to cost callers sending 80 ms frames one or two frames of speech a call.
+    clock = [0.0]
+    careless = TickAlignedFramer(N, RATE, clock=lambda: clock[0], quiet_rms=None)
+    eighty_ms_caller(careless, clock, tone, 10 * WINDOW_TICKS)
+    assert careless.dropped > 0
+    clock = [0.0]
+    framer = TickAlignedFramer(N, RATE, clock=lambda: clock[0])
+    pushed, taken = eighty_ms_caller(framer, clock, tone, 10 * WINDOW_TICKS)
+    assert framer.dropped == 0 and taken + framer.pending == pushed

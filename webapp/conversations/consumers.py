@@ -162,6 +162,16 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
 
     # ---- client -> session ------------------------------------------------------------------
 
+    async def dispatch(self, message) -> None:
+        # Channels closes stale database connections before every message, a thread hop each: at 12.5 or more
+        # frames a second per caller that was half of the inbound dispatch (bench/notes/serving-e2e.md). This
+        # consumer reaches the database only through database_sync_to_async, which closes them in its own
+        # thread, so a received frame goes straight to its handler.
+        if message["type"] == "websocket.receive":
+            await self.websocket_receive(message)
+        else:
+            await super().dispatch(message)
+
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.handle is None or self.finished:
             return
