@@ -192,3 +192,28 @@ class InferenceConfig:
 def _shown(field: dataclasses.Field, raw: str | None) -> str:
     """A variable's value for an error message; secrets (fields kept out of repr) are not shown."""
     return repr(raw) if field.repr else "<hidden>"
+
+
+@dataclass(frozen=True)
+class HubAccess:
+    """How hub repository ids are fetched (``inference/checkpoints/hub.py``), from huggingface_hub's own variables.
+
+    Attributes:
+        token: ``HF_TOKEN`` for gated repositories (PersonaPlex); never printed.
+        offline: ``HF_HUB_OFFLINE`` set to a true value: resolve from the cache only, never the network.
+        cache_dir: ``HF_HUB_CACHE`` (else ``$HF_HOME/hub``); None = huggingface_hub's default.
+    """
+
+    token: str | None = dataclasses.field(default=None, repr=False)
+    offline: bool = False
+    cache_dir: Path | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> HubAccess:
+        env = os.environ if environ is None else environ
+        cache = env.get("HF_HUB_CACHE") or (str(Path(env["HF_HOME"]) / "hub") if env.get("HF_HOME") else None)
+        return cls(
+            token=env.get("HF_TOKEN") or None,
+            offline=env.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"),
+            cache_dir=Path(cache) if cache else None,
+        )
