@@ -28,8 +28,10 @@ class InferenceConfig:
     """Everything the inference service needs to start; frozen once built.
 
     Attributes:
-        engine: engine name for the registry (``echo``, ``moshi``, ``personaplex``, ``minicpmo`` ...).
-        checkpoint: checkpoint directory for model engines (None for echo).
+        engine: engine name for the registry (``echo``, ``moshi``, ``personaplex``, ``minicpmo`` ...); ``auto``
+            (what ``PARLEY_ENGINE`` unset with ``PARLEY_CHECKPOINT`` set gives) is the checkpoint's family.
+        checkpoint: checkpoint directory, or a hub id ``org/name[@revision]`` (resolved with huggingface_hub,
+            ``HubAccess``), for model engines (None for echo).
         slots: sessions served at once per engine (batch size of a lockstep engine).
         queue_max: how many users may wait for a slot; 0 disables queueing.
         disconnect_grace_s: a dropped socket keeps its session paused this long.
@@ -181,6 +183,8 @@ class InferenceConfig:
                 errors.append(f"{var}={_shown(field, raw)}: {exc.errors()[0]['msg']}")
         if errors:
             raise ConfigError("; ".join(errors))
+        if "engine" not in values and "checkpoint" in values:
+            values["engine"] = "auto"  # the checkpoint's family (inference/checkpoints/resolve.py)
         try:
             return cls(**values)
         except ConfigError as exc:

@@ -315,3 +315,20 @@ def _minicpmo_tokenizer(report: CheckpointReport, directory: Path, vocab_size: i
                                    "(a tokenizer from another model?)")  # fmt: skip
     elif "<|im_start|>" not in {**vocab, **added}:
         report.fault("vocab.json", "has no <|im_start|> token: not the MiniCPM-o (Qwen) tokenizer")
+
+
+def family_of(directory: str | Path) -> str:
+    """``moshi``, ``personaplex`` or ``minicpmo`` from the folder's config alone (no weights read).
+
+    Raises:
+        ValueError: not a checkpoint folder, or an unreadable config (the message says which).
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(f"{directory} is not a folder")
+    family = detect_family(directory)
+    if family == "minicpmo":
+        return family
+    from inference.models.moshi.config import read_checkpoint_dir
+
+    return "personaplex" if read_checkpoint_dir(directory).lm.personaplex else "moshi"
