@@ -58,9 +58,10 @@ def render(name: str, report: CheckpointReport, plan: CapacityPlan | None) -> st
         lines.append(f"  full context:          {plan.full_context_sessions} sessions")
         if plan.mix_sessions is not None:
             lines.append(f"  call mix (mean {plan.mean_call_s:g} s): {plan.mix_sessions} sessions (paged KV)")
-        family = {"minicpmo": "minicpmo"}.get(report.family or "", report.family or "?")
         env = " ".join(f"{k}={v}" for k, v in plan.settings.items())
-        lines.append(f"serve       PARLEY_ENGINE={family} PARLEY_CHECKPOINT={name} {env} python -m inference serve")
+        lines.append(
+            f"serve       PARLEY_ENGINE={report.family} PARLEY_CHECKPOINT={name} {env} python -m inference serve"
+        )
     return "\n".join(lines)
 
 

@@ -237,6 +237,7 @@ def _inspect_minicpmo(directory: Path, report: CheckpointReport) -> None:
         "max_positions": cfg.max_position_embeddings,
     }  # fmt: skip
     found: dict[str, tuple[Path, TensorEntry]] = {}
+    lost_shard = False
     index = directory / INDEX_FILE
     if index.is_file():
         try:
@@ -247,23 +248,21 @@ def _inspect_minicpmo(directory: Path, report: CheckpointReport) -> None:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             report.fault(index, f"not a safetensors index ({exc!r})")
             return
-        missing_shards = False
+        lost_shard = False
         for shard, names in sorted(shards.items()):
             path = directory / shard
             if not path.is_file():
                 report.fault(path, f"shard listed by {INDEX_FILE} is missing ({len(names)} tensors, e.g. {names[0]!r})")
-                missing_shards = True
+                lost_shard = True
                 continue
             header = _header(report, path)
             if header is None:
-                missing_shards = True
+                lost_shard = True
                 continue
             for name in names:
                 if name not in header:
                     report.fault(path, f"lacks tensor {name!r} that {INDEX_FILE} places in it")
             found.update({k: (path, v) for k, v in header.items()})
-        if missing_shards:  # the tensors of an absent shard are already named; the rest is still checked
-            found = {k: v for k, v in found.items()}
     elif (directory / SINGLE_FILE).is_file():
         header = _header(report, directory / SINGLE_FILE)
         if header is None:
@@ -274,8 +273,8 @@ def _inspect_minicpmo(directory: Path, report: CheckpointReport) -> None:
         return
     with torch.device("meta"):
         expected = expected_shapes(build_parts(cfg))
-    if index.is_file() and any(f.problem.startswith("shard") or "truncated" in f.problem for f in report.findings):
-        expected = {k: v for k, v in expected.items() if k in found}  # don't list every tensor of a lost shard
+    if index.is_file() and lost_shard:  # the lost shard is named once, not each of its tensors
+        expected = {k: v for k, v in expected.items() if k in found}
     compare_layout(report, expected, found)
     _minicpmo_tokenizer(report, directory, cfg.vocab_size)
     assets = directory / ASSET_SUBDIR
