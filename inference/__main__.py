@@ -19,6 +19,7 @@ COMMANDS = {
         "inference.models.minicpmo.make_checkpoint",
         "write a tiny random MiniCPM-o 4.5 checkpoint",
     ),
+    "doctor": ("inference.checkpoints.doctor", "check a checkpoint (folder or hub id) and size it for a GPU"),
     "replay-units": ("inference.models.minicpmo.replay", "run the unit model on recorded audio, unit by unit"),
 }
 

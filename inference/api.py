@@ -217,9 +217,14 @@ def prepare_voice_clip(data: bytes, *, progress=None, min_speech_s: float | None
 
 def voice_prompt_targets() -> list:
     """The voice prompts the configured engine can use (``PromptTarget``: family, model_key); [] for echo."""
+    from inference.checkpoints.hub import HubError
+    from inference.checkpoints.resolve import resolve_config
     from inference.voice_prompts import prompt_targets
 
-    config = embedded.current_config()
+    try:  # a hub id and engine "auto" name the same folder and family the engine serves
+        config = resolve_config(embedded.current_config())
+    except HubError as exc:
+        raise ParleyError(f"cannot resolve the checkpoint: {exc}", code="internal_error") from exc
     return prompt_targets(config.engine, config.checkpoint)
 
 

@@ -28,8 +28,10 @@ class InferenceConfig:
     """Everything the inference service needs to start; frozen once built.
 
     Attributes:
-        engine: engine name for the registry (``echo``, ``moshi``, ``personaplex``, ``minicpmo`` ...).
-        checkpoint: checkpoint directory for model engines (None for echo).
+        engine: engine name for the registry (``echo``, ``moshi``, ``personaplex``, ``minicpmo`` ...); ``auto``
+            (what ``PARLEY_ENGINE`` unset with ``PARLEY_CHECKPOINT`` set gives) is the checkpoint's family.
+        checkpoint: checkpoint directory, or a hub id ``org/name[@revision]`` (resolved with huggingface_hub,
+            ``HubAccess``), for model engines (None for echo).
         slots: sessions served at once per engine (batch size of a lockstep engine).
         queue_max: how many users may wait for a slot; 0 disables queueing.
         disconnect_grace_s: a dropped socket keeps its session paused this long.
@@ -190,6 +192,8 @@ class InferenceConfig:
                 errors.append(f"{var}={_shown(field, raw)}: {exc.errors()[0]['msg']}")
         if errors:
             raise ConfigError("; ".join(errors))
+        if "engine" not in values and "checkpoint" in values:
+            values["engine"] = "auto"  # the checkpoint's family (inference/checkpoints/resolve.py)
         try:
             return cls(**values)
         except ConfigError as exc:
@@ -201,3 +205,28 @@ class InferenceConfig:
 def _shown(field: dataclasses.Field, raw: str | None) -> str:
     """A variable's value for an error message; secrets (fields kept out of repr) are not shown."""
     return repr(raw) if field.repr else "<hidden>"
+
+
+@dataclass(frozen=True)
+class HubAccess:
+    """How hub repository ids are fetched (``inference/checkpoints/hub.py``), from huggingface_hub's own variables.
+
+    Attributes:
+        token: ``HF_TOKEN`` for gated repositories (PersonaPlex); never printed.
+        offline: ``HF_HUB_OFFLINE`` set to a true value: resolve from the cache only, never the network.
+        cache_dir: ``HF_HUB_CACHE`` (else ``$HF_HOME/hub``); None = huggingface_hub's default.
+    """
+
+    token: str | None = dataclasses.field(default=None, repr=False)
+    offline: bool = False
+    cache_dir: Path | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> HubAccess:
+        env = os.environ if environ is None else environ
+        cache = env.get("HF_HUB_CACHE") or (str(Path(env["HF_HOME"]) / "hub") if env.get("HF_HOME") else None)
+        return cls(
+            token=env.get("HF_TOKEN") or None,
+            offline=env.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"),
+            cache_dir=Path(cache) if cache else None,
+        )

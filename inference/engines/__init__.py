@@ -26,9 +26,20 @@ ENGINES: dict[str, tuple[str, str]] = {
 def build_engine(config: InferenceConfig) -> Engine:
     """Construct (not warm up) the engine named by ``config.engine``.
 
+    A hub id in ``config.checkpoint`` is resolved to its snapshot first, and ``engine="auto"`` to the
+    checkpoint's family (``inference/checkpoints/resolve.py``).
+
     Raises:
-        EngineNotAvailable: the name is unknown, or its module does not exist (yet) in this checkout.
+        EngineNotAvailable: the name is unknown, or its module does not exist (yet) in this checkout, or the
+            checkpoint's hub id cannot be resolved.
     """
+    from inference.checkpoints.hub import HubError
+    from inference.checkpoints.resolve import resolve_config
+
+    try:
+        config = resolve_config(config)
+    except HubError as exc:
+        raise EngineNotAvailable(f"PARLEY_CHECKPOINT={config.checkpoint}: {exc}") from None
     try:
         module_name, class_name = ENGINES[config.engine]
     except KeyError:

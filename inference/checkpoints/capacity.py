@@ -1,0 +1,177 @@
+"""How many sessions a GPU holds for a checkpoint's shape, by the engines' own KV arithmetic.
+
+Nothing here allocates: the bytes of one session's KV come from the engines' own ``SlotKV.bytes_per_slot``
+(lockstep fast path) and ``KVPool.bytes_per_slot`` (MiniCPM-o, built on the ``meta`` device), and the
+call-length mix goes through ``PagePool.admissible``, the rule the paged lockstep engine admits by
+(``PARLEY_KV_MEAN_CALL_S``): the estimate is the population at which that rule stops admitting when the live
+calls' ages are those of the mix's steady state. The memory left for KV is the card less the weights (in the
+serving dtype), the codec's per-slot streams and a reserve for CUDA graphs and workspaces, as
+``bench/lockstep`` measured them on the H200 (``bench/notes/lockstep-gpu.md``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from inference.models.moshi.fast.pages import PagePool
+
+GiB = 1024**3
+FRAMES_PER_S = 12.5
+# CUDA graphs of every bucket, attention tuning and allocator slack, as bench/lockstep reserves them.
+GRAPH_RESERVE_GIB = 7.0
+# Mimi's streaming state per lockstep slot (bench/lockstep/paged.py measured ~16.4 MB on the CPU build).
+MIMI_STATE_BYTES_PER_SLOT = 16.5e6
+PAGE_FRAMES = 128  # the page size measured best on the H200 (pages of 64 forbid 128-position blocks)
+CALL_CAP_S = 600.0  # the mix's longest call (bench/lockstep CallMix: exponential, capped at 10 minutes)
+SLOT_ROUND = 8
+# slots beyond the expected population: it swings around its mean (193-266 around 230 on the H200)
+SLOT_HEADROOM = 1.25
+
+
+@dataclass
+class CapacityPlan:
+    """Sessions one GPU holds, and the settings that serve them.
+
+    Attributes:
+        gpu_gib: the card's memory, GiB.
+        weight_bytes: the weights in the serving dtype.
+        kv_bytes_per_session: one full-context session's KV (and per-slot streams).
+        full_context_sessions: sessions that fit with every one at its full context (no paging).
+        mix_sessions: sessions at the call-length mix (paged KV, admission by expected need); None when the
+            engine has no paged KV (MiniCPM-o: a slot's KV is preallocated, so it equals the full count).
+        mean_call_s: the mix's mean call length.
+        settings: ``PARLEY_*`` variables to serve it at the mix (or at full context).
+    """
+
+    gpu_gib: float
+    weight_bytes: int
+    kv_bytes_per_session: int
+    full_context_sessions: int
+    mix_sessions: int | None
+    mean_call_s: float
+    settings: dict[str, str] = field(default_factory=dict)
+
+
+def lockstep_plan(lm, gpu_gib: float, *, mean_call_s: float = 180.0, kv_fp8: bool = True,
+                  weight_bytes: int | None = None) -> CapacityPlan:  # fmt: skip
+    """The Moshi / PersonaPlex plan (``lm`` an ``LMConfig``); weights default to the LM's parameters in bf16."""
+    import torch
+
+    from inference.models.moshi.fast.kv import SlotKV
+
+    if weight_bytes is None:
+        weight_bytes = 2 * lm_parameters(lm)
+    free = gpu_gib * GiB - weight_bytes - GRAPH_RESERVE_GIB * GiB
+    per_session = SlotKV.bytes_per_slot(lm, torch.bfloat16, kv_fp8)
+    full = max(int(free // (per_session + MIMI_STATE_BYTES_PER_SLOT)), 0)
+    per_page = per_session * PAGE_FRAMES / lm.kv_window  # as LockstepFastBackend sizes its pool
+
+    def population(slots: int) -> int:  # the slots' codec state comes out of the pool
+        pool_pages = max(int((free - slots * MIMI_STATE_BYTES_PER_SLOT) // per_page), 0)
+        return mix_population(pool_pages, lm.kv_window, mean_call_s, limit=slots)
+
+    # the most slots that the population they leave room for still needs (with headroom): mix(slots) falls
+    # as slots take pool memory, so the fixed point is found by bisection
+    low, high = SLOT_ROUND, max(SLOT_ROUND, min(int(free // MIMI_STATE_BYTES_PER_SLOT), 4 * full + SLOT_ROUND))
+    while high - low > SLOT_ROUND:
+        mid = _round_up((low + high) // 2)
+        if mid >= high:
+            break
+        if _round_up(math.ceil(population(mid) * SLOT_HEADROOM)) >= mid:
+            low = mid
+        else:
+            high = mid
+    slots = low
+    mix = population(slots)
+    pool_gb = round(max(free - slots * MIMI_STATE_BYTES_PER_SLOT, 0) / 1e9, 1)
+    settings = {
+        "PARLEY_DEVICE": "cuda", "PARLEY_DTYPE": "bfloat16", "PARLEY_KV_DTYPE": "fp8" if kv_fp8 else "bf16",
+        "PARLEY_SLOTS": str(slots), "PARLEY_KV_PAGE_FRAMES": str(PAGE_FRAMES), "PARLEY_KV_POOL_GB": str(pool_gb),
+        "PARLEY_KV_MEAN_CALL_S": f"{mean_call_s:g}",
+    }  # fmt: skip
+    return CapacityPlan(gpu_gib, weight_bytes, per_session, full, mix, mean_call_s, settings)
+
+
+def unit_plan(cfg, gpu_gib: float, *, weight_bytes: int, mean_call_s: float = 180.0) -> CapacityPlan:
+    """The MiniCPM-o plan (``cfg`` a ``MiniCPMOConfig``): LLM and TTS KV pools preallocated per slot."""
+    import torch
+
+    from inference.models.minicpmo.fast.decoder import KVPool
+    from inference.models.minicpmo.fast.runner import DEFAULT_CAPACITY
+
+    def per_slot(layers: int, kv_heads: int, head_dim: int, capacity: int) -> int:
+        pool = KVPool(layers=layers, kv_heads=kv_heads, head_dim=head_dim, num_slots=1, capacity=capacity,
+                      device="meta", dtype=torch.bfloat16)  # fmt: skip
+        return pool.bytes_per_slot()
+
+    tts = cfg.tts
+    per_session = per_slot(
+        cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim,
+        min(DEFAULT_CAPACITY, cfg.max_position_embeddings),
+    ) + per_slot(
+        tts.num_hidden_layers, tts.num_key_value_heads, tts.hidden_size // tts.num_attention_heads,
+        tts.max_position_embeddings,
+    )  # fmt: skip
+    free = gpu_gib * GiB - weight_bytes - GRAPH_RESERVE_GIB * GiB
+    full = max(int(free // per_session), 0)
+    settings = {"PARLEY_DEVICE": "cuda", "PARLEY_DTYPE": "bfloat16", "PARLEY_SLOTS": str(max(full, 1))}
+    return CapacityPlan(gpu_gib, weight_bytes, per_session, full, None, mean_call_s, settings)
+
+
+def lm_parameters(lm) -> int:
+    """Parameters of a ``MoshiLM(lm)``, counted on the meta device (no memory)."""
+    import torch
+
+    from inference.models.moshi.lm import MoshiLM
+
+    with torch.device("meta"):
+        return sum(t.numel() for t in MoshiLM(lm).state_dict().values())
+
+
+def steady_state_positions(count: int, mean_call_s: float, cap_s: float = CALL_CAP_S) -> list[int]:
+    """Context positions of ``count`` live calls at the mix's steady state (evenly spaced quantiles).
+
+    A call of a capped exponential length is still alive at age a with probability exp(-a / mean) (a < cap),
+    so the ages of the calls in progress have that density, truncated at the cap.
+    """
+    if count <= 0:
+        return []
+    u = (np.arange(count) + 0.5) / count
+    tail = 1.0 - math.exp(-cap_s / mean_call_s)
+    ages = -mean_call_s * np.log1p(-u * tail)
+    return [int(a * FRAMES_PER_S) for a in ages]
+
+
+def mix_population(pool_pages: int, window: int, mean_call_s: float, *, limit: int) -> int:
+    """Live calls at which ``PagePool.admissible`` stops admitting, for a steady-state mix (at most ``limit``)."""
+    mean_frames = mean_call_s * FRAMES_PER_S
+
+    def admits_one_more(count: int) -> bool:
+        pages = PagePool(num_pages=pool_pages + 1, page_size=PAGE_FRAMES, window=window, num_slots=count)
+        live = []
+        for slot, position in enumerate(steady_state_positions(count, mean_call_s)):
+            pages.grow(slot, position + 1)
+            live.append((slot, position))
+        if pages.capped_slots:
+            return False
+        return pages.admissible(live, mean_frames) >= 1
+
+    if pool_pages < 1 or not admits_one_more(0):
+        return 0
+    low, high = 0, limit  # admits_one_more(low) holds; find the first count that does not
+    if admits_one_more(high):
+        return limit
+    while high - low > 1:
+        mid = (low + high) // 2
+        if admits_one_more(mid):
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+def _round_up(n: int) -> int:
+    return max(SLOT_ROUND, -(-n // SLOT_ROUND) * SLOT_ROUND)

@@ -1,0 +1,73 @@
+"""The doctor's session estimate for the 7B PersonaPlex shape on an H200, from the shape config only, against
+what the engine admitted on the H200 (``bench/results/lockstep-h200-6a181ef.json``,
+``bench/notes/lockstep-gpu.md``).
+
+Measured gaps, kept visible here rather than tuned away:
+- full context: 153 estimated against the 144 of the KV-format run, which kept the reference's 2.54 GiB of
+  depformer copies resident (its note); the v2 run without them reached 152. Within 7 % of 144, 1 % of 152.
+- call mix: 250 estimated against 229.6 on average (193-266) in 2000 ticks: the estimate is where admission
+  stops admitting at the mix's steady state (random ages give 235-262, mean 250 too); the served population
+  sits ~9 % under it (joiners' prefill ticks, admission only on a close or the pool's 3 s pass).
+- the pool the plan sets (312 slots) is within 1 % of the measured run's 122.05 GB: the memory accounting
+  (weights, codec state, graph reserve, fp8 KV bytes) is the engine's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from inference.checkpoints.capacity import GiB, lockstep_plan, mix_population, steady_state_positions
+from inference.models.moshi.config import LMConfig
+
+RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results" / "lockstep-h200-6a181ef.json"
+H200_GIB = 143771 / 1024  # the card's memory as nvidia-smi reports it in the bench runs
+
+
+@pytest.fixture(scope="module")
+def measured() -> dict:
+    return json.loads(RESULTS.read_text())["summary"]
+
+
+@pytest.fixture(scope="module")
+def plan():
+    personaplex_7b = dataclasses.replace(LMConfig.moshiko_7b(), dep_q=16)  # PersonaPlex: Moshi 7B, dep_q 16
+    return lockstep_plan(personaplex_7b, H200_GIB, mean_call_s=180.0)
+
+
+def test_full_context_sessions_against_the_h200(plan, measured):
+    full = measured["goal2_kv_format"]["capacity_full_context"]["fp8"]
+    assert full == 144
+    assert plan.kv_bytes_per_session == 810737664  # the engine's own bytes (the run's kv_bytes_per_session)
+    assert abs(plan.full_context_sessions - full) / full <= 0.07, plan
+    assert abs(plan.full_context_sessions - 152) <= 2  # the same memory without the reference's copies (v2)
+
+
+def test_call_mix_sessions_against_the_h200(plan, measured):
+    paged = measured["goal4_paged_kv"]
+    served = paged["concurrent_sessions_default_admission"]["mean"]
+    assert served == 229.6
+    assert abs(plan.mix_sessions - served) / served <= 0.10, plan  # +9 %: see the module's docstring
+    assert paged["concurrent_sessions_default_admission"]["min"] <= plan.mix_sessions
+    assert plan.mix_sessions <= paged["concurrent_sessions_default_admission"]["max"]
+    assert abs(int(plan.settings["PARLEY_SLOTS"]) - 320) <= 8  # the run used 320 slots
+    assert abs(float(plan.settings["PARLEY_KV_POOL_GB"]) - paged["pool_gb"]) / paged["pool_gb"] <= 0.01
+    assert plan.weight_bytes / GiB == pytest.approx(15.59, abs=0.01)
+
+
+def test_steady_state_matches_the_bench_mix():
+    # the bench's call mix holds 1608.5 frames of context per call in progress
+    positions = steady_state_positions(20000, 180.0)
+    held = sum(min(p, 2999) for p in positions) / len(positions)
+    assert held == pytest.approx(1608.5, rel=0.005)
+
+
+def test_mix_population_grows_with_the_pool_and_stops_at_the_slots():
+    small = mix_population(1000, 2999, 180.0, limit=400)
+    large = mix_population(2000, 2999, 180.0, limit=400)
+    assert 0 < small < large
+    assert mix_population(100000, 2999, 180.0, limit=64) == 64
+    assert mix_population(0, 2999, 180.0, limit=64) == 0
