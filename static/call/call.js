@@ -18,6 +18,7 @@ import { applyMode, chosenMode, handleModeEvent } from "./modes.js";
 import { handleServerEvent, noteAgentAudio } from "./server-events.js";
 import { Transport } from "./transport.js";
 import { CallUi } from "./ui.js";
+import { waitForAgent } from "./warm-start.js";
 
 const params = new URLSearchParams(location.search);
 // Tests (and people debugging levels) pass ?raw=1: the browser's echo canceller, noise
@@ -487,3 +488,4 @@ document.getElementById("volume").addEventListener("input", (event) => call.setV
 document.getElementById("speaker-device").addEventListener("change", (event) => call.chooseSpeaker(event.target.value));
 bindChat(call);
 ui.showPreview(); // the default engine's banner, before the first call
+waitForAgent(call); // Start waits while the server still loads the engine
