@@ -67,6 +67,8 @@ def server_env(args, var_dir: Path) -> dict[str, str]:
         "PARLEY_SLOTS": "1",
         "PARLEY_QUEUE_MAX": "0",
         "PARLEY_ECHO_DELAY_FRAMES": "0",
+        # auto: the engine loads and the default persona and voice are prefilled as the server starts
+        "PARLEY_WARM_START": args.warm_start,
     }
     if args.engine == "echo":
         env |= {"PARLEY_ENGINE": "echo", "PARLEY_CHECKPOINT": ""}
@@ -161,7 +163,7 @@ def warm_call(page) -> float | None:
     return first
 
 
-def run_call(args, url: str, wav: Path) -> tuple[MeasuredCall, float | None]:
+def run_call(args, url: str, wav: Path) -> tuple[MeasuredCall, float | None, dict]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -188,13 +190,19 @@ def run_call(args, url: str, wav: Path) -> tuple[MeasuredCall, float | None]:
             page.wait_for_url(lambda u: "/accounts/login/" not in u)
             call_page = f"{url}/?raw=1&tap=1{'&' + args.query if args.query else ''}"
             page.goto(call_page)
+            opened = time.monotonic()
+            # with a warm start the page is 'warming' (Start disabled) until the server is ready
             page.wait_for_function("() => window.parley && window.parley.state === 'idle'")
+            ready = {
+                "warm_start_seen_by_page": page.evaluate("() => window.parley.warmStart"),  # off, ready, failed
+                "page_ready_wait_ms": rounded((time.monotonic() - opened) * 1000),  # page opened -> Start enabled
+            }
             cold = None
             if args.engine == "lockstep":
                 cold = warm_call(page)
                 page.goto(call_page)
                 page.wait_for_function("() => window.parley && window.parley.state === 'idle'")
-            return run_measured_call(page, args.seconds), cold
+            return run_measured_call(page, args.seconds), cold, ready
         finally:
             browser.close()
 
@@ -235,7 +243,9 @@ def by_10s(samples: list[dict], key: str) -> dict[str, dict[str, float]]:
     return {f"{k}-{k + 10}s": percentiles(v) for k, v in sorted(buckets.items())}
 
 
-def summarize(args, call: MeasuredCall, load: dict, server_cpu_s: float, cold_first_audio: float | None) -> dict:
+def summarize(
+    args, call: MeasuredCall, load: dict, server_cpu_s: float, cold_first_audio: float | None, ready: dict
+) -> dict:
     final = call.final
     chunk_ms = float((final.get("capabilities") or {}).get("chunk_period_ms") or 80)
     result: dict = {
@@ -245,6 +255,8 @@ def summarize(args, call: MeasuredCall, load: dict, server_cpu_s: float, cold_fi
         "engine": args.engine,
         "seconds": args.seconds,
         "echo_delay_frames": 0,
+        "warm_start": args.warm_start,
+        **ready,
         "injected_jitter": {"max_ms": args.jitter_ms, "first_seconds": args.jitter_seconds} if args.jitter_ms else None,
         "git": commit(),
         "when_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -339,6 +351,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jitter-seconds", type=float, default=30.0, help="... during the first N s of the call")
     parser.add_argument("--note", default="", help="recorded in the results, e.g. what was measured and the load")
     parser.add_argument("--query", default="", help="extra call page parameters, e.g. for an experiment")
+    parser.add_argument(
+        "--warm-start",
+        choices=["auto", "off"],
+        default="off",
+        help="PARLEY_WARM_START: auto prepares the engine and the default start while the server starts",
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--stall-audio-ms", type=float, default=0, help="test-only: stop chromium's audio service this long ..."
@@ -363,10 +381,10 @@ def main(argv: list[str] | None = None) -> int:
         wav = write_marked_wav(var_dir / "marks.wav")
         proc, url = start_server(server_env(args, var_dir))
         with LoadSampler() as sampler, AudioStalls(args.stall_audio_ms, args.stall_every_s) as stalls:
-            call, cold = run_call(args, url, wav)
+            call, cold, ready = run_call(args, url, wav)
         load["during"] = sampler.summary()
         cpu = psutil.Process(proc.pid).cpu_times()
-        result = summarize(args, call, load, cpu.user + cpu.system, cold)
+        result = summarize(args, call, load, cpu.user + cpu.system, cold, ready)
         if args.stall_audio_ms:
             result["audio_stalls"] = {
                 "ms": args.stall_audio_ms,

@@ -114,6 +114,21 @@ async def start(*, engine_instance: Engine | None = None, **overrides: Any) -> N
     await embedded.start(engine_instance, overrides)
 
 
+def warm_start(*, persona: str | None, voice: VoiceRef | None = None) -> bool:
+    """Start loading the in-process engine and preparing this start (persona, voice) in a background thread.
+
+    Returns at once; False when there is nothing to do here (a remote service, or already begun in this
+    process). The first session with this persona and voice then starts without a prefill.
+    """
+    return embedded.begin_warm_start(persona, voice)
+
+
+def warm_start_status() -> dict[str, str]:
+    """The warm start's ``state`` (``off``: none in this process, ``warming``, ``ready``, ``failed``) and its
+    ``stage`` in words while warming."""
+    return embedded.warm_start_status()
+
+
 async def open_session(request: SessionRequest) -> SessionHandle:
     """Attach to the user's session: takes over a live one, resumes a detached one, or queues for a slot.
 

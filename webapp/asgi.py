@@ -13,6 +13,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from webapp.calls.warm_start import begin_warm_start  # noqa: E402
 from webapp.common.forwarded import TrustedProxyMiddleware  # noqa: E402
 from webapp.conversations.auth import (  # noqa: E402
     BearerKeyAuthMiddleware,
@@ -25,6 +26,9 @@ from webapp.operations.routing import websocket_urlpatterns as operations_websoc
 # make run serves plain daphne: with DEBUG on, static files come from the app itself (as runserver
 # does); production serves STATIC_ROOT from the front proxy.
 http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
+
+# The engine loads and the call page's default start is prepared in the background while the server starts.
+begin_warm_start()
 
 # The realtime endpoint (/v1/realtime) and the operations console's socket (/ops/live).
 websocket_routes = URLRouter([*websocket_urlpatterns, *operations_websockets])

@@ -13,7 +13,7 @@ silently becoming a default. An empty variable counts as unset.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -71,6 +71,9 @@ class WebEnv(BaseSettings):
     trusted_proxies: Csv = Field(["127.0.0.1", "::1"], validation_alias="PARLEY_TRUSTED_PROXIES")
     # how often a live call re-reads its user: deactivated without a save signal (a queryset update) ends it
     account_check_s: float = Field(15.0, gt=0, le=3600, validation_alias="PARLEY_ACCOUNT_CHECK_S")
+    # auto: a server with in-process inference loads the engine and prepares the call page's default persona
+    # and voice in the background as it starts; off: the first call does it (the test settings say off)
+    warm_start: Literal["auto", "off"] = Field("auto", validation_alias="PARLEY_WARM_START")
     # production's Strict-Transport-Security max-age
     hsts_seconds: int = Field(365 * 24 * 3600, ge=0, validation_alias="DJANGO_HSTS_SECONDS")
 

@@ -105,6 +105,14 @@ class Engine(abc.ABC):
         """
         return False
 
+    def prepare_start(self, config: SlotConfig) -> bool:
+        """Do a session start's one-off work for ``config`` ahead of any session (warm start, on an idle engine).
+
+        Engines that cache the state after a start (the lockstep prefill cache) fill it here, so the first
+        session with ``config`` starts live. Returns whether anything was kept; by default nothing is.
+        """
+        return False
+
     @abc.abstractmethod
     def close_slot(self, slot: int) -> None:
         """Release everything ``slot`` holds. Returning means cleanup is confirmed."""

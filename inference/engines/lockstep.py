@@ -313,6 +313,27 @@ class LockstepEngine(Engine):
         """A prefill-cache hit starts the slot live (instant start): it takes input from its first tick."""
         return slot in self._slots and self._slots[slot].live
 
+    def prepare_start(self, config: SlotConfig) -> bool:
+        """Prefill ``config`` on an idle slot and keep the state in the prefill cache, then free the slot.
+
+        Called before the engine's worker runs (``inference.embedded``'s warm start), so no tick competes.
+
+        Raises:
+            EngineError: as ``open_slot`` (an unreadable voice, an empty persona) or no slot is idle.
+        """
+        if not self.info.lm.personaplex or self.prefill_cache.max_entries <= 0:
+            return False  # Moshiko has no prefill; a disabled cache keeps nothing
+        slot = next((s for s in range(self.num_slots) if s not in self._slots), None)
+        if slot is None:
+            raise EngineError("no idle slot to prepare a start on")
+        self.open_slot(slot, config)  # a start already cached opens live: nothing to do
+        try:
+            while not self._slots[slot].live:
+                self.step({})  # prefill-only ticks; the last one puts the state into the cache
+        finally:
+            self.close_slot(slot)
+        return True
+
     def close_slot(self, slot: int) -> None:
         """Forget the slot and give back its KV pages; its rows are frozen until the next open resets them."""
         self._check_slot(slot)

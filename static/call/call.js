@@ -18,6 +18,7 @@ import { applyMode, chosenMode, handleModeEvent } from "./modes.js";
 import { handleServerEvent, noteAgentAudio } from "./server-events.js";
 import { Transport } from "./transport.js";
 import { CallUi } from "./ui.js";
+import { waitForAgent } from "./warm-start.js";
 
 // The server's refusals and failures, by close code (docs/protocol.md, "Close codes"); the error event
 // before the close says more. None of them leaves a session to resume.
@@ -502,3 +503,4 @@ document.getElementById("volume").addEventListener("input", (event) => call.setV
 document.getElementById("speaker-device").addEventListener("change", (event) => call.chooseSpeaker(event.target.value));
 bindChat(call);
 ui.showPreview(); // the default engine's banner, before the first call
+waitForAgent(call); // Start waits while the server still loads the engine

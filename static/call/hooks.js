@@ -4,6 +4,7 @@
 
 export const hooks = {
   state: "idle",
+  warmStart: null, // the server's warm start as the page last read it: "off", "warming", "ready" or "failed"
   stateHistory: ["idle"], // every state the page went through, in order (bounded)
   sessionId: null,
   resumed: null,

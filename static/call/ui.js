@@ -6,6 +6,7 @@ import { drawSeries, drawUnits, drawWaveform } from "./charts.js";
 const $ = (id) => document.getElementById(id);
 
 const STATE_LABELS = {
+  warming: "Getting the agent ready…", // the server is still loading the engine (warm-start.js)
   idle: "Ready to call",
   connecting: "Connecting…",
   queued: "Waiting for a free slot",
@@ -152,7 +153,7 @@ export class CallUi {
     $("call-state-detail").textContent = detail;
     for (const [name, states] of Object.entries(ENABLED)) this.buttons[name].disabled = !states.includes(state);
     // Persona and voice are fixed once a session exists; editing them mid-call would be ignored.
-    const editable = ENABLED.start.includes(state);
+    const editable = ENABLED.start.includes(state) || state === "warming";
     $("persona").disabled = !editable;
     $("voice").disabled = !editable;
     $("mic-device").disabled = !editable; // the microphone is opened at Start

@@ -6,4 +6,5 @@ app_name = "calls"
 
 urlpatterns = [
     path("", views.call_page, name="call"),
+    path("call/warm-start", views.warm_start, name="warm-start"),
 ]

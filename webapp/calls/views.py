@@ -4,10 +4,10 @@ runs in the browser (static/call/) against the realtime endpoint."""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from inference.api import capabilities_preview
+from inference.api import capabilities_preview, warm_start_status
 from inference.contracts import ParleyError
 from webapp.personas.selectors import persona_list_for, voice_list_for
 
@@ -28,5 +28,12 @@ def call_page(request: HttpRequest) -> HttpResponse:
         "default_persona": personas[0].instructions if personas else DEFAULT_PERSONA,
         "capabilities": capabilities,
         "inference_unavailable": unavailable,
+        "warm_start": warm_start_status(),  # the page waits while it says warming (static/call/warm-start.js)
     }
     return render(request, "calls/call.html", context)
+
+
+@login_required
+def warm_start(request: HttpRequest) -> JsonResponse:
+    """The warm start's state, which the call page polls while the agent is being made ready."""
+    return JsonResponse(warm_start_status())

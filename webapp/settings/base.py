@@ -205,6 +205,7 @@ PARLEY_RECORDING_RETENTION_DAYS = ENV.recording_retention_days  # 0 keeps record
 # Input sample rates the endpoint accepts; the facade resamples any of them to the engine rate.
 PARLEY_INPUT_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 PARLEY_ADMIN_PASSWORD_FILE = VAR_DIR / "admin-password.txt"
+PARLEY_WARM_START = ENV.warm_start  # webapp/calls/warm_start.py
 
 # The console format for `make run`; production.py switches to JSON lines. Both print extra={...} fields.
 LOGGING = logging_config(json_lines=False)

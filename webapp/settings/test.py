@@ -19,6 +19,7 @@ PARLEY_CONNECTS_PER_KEY_PER_MINUTE = 100_000
 PARLEY_KEY_FAILURE_RATE = "100000/minute"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True  # even when a developer shell sets CELERY_BROKER_URL
+PARLEY_WARM_START = "off"  # a test that wants one sets it (tests/browser/test_warm_start.py)
 
 # One test database per pytest process: concurrent runs on one machine must not flush each other's
 # tables. The name is explicit so that the live server (a forked child, channels'
