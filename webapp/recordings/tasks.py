@@ -21,7 +21,8 @@ from inference import api
 from inference.contracts import ParleyError
 from webapp.recordings import storage
 from webapp.recordings.models import Recording
-from webapp.recordings.render import Rendered, render
+from webapp.recordings.render import Rendered, render, stereo_tracks
+from webapp.recordings.turn_taking import measure
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,12 @@ def process_recording(self, recording_id: int, attempt: int = 0) -> str:
         )
     status, reason = _outcome(raw)
     _finish(
-        recording, status, reason, duration_s=round(rendered.duration_s, 3), transcript_text=rendered.transcript_text
+        recording,
+        status,
+        reason,
+        duration_s=round(rendered.duration_s, 3),
+        transcript_text=rendered.transcript_text,
+        turn_taking=_turn_taking(recording, raw),
     )
     api.delete_raw_recording(recording.session_id)
     return status
@@ -131,6 +137,16 @@ def _wait_for_end(session_id: str) -> str:
         if state != "open" or time.monotonic() >= deadline:
             return state
         time.sleep(0.2)
+
+
+def _turn_taking(recording: Recording, raw) -> dict:
+    """The call's turn-taking metrics; a call that cannot be measured still plays, with the reason kept."""
+    try:
+        stereo, rate = stereo_tracks(raw)
+        return measure(stereo[:, 0], stereo[:, 1], rate, events=raw.events, period_ms=raw.period_ms)
+    except Exception as exc:  # noqa: BLE001 - analysis is extra: it must never cost the recording
+        logger.warning("recordings.turn_taking_failed", exc_info=True, extra={"session_id": recording.session_id})
+        return {"error": _describe(exc)}
 
 
 def _copy_meta(recording: Recording, raw) -> None:
