@@ -328,6 +328,19 @@ def prepare_voice_clip(data: bytes, *, progress=None, min_speech_s: float | None
     )
 
 
+def require_spoken_phrase(prepared, phrase: str) -> None:
+    """Raise unless ``phrase`` is spoken in a clip ``prepare_voice_clip`` returned (keyword spotting,
+    ``inference.speech.phrase_spotting``: PocketSphinx's bundled English model, nothing downloaded).
+
+    Raises:
+        VoiceClipError (a ParleyError): ``phrase_not_heard``, or ``phrase_unknown`` (a word the model lacks).
+    """
+    from inference.speech.phrase_spotting import require_phrase
+    from inference.voice_prompts import SAMPLE_RATE
+
+    require_phrase(prepared.pcm, SAMPLE_RATE, phrase)
+
+
 def voice_prompt_targets() -> list:
     """The voice prompts the configured engine can use (``PromptTarget``: family, model_key); [] for echo."""
     from inference.voice_prompts import prompt_targets

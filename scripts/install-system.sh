@@ -4,7 +4,8 @@
 # (tests/services.py) and nginx (the cluster test) of their own. Idempotent; uses sudo when not root.
 set -euo pipefail
 want=(python3 python3-venv python3-dev gcc make)
-[[ "${1:-}" == "test" ]] && want+=(chromium espeak-ng sox postgresql redis-server nginx)
+# pocketsphinx-testdata: recorded LibriVox sentences with transcripts (tests/librivox.py) for the recognisers
+[[ "${1:-}" == "test" ]] && want+=(chromium espeak-ng sox postgresql redis-server nginx pocketsphinx-testdata)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
