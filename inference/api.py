@@ -341,6 +341,20 @@ def require_spoken_phrase(prepared, phrase: str) -> None:
     require_phrase(prepared.pcm, SAMPLE_RATE, phrase)
 
 
+def transcribe_speech(pcm, rate: int, *, engine: str = "auto", whisper_weights: str = "") -> list | None:
+    """The words spoken in ``pcm`` with their times (``inference.speech.transcribe.Word``), by the engine
+    configuration picks: PocketSphinx (embedded, nothing downloaded), Whisper when ``whisper_weights`` names
+    its weights; None when ``engine`` is "off".
+
+    Raises:
+        TranscriptionError (a ParleyError): an unknown engine, weights that do not load, unusable audio.
+    """
+    from inference.speech.transcribe import transcriber_for
+
+    transcriber = transcriber_for(engine, whisper_weights=whisper_weights)
+    return None if transcriber is None else transcriber.transcribe(pcm, rate)
+
+
 def voice_prompt_targets() -> list:
     """The voice prompts the configured engine can use (``PromptTarget``: family, model_key); [] for echo."""
     from inference.voice_prompts import prompt_targets

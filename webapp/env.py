@@ -13,7 +13,7 @@ silently becoming a default. An empty variable counts as unset.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -68,6 +68,12 @@ class WebEnv(BaseSettings):
     trusted_proxies: Csv = Field(["127.0.0.1", "::1"], validation_alias="PARLEY_TRUSTED_PROXIES")
     # a cloned voice's consent recording must say the form's random phrase (PocketSphinx keyword spotting)
     verify_consent_phrase: bool = Field(True, validation_alias="PARLEY_VERIFY_CONSENT_PHRASE")
+    # recordings' caller track: auto (Whisper when its weights are set, else PocketSphinx), pocketsphinx, whisper, off
+    transcriber: Literal["auto", "pocketsphinx", "whisper", "off"] = Field(
+        "auto", validation_alias="PARLEY_TRANSCRIBER"
+    )
+    # a faster-whisper (CTranslate2) model folder; "" = the embedded PocketSphinx transcribes
+    whisper_weights: str = Field("", validation_alias="PARLEY_WHISPER_WEIGHTS")
     # how often a live call re-reads its user: deactivated without a save signal (a queryset update) ends it
     account_check_s: float = Field(15.0, gt=0, le=3600, validation_alias="PARLEY_ACCOUNT_CHECK_S")
     # production's Strict-Transport-Security max-age

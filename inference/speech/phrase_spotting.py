@@ -10,9 +10,9 @@ speech that does not contain it. PocketSphinx ships its model inside the wheel: 
 from __future__ import annotations
 
 import numpy as np
-from scipy.signal import resample_poly
 
 from inference.media_probe import VoiceClipError
+from inference.speech.transcribe import TranscriptionError, as_int16
 
 SPOTTING_RATE = 16_000  # the bundled acoustic model's rate
 # Detection threshold of the key phrase (a likelihood ratio; smaller accepts more). On the LibriVox
@@ -65,14 +65,10 @@ def _words(phrase: str) -> list[str]:
 
 
 def _as_int16_16k(pcm: np.ndarray, rate: int) -> np.ndarray:
-    if rate <= 0 or pcm.ndim != 1:
-        raise VoiceClipError("the audio to search is not one channel at a positive rate", code="corrupted")
-    samples = pcm.astype(np.float32) / (32768.0 if pcm.dtype.kind in "iu" else 1.0)
-    samples = samples[: int(MAX_SEARCH_S * rate)]
-    if rate != SPOTTING_RATE and samples.size:
-        g = np.gcd(rate, SPOTTING_RATE)
-        samples = resample_poly(samples, SPOTTING_RATE // g, rate // g)
-    return np.clip(np.round(samples * 32767), -32768, 32767).astype(np.int16)
+    try:
+        return as_int16(pcm[: int(MAX_SEARCH_S * rate)] if rate > 0 else pcm, rate, SPOTTING_RATE)
+    except TranscriptionError as exc:
+        raise VoiceClipError(exc.message, code="corrupted") from exc
 
 
 def _decoder(keyphrase: str | None):

@@ -20,6 +20,7 @@ from django.utils import timezone
 from inference import api
 from inference.contracts import ParleyError
 from webapp.recordings import storage
+from webapp.recordings.caller_transcript import with_caller_lines
 from webapp.recordings.models import Recording
 from webapp.recordings.render import Rendered, render, stereo_tracks
 from webapp.recordings.turn_taking import measure
@@ -63,6 +64,7 @@ def process_recording(self, recording_id: int, attempt: int = 0) -> str:
     except Exception as exc:  # noqa: BLE001 - bad data must end as failed, never as a stuck row
         logger.exception("recordings.render_failed", extra={"session_id": recording.session_id})
         return _finish(recording, Status.FAILED, f"could not render the recording: {_describe(exc)}")
+    rendered = _with_caller_transcript(recording, raw, rendered)
     try:
         _store(recording, rendered)
     except Exception as exc:  # noqa: BLE001 - any storage fault (disk full, bucket unreachable) is retried
@@ -137,6 +139,21 @@ def _wait_for_end(session_id: str) -> str:
         if state != "open" or time.monotonic() >= deadline:
             return state
         time.sleep(0.2)
+
+
+def _with_caller_transcript(recording: Recording, raw, rendered: Rendered) -> Rendered:
+    """The caller's words merged into the transcript; a transcriber fault leaves the agent's side alone."""
+    try:
+        words = api.transcribe_speech(
+            raw.caller,
+            raw.caller_rate,
+            engine=settings.PARLEY_TRANSCRIBER,
+            whisper_weights=settings.PARLEY_WHISPER_WEIGHTS,
+        )
+    except Exception:  # noqa: BLE001 - the caller's transcript is extra: it must never cost the recording
+        logger.warning("recordings.transcription_failed", exc_info=True, extra={"session_id": recording.session_id})
+        return rendered
+    return rendered if words is None else with_caller_lines(rendered, words)
 
 
 def _turn_taking(recording: Recording, raw) -> dict:
