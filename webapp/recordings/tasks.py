@@ -21,6 +21,7 @@ from inference import api
 from inference.contracts import ParleyError
 from webapp.recordings import storage
 from webapp.recordings.caller_transcript import with_caller_lines
+from webapp.recordings.echo_leak import measure_echo
 from webapp.recordings.models import Recording
 from webapp.recordings.render import Rendered, render, stereo_tracks
 from webapp.recordings.turn_taking import measure
@@ -95,7 +96,7 @@ def process_recording(self, recording_id: int, attempt: int = 0) -> str:
         reason,
         duration_s=round(rendered.duration_s, 3),
         transcript_text=rendered.transcript_text,
-        turn_taking=_turn_taking(recording, raw),
+        **_measures(recording, raw),
     )
     api.delete_raw_recording(recording.session_id)
     return status
@@ -156,14 +157,22 @@ def _with_caller_transcript(recording: Recording, raw, rendered: Rendered) -> Re
     return rendered if words is None else with_caller_lines(rendered, words)
 
 
-def _turn_taking(recording: Recording, raw) -> dict:
-    """The call's turn-taking metrics; a call that cannot be measured still plays, with the reason kept."""
-    try:
-        stereo, rate = stereo_tracks(raw)
-        return measure(stereo[:, 0], stereo[:, 1], rate, events=raw.events, period_ms=raw.period_ms)
-    except Exception as exc:  # noqa: BLE001 - analysis is extra: it must never cost the recording
-        logger.warning("recordings.turn_taking_failed", exc_info=True, extra={"session_id": recording.session_id})
-        return {"error": _describe(exc)}
+def _measures(recording: Recording, raw) -> dict[str, dict]:
+    """The call's turn-taking and echo-leak measures (model fields); one that fails keeps its reason instead,
+    and the recording still plays."""
+    stereo, rate = stereo_tracks(raw)
+    analyses = {
+        "turn_taking": lambda: measure(stereo[:, 0], stereo[:, 1], rate, events=raw.events, period_ms=raw.period_ms),
+        "echo_leak": lambda: measure_echo(stereo[:, 0], stereo[:, 1], rate),
+    }
+    results = {}
+    for field, analyse in analyses.items():
+        try:
+            results[field] = analyse()
+        except Exception as exc:  # noqa: BLE001 - analysis is extra: it must never cost the recording
+            logger.warning(f"recordings.{field}_failed", exc_info=True, extra={"session_id": recording.session_id})
+            results[field] = {"error": _describe(exc)}
+    return results
 
 
 def _copy_meta(recording: Recording, raw) -> None:

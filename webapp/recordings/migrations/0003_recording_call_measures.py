@@ -12,6 +12,11 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name='recording',
+            name='echo_leak',
+            field=models.JSONField(blank=True, default=dict),
+        ),
+        migrations.AddField(
+            model_name='recording',
             name='turn_taking',
             field=models.JSONField(blank=True, default=dict),
         ),
