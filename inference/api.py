@@ -230,6 +230,33 @@ def prepare_voice_clip(data: bytes, *, progress=None, min_speech_s: float | None
     )
 
 
+def require_spoken_phrase(prepared, phrase: str) -> None:
+    """Raise unless ``phrase`` is spoken in a clip ``prepare_voice_clip`` returned (keyword spotting,
+    ``inference.speech.phrase_spotting``: PocketSphinx's bundled English model, nothing downloaded).
+
+    Raises:
+        VoiceClipError (a ParleyError): ``phrase_not_heard``, or ``phrase_unknown`` (a word the model lacks).
+    """
+    from inference.speech.phrase_spotting import require_phrase
+    from inference.voice_prompts import SAMPLE_RATE
+
+    require_phrase(prepared.pcm, SAMPLE_RATE, phrase)
+
+
+def transcribe_speech(pcm, rate: int, *, engine: str = "auto", whisper_weights: str = "") -> list | None:
+    """The words spoken in ``pcm`` with their times (``inference.speech.transcribe.Word``), by the engine
+    configuration picks: PocketSphinx (embedded, nothing downloaded), Whisper when ``whisper_weights`` names
+    its weights; None when ``engine`` is "off".
+
+    Raises:
+        TranscriptionError (a ParleyError): an unknown engine, weights that do not load, unusable audio.
+    """
+    from inference.speech.transcribe import transcriber_for
+
+    transcriber = transcriber_for(engine, whisper_weights=whisper_weights)
+    return None if transcriber is None else transcriber.transcribe(pcm, rate)
+
+
 def voice_prompt_targets() -> list:
     """The voice prompts the configured engine can use (``PromptTarget``: family, model_key); [] for echo."""
     from inference.checkpoints.hub import HubError

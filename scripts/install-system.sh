@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want=(python3 python3-venv python3-dev gcc make)
-[[ "${1:-}" == "test" ]] && want+=(chromium espeak-ng sox postgresql redis-server nginx)
+# pocketsphinx-testdata: recorded LibriVox sentences with transcripts (tests/librivox.py) for the recognisers
+[[ "${1:-}" == "test" ]] && want+=(chromium espeak-ng sox postgresql redis-server nginx pocketsphinx-testdata)
 missing=()
 # npm from any source will do (a nodejs package of another origin ships its own npm and conflicts with Debian's).
 [[ "${1:-}" == "test" ]] && ! command -v npm >/dev/null && missing+=(npm)

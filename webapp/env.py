@@ -69,6 +69,14 @@ class WebEnv(BaseSettings):
     login_failure_limit: int = Field(5, ge=1, validation_alias="PARLEY_LOGIN_FAILURE_LIMIT")
     # proxies whose X-Forwarded-For is believed (addresses or networks); the client is the rightmost other hop
     trusted_proxies: Csv = Field(["127.0.0.1", "::1"], validation_alias="PARLEY_TRUSTED_PROXIES")
+    # a cloned voice's consent recording must say the form's random phrase (PocketSphinx keyword spotting)
+    verify_consent_phrase: bool = Field(True, validation_alias="PARLEY_VERIFY_CONSENT_PHRASE")
+    # recordings' caller track: auto (Whisper when its weights are set, else PocketSphinx), pocketsphinx, whisper, off
+    transcriber: Literal["auto", "pocketsphinx", "whisper", "off"] = Field(
+        "auto", validation_alias="PARLEY_TRANSCRIBER"
+    )
+    # a faster-whisper (CTranslate2) model folder; "" = the embedded PocketSphinx transcribes
+    whisper_weights: str = Field("", validation_alias="PARLEY_WHISPER_WEIGHTS")
     # how often a live call re-reads its user: deactivated without a save signal (a queryset update) ends it
     account_check_s: float = Field(15.0, gt=0, le=3600, validation_alias="PARLEY_ACCOUNT_CHECK_S")
     # auto: a server with in-process inference loads the engine and prepares the call page's default persona

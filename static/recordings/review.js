@@ -276,8 +276,12 @@ function withPlayhead(canvas, image, position, duration) {
 
 // ---- transcript -----------------------------------------------------------------------------
 
+// Who said a line: chat messages are "user"; post-processing transcribes the caller's track as "caller".
+const SPEAKER_LABELS = { user: "User: ", caller: "Caller: ", agent: "Agent: " };
+
 function renderTranscript(lines, seek) {
   const list = document.getElementById("transcript");
+  const callerHeard = lines.some((line) => line.speaker === "caller");
   list.replaceChildren(
     ...lines.map((line, i) => {
       const item = document.createElement("li");
@@ -288,11 +292,11 @@ function renderTranscript(lines, seek) {
       at.textContent = fmt(line.start);
       const text = document.createElement("span");
       text.textContent = line.text;
-      if (line.speaker) {
-        // A chat message (the agent's reply lines carry no speaker).
+      if (line.speaker || callerHeard) {
+        // A chat message, or a side of a transcribed call (the agent's reply lines carry no speaker).
         const who = document.createElement("strong");
-        who.textContent = line.speaker === "user" ? "User: " : "Assistant (history): ";
-        item.dataset.speaker = line.speaker;
+        who.textContent = SPEAKER_LABELS[line.speaker ?? "agent"] ?? "Assistant (history): ";
+        item.dataset.speaker = line.speaker ?? "agent";
         item.append(at, who, text);
       } else {
         item.append(at, text);

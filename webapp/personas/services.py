@@ -25,9 +25,10 @@ from webapp.personas.models import Persona, Voice, VoicePrompt
 
 logger = logging.getLogger(__name__)
 
+# Every word is in PocketSphinx's US-English dictionary, so the consent check can listen for it.
 CONSENT_WORDS = (
-    "amber", "birch", "cobalt", "delta", "ember", "falcon", "granite", "harbor", "indigo", "juniper", "kestrel",
-    "lantern", "meadow", "nimbus", "orchid", "pepper", "quartz", "river", "saffron", "tundra", "umber", "velvet",
+    "amber", "birch", "cobalt", "delta", "ember", "falcon", "granite", "harbor", "indigo", "juniper", "kettle",
+    "lantern", "meadow", "nimbus", "orchid", "pepper", "quartz", "river", "saffron", "tundra", "uniform", "velvet",
     "willow", "zephyr",
 )  # fmt: skip
 CONSENT_MIN_SPEECH_S = 1.0  # the consent sentence is short; it must still be real speech
@@ -111,7 +112,9 @@ def voice_create_clone(
         raise VoiceError(f"The clip cannot be used: {exc.message}") from exc
     try:
         consent_header = api.probe_voice_clip(consent.audio)
-        api.prepare_voice_clip(consent.audio, min_speech_s=CONSENT_MIN_SPEECH_S)
+        prepared = api.prepare_voice_clip(consent.audio, min_speech_s=CONSENT_MIN_SPEECH_S)
+        if settings.PARLEY_VERIFY_CONSENT_PHRASE:
+            api.require_spoken_phrase(prepared, consent.phrase)
     except ParleyError as exc:
         raise VoiceError(f"The consent recording cannot be used: {exc.message}") from exc
     voice_check_name(owner=owner, name=name)

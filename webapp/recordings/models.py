@@ -42,6 +42,12 @@ class Recording(models.Model):
     stored_bytes = models.BigIntegerField(default=0)
     files = models.JSONField(default=dict, blank=True)  # kind -> storage name (ogg, wav, peaks, transcript, timeline)
     transcript_text = models.TextField(blank=True)  # for search
+    # turn_taking.measure's result (latencies, overlaps, interruptions, backchannels, pauses, talk ratio),
+    # or {"error": reason} when the call could not be measured; {} before post-processing.
+    turn_taking = models.JSONField(default=dict, blank=True)
+    # echo_leak.measure_echo's result: whether the agent's audio came back through the caller's microphone
+    # (flagged, leak_db, delay_ms), or {"error": reason}; {} before post-processing.
+    echo_leak = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -20,8 +20,11 @@ from django.utils import timezone
 from inference import api
 from inference.contracts import ParleyError
 from webapp.recordings import storage
+from webapp.recordings.caller_transcript import with_caller_lines
+from webapp.recordings.echo_leak import measure_echo
 from webapp.recordings.models import Recording
-from webapp.recordings.render import Rendered, render
+from webapp.recordings.render import Rendered, render, stereo_tracks
+from webapp.recordings.turn_taking import measure
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +65,7 @@ def process_recording(self, recording_id: int, attempt: int = 0) -> str:
     except Exception as exc:  # noqa: BLE001 - bad data must end as failed, never as a stuck row
         logger.exception("recordings.render_failed", extra={"session_id": recording.session_id})
         return _finish(recording, Status.FAILED, f"could not render the recording: {_describe(exc)}")
+    rendered = _with_caller_transcript(recording, raw, rendered)
     try:
         _store(recording, rendered)
     except Exception as exc:  # noqa: BLE001 - any storage fault (disk full, bucket unreachable) is retried
@@ -87,7 +91,12 @@ def process_recording(self, recording_id: int, attempt: int = 0) -> str:
         )
     status, reason = _outcome(raw)
     _finish(
-        recording, status, reason, duration_s=round(rendered.duration_s, 3), transcript_text=rendered.transcript_text
+        recording,
+        status,
+        reason,
+        duration_s=round(rendered.duration_s, 3),
+        transcript_text=rendered.transcript_text,
+        **_measures(recording, raw),
     )
     api.delete_raw_recording(recording.session_id)
     return status
@@ -131,6 +140,39 @@ def _wait_for_end(session_id: str) -> str:
         if state != "open" or time.monotonic() >= deadline:
             return state
         time.sleep(0.2)
+
+
+def _with_caller_transcript(recording: Recording, raw, rendered: Rendered) -> Rendered:
+    """The caller's words merged into the transcript; a transcriber fault leaves the agent's side alone."""
+    try:
+        words = api.transcribe_speech(
+            raw.caller,
+            raw.caller_rate,
+            engine=settings.PARLEY_TRANSCRIBER,
+            whisper_weights=settings.PARLEY_WHISPER_WEIGHTS,
+        )
+    except Exception:  # noqa: BLE001 - the caller's transcript is extra: it must never cost the recording
+        logger.warning("recordings.transcription_failed", exc_info=True, extra={"session_id": recording.session_id})
+        return rendered
+    return rendered if words is None else with_caller_lines(rendered, words)
+
+
+def _measures(recording: Recording, raw) -> dict[str, dict]:
+    """The call's turn-taking and echo-leak measures (model fields); one that fails keeps its reason instead,
+    and the recording still plays."""
+    stereo, rate = stereo_tracks(raw)
+    analyses = {
+        "turn_taking": lambda: measure(stereo[:, 0], stereo[:, 1], rate, events=raw.events, period_ms=raw.period_ms),
+        "echo_leak": lambda: measure_echo(stereo[:, 0], stereo[:, 1], rate),
+    }
+    results = {}
+    for field, analyse in analyses.items():
+        try:
+            results[field] = analyse()
+        except Exception as exc:  # noqa: BLE001 - analysis is extra: it must never cost the recording
+            logger.warning(f"recordings.{field}_failed", exc_info=True, extra={"session_id": recording.session_id})
+            results[field] = {"error": _describe(exc)}
+    return results
 
 
 def _copy_meta(recording: Recording, raw) -> None:

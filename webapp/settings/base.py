@@ -202,6 +202,9 @@ CELERY_BEAT_SCHEDULE = {
 PARLEY_MAX_EVENT_BYTES = ENV.max_event_bytes  # larger client events get event_too_large
 PARLEY_DEFAULT_MODEL = ENV.default_model or None
 PARLEY_RECORDING_RETENTION_DAYS = ENV.recording_retention_days  # 0 keeps recordings forever
+PARLEY_VERIFY_CONSENT_PHRASE = ENV.verify_consent_phrase  # the consent clip must say the random phrase
+PARLEY_TRANSCRIBER = ENV.transcriber  # the caller's side of each recording, in post-processing
+PARLEY_WHISPER_WEIGHTS = ENV.whisper_weights
 # Input sample rates the endpoint accepts; the facade resamples any of them to the engine rate.
 PARLEY_INPUT_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 PARLEY_ADMIN_PASSWORD_FILE = VAR_DIR / "admin-password.txt"

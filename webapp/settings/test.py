@@ -18,6 +18,11 @@ PARLEY_CONNECTS_PER_USER_PER_MINUTE = 100_000
 PARLEY_CONNECTS_PER_KEY_PER_MINUTE = 100_000
 PARLEY_KEY_FAILURE_RATE = "100000/minute"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# The suite's consent clips are tones or espeak-ng, which no recogniser hears the phrase in;
+# tests/webapp/personas/test_consent_phrase.py turns the check on with recorded human speech.
+PARLEY_VERIFY_CONSENT_PHRASE = False
+# Likewise the recordings' caller tracks are tones; tests/webapp/recordings/test_caller_transcript.py turns it on.
+PARLEY_TRANSCRIBER = "off"
 CELERY_TASK_ALWAYS_EAGER = True  # even when a developer shell sets CELERY_BROKER_URL
 PARLEY_WARM_START = "off"  # a test that wants one sets it (tests/browser/test_warm_start.py)
 
