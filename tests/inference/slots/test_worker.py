@@ -206,11 +206,15 @@ async def test_a_standing_input_queue_is_trimmed_to_cut_latency(worker_factory):
     worker.open(0, SlotConfig(), rec, asyncio.get_running_loop())
     await rec_ready(rec)
     for k in range(3):  # a burst: two chunks more than the clock takes
-        worker.push(0, chunk(k / 100))
-    for k in range(3, 3 + 40):  # then exactly real time, for more than a trim window
-        worker.push(0, chunk(k / 100))
+        worker.push(0, chunk(k / 100 + 0.1))
+    for k in range(3, 3 + 20):  # then exactly real time, for more than a trim window, all of it speech-loud
+        worker.push(0, chunk(k / 100 + 0.1))
         await asyncio.sleep(0.08)
-    assert worker.take_slot_counters(0).trimmed >= 1  # the standing queue was cut, not kept as latency forever
+    assert worker.take_slot_counters(0).trimmed == 0  # the caller's words are never cut
+    for _ in range(30):  # the caller pauses: the standing queue is silence now, cut, not kept as latency forever
+        worker.push(0, chunk(0.0))
+        await asyncio.sleep(0.08)
+    assert worker.take_slot_counters(0).trimmed >= 1
     assert worker.slots[0].inbox.pending <= 2 * 1920
 
 
