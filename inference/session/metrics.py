@@ -47,6 +47,7 @@ def session_metrics(
         "trimmed_frames": counters.trimmed,
         "input_queue_frames": counters.inbox_depth,
         "lag_ms": (counters.inbox_depth + queued_out) * period_ms,
+        "out_lag_ms": queued_out * period_ms,  # the agent's audio the server has made and not yet sent
         "in_wait_ms_max": round(counters.max_in_wait_s * 1000.0, 1),
         "out_wait_ms_max": outbox.take_max_wait_ms() if outbox is not None else 0.0,
         "unplayed_ms": round(max(0.0, sent_audio_ms - played_ms), 1) if played_ms else 0.0,

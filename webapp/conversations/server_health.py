@@ -19,7 +19,10 @@ CAUGHT_UP = "The server has caught up."
 # deadline this many times (one late tick in a second is noise on a busy host; a stretch is not), or
 # audio waits queued for this long.
 LATE_TICKS_PER_REPORT = 3
-LAG_MS = 480.0  # six 80 ms frames queued between the socket and the engine, either way
+# The agent's audio queued on its way out this long. Not the input queue: a backlog of the caller's speech
+# stands until their next pause (the framer never cuts words), latency their audio's arrival built, which a
+# server keeping its ticks would only report as behind until the caller next stops talking.
+LAG_MS = 480.0
 # Reports in a row without trouble before the warning is taken back.
 GOOD_REPORTS_TO_CLEAR = 3
 
@@ -65,10 +68,10 @@ class ServerHealth:
             return now - before if now >= before else now
 
         if self.last is None:  # the first report's counters cover the time before this socket: no baseline
-            return float(metrics.get("lag_ms", 0) or 0) >= LAG_MS
+            return float(metrics.get("out_lag_ms", 0) or 0) >= LAG_MS
         # Standing-queue trims are the caller's network bunching audio up, not the server falling behind.
         return (
             rose("dropped_frames") - rose("trimmed_frames") > 0
             or rose("late_ticks") >= LATE_TICKS_PER_REPORT
-            or float(metrics.get("lag_ms", 0) or 0) >= LAG_MS
+            or float(metrics.get("out_lag_ms", 0) or 0) >= LAG_MS
         )

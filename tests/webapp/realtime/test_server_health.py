@@ -4,7 +4,7 @@ from webapp.conversations.server_health import BEHIND, GOOD_REPORTS_TO_CLEAR, Se
 
 
 def report(**values: float) -> dict[str, float]:
-    return {"dropped_frames": 0, "trimmed_frames": 0, "late_ticks": 0, "lag_ms": 0.0, **values}
+    return {"dropped_frames": 0, "trimmed_frames": 0, "late_ticks": 0, "lag_ms": 0.0, "out_lag_ms": 0.0, **values}
 
 
 def test_dropped_frames_warn_once_and_clear_after_reports_in_a_row_without_trouble():
@@ -26,7 +26,9 @@ def test_late_ticks_and_queued_audio_warn_but_network_trims_and_a_stray_late_tic
     assert health.update(report(dropped_frames=3, trimmed_frames=3, late_ticks=1)) is None
     assert health.update(report(dropped_frames=3, trimmed_frames=3, late_ticks=5)).code == "server_behind"
     other = ServerHealth()
-    assert other.update(report(lag_ms=800.0)).code == "server_behind"  # audio queued up, from the first report
+    assert other.update(report(out_lag_ms=800.0)).code == "server_behind"  # audio queued up, from the first report
+    caller = ServerHealth()  # a standing queue of the caller's own speech is not the server falling behind
+    assert caller.update(report(lag_ms=800.0)) is None
 
 
 def test_a_good_report_in_a_bad_stretch_does_not_clear_the_warning():
