@@ -13,8 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import Any, Literal
-from urllib.parse import parse_qs
+from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -46,6 +45,9 @@ from inference.contracts import (
 from webapp.accounts import revocation
 from webapp.conversations import chat_items, services
 from webapp.conversations import protocol as p
+from webapp.conversations.account_watch import watch_account
+from webapp.conversations.close_codes import CLOSE_CODE_BY_REASON, CONNECT_CLOSE_CODES, CloseCode
+from webapp.conversations.connect_query import requested_mode, requested_model
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
 from webapp.conversations.server_health import ServerHealth
 from webapp.conversations.turn_events import TurnEvents
@@ -56,38 +58,9 @@ from webapp.recordings import services as recordings
 logger = logging.getLogger(__name__)
 
 
-class CloseCode:
-    """WebSocket close codes the endpoint uses (see docs/protocol.md).
-
-    daphne (autobahn) sends only 1000 and 3000-4999: any other code raises inside it and the client
-    gets 1011 or 1006 instead. So the standard codes' meanings live in the application range, as
-    4000 + the standard code's last digits (1011 -> 4011), or 4000 + the HTTP status (4401, 4429).
-    """
-
-    NORMAL = 1000
-    GOING_AWAY = 4001  # the server is shutting down (RFC 6455's 1001)
-    POLICY = 4008  # the session could not be opened for another reason than capacity (1008)
-    SERVER_ERROR = 4011  # engine_failed / internal_error ended the session (1011)
-    QUEUE_FULL = 4013  # resource_exhausted: no slot and the queue is full; try again later (1013)
-    UNAUTHENTICATED = 4401
-    REPLACED = 4409  # another connection of the same user took the session over
-    RATE_LIMITED = 4429  # rate_limit_exceeded: too many connects or failed authentications (HTTP 429)
-
-
-_CLOSE_CODE_BY_REASON = {
-    "engine_failed": CloseCode.SERVER_ERROR,
-    "shutdown": CloseCode.GOING_AWAY,
-    "credentials_revoked": CloseCode.UNAUTHENTICATED,
-}
-
-
-# A session that could not be opened: how the socket closes, by the error's code (else POLICY).
-_CONNECT_CLOSE_CODES = {"resource_exhausted": CloseCode.QUEUE_FULL, "engine_failed": CloseCode.SERVER_ERROR}
-
-
 class RealtimeConsumer(AsyncWebsocketConsumer):
     handle: api.SessionHandle | None = None
-    account_watch: asyncio.Task | None = None  # see _watch_account
+    account_watch: asyncio.Task | None = None  # see account_watch.watch_account
 
     async def connect(self) -> None:
         self.handle = None
@@ -96,7 +69,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.ready = False
         self.pump: asyncio.Task | None = None
         self.send_lock = asyncio.Lock()
-        self.view = SessionView(model=self._requested_model(), input_rates=tuple(settings.PARLEY_INPUT_RATES))
+        self.view = SessionView(model=requested_model(self.scope), input_rates=tuple(settings.PARLEY_INPUT_RATES))
         self.events = RealtimeEvents(self.view)
         self.turn_events = TurnEvents(self.events)
         self.health = ServerHealth()  # turns the metrics into "the server is behind" in words
@@ -118,12 +91,12 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await self._reject(p.ProtocolError("forbidden", message))
             await self._close(CloseCode.UNAUTHENTICATED)
             return
-        request = SessionRequest(user_key=str(self.user.pk), model=self.view.model, mode=self._requested_mode())
+        request = SessionRequest(user_key=str(self.user.pk), model=self.view.model, mode=requested_mode(self.scope))
         try:
             self.handle = await api.open_session(request)
         except ParleyError as exc:
             await self._reject(exc)
-            await self._close(_CONNECT_CLOSE_CODES.get(exc.code, CloseCode.POLICY))
+            await self._close(CONNECT_CLOSE_CODES.get(exc.code, CloseCode.POLICY))
             return
         await self._join_revocation_groups()
         self.pump = asyncio.create_task(self._pump_session_events())
@@ -386,7 +359,11 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         view.turn_detection = {"type": "server_vad", **event.turn_detection} if event.turn_detection else None
         self.ready = True
         if self.account_watch is None:
-            self.account_watch = asyncio.create_task(self._watch_account())
+            self.account_watch = asyncio.create_task(
+                watch_account(
+                    user_id=self.user.pk, ended=lambda: self.finished, on_inactive=self._end_for_inactive_account
+                )
+            )
         await self._emit([self.events.session_created()])
         logger.info(
             "realtime.session_ready",
@@ -396,23 +373,6 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             user=self.user, session_id=event.session_id, engine=event.capabilities.engine
         )
         await self._sync_recording()
-
-    async def _watch_account(self) -> None:
-        """End the call within ``PARLEY_ACCOUNT_CHECK_S`` once its user is deactivated or deleted by any means.
-
-        The save signal (``webapp.accounts.revocation``) ends it at once for the admin and ``save()``, but a
-        queryset ``update()`` or raw SQL sends none; a check on ``session.update`` alone would miss a call
-        that sends no updates. One indexed read per live call per period, off the audio path.
-        """
-        while not self.finished:
-            await asyncio.sleep(settings.PARLEY_ACCOUNT_CHECK_S)
-            try:
-                await database_sync_to_async(services.account_check)(user_id=self.user.pk)
-            except services.AccountInactive:
-                await self._end_for_inactive_account()
-                return
-            except services.ServiceFault:
-                continue  # the database is unreachable just now (logged there): ask again next period
 
     async def _end_for_inactive_account(self) -> None:
         """Like a revocation: the session closes with ``credentials_revoked`` (session.closed, then 4401)."""
@@ -450,7 +410,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             recordings.session_closed(
                 session_id=self.view.session_id, reason=event.reason, nothing_recorded=event.nothing_recorded
             )
-        await self._close(_CLOSE_CODE_BY_REASON.get(event.reason, CloseCode.NORMAL))
+        await self._close(CLOSE_CODE_BY_REASON.get(event.reason, CloseCode.NORMAL))
 
     # ---- sending ------------------------------------------------------------------------------
 
@@ -482,15 +442,3 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         if not self.socket_closed:
             self.socket_closed = True
             await self.close(code=code)
-
-    def _query(self, name: str) -> str:
-        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-        return (query.get(name) or [""])[0].strip()
-
-    def _requested_model(self) -> str | None:
-        return self._query("model")[:100] or settings.PARLEY_DEFAULT_MODEL
-
-    def _requested_mode(self) -> Literal["chat"] | None:
-        """``?mode=chat`` (extension): a chat client opens without waiting for a slot; other values are ignored
-        (the mode is then chosen with ``session.update`` as usual)."""
-        return "chat" if self._query("mode") == "chat" else None

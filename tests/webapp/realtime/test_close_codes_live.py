@@ -18,7 +18,7 @@ from websockets.sync.client import connect
 
 from tests.live_server import live_server_env, run_live_server
 from webapp.accounts.services import apikey_create
-from webapp.conversations.consumers import CloseCode
+from webapp.conversations.close_codes import CloseCode
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
