@@ -17,6 +17,8 @@ from PIL import Image, JpegImagePlugin, PngImagePlugin, UnidentifiedImageError
 _FORMATS = (PngImagePlugin.PngImageFile.format, JpegImagePlugin.JpegImageFile.format)  # the two a frame may have
 Image.preinit()  # PIL's own lazy imports of its common plugins, done now rather than on the first frame
 
+_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")  # JPEG, PNG
+
 # Far above any camera (4K is 8.3 M pixels); a decoded RGB frame stays under 50 MB.
 MAX_FRAME_PIXELS = 4096 * 4096
 
@@ -51,3 +53,10 @@ def oversized(data: bytes) -> str | None:
     if size is not None and size[0] * size[1] > MAX_FRAME_PIXELS:
         return f"image of {size[0]}x{size[1]} pixels; frames may have at most {MAX_FRAME_PIXELS} pixels"
     return None
+
+
+def refusal(data: bytes) -> str | None:
+    """Why a camera frame or chat image is refused from its first bytes and header alone, or None."""
+    if not data.startswith(_MAGIC):
+        return "images must be JPEG or PNG"
+    return oversized(data)

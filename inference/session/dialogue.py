@@ -28,8 +28,6 @@ from typing import Literal
 import numpy as np
 
 from inference import image_header
-from inference.audio import pcm
-from inference.audio.resample import StreamingResampler
 from inference.contracts import (
     AudioOut,
     ChatMessage,
@@ -53,6 +51,7 @@ from inference.contracts import (
 )
 from inference.engines.base import SlotConfig, SlotOutput, SlotTurn
 from inference.session.context import Admission, Attachment, SessionContext, SessionTimeouts, SlotDriver
+from inference.session.input_audio import InputAudio
 from inference.session.metrics import session_metrics
 from inference.session.named_timers import NamedTimers
 from inference.session.output_jitter import OutputJitter
@@ -66,8 +65,6 @@ __all__ = ["Admission", "Attachment", "DialogueSession", "SessionContext", "Sess
 
 State = Literal["queued", "admitted", "prefilling", "live", "closed"]
 METRICS_PERIOD_S = 1.0
-BACKPRESSURE_REPORT_PERIOD_S = 1.0
-IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 
 
 class DialogueSession:
@@ -109,16 +106,14 @@ class DialogueSession:
         self.admitted_at: float | None = None
         self.last_activity = self.created_at
         self.unit = 0
-        self.dropped_in = 0  # inbox overflow and audio sent while paused
+        self.input = InputAudio(self.caps.input_rate)
         self.dropped_out = 0  # outbound audio dropped by full outboxes
         self.played_ms = 0.0
         self.sent_audio_ms = 0.0
         self._positions = StreamPositions(self.caps.input_rate)  # lets session.metrics name one tick exactly
         jitter_ms, jitter_s = context.test_output_jitter_ms, context.test_output_jitter_s
         self._jitter = OutputJitter(self.loop, jitter_ms, jitter_s) if jitter_ms > 0 else None
-        self._resampler: StreamingResampler | None = None
         self._timers = NamedTimers(self.loop)
-        self._last_backpressure = 0.0
         self.modes = TurnModes(self, self.caps, self.loop, self._admission, self._worker, self.recorder)
 
     # ---- connections --------------------------------------------------------------------------
@@ -199,16 +194,11 @@ class DialogueSession:
 
     def append_audio(self, data: bytes, encoding: str, rate: int) -> None:
         self.require_admitted()
-        pcm.check_format(encoding, rate)
-        samples = pcm.decode(data, encoding)
+        samples = self.input.samples(data, encoding, rate)
         self.last_activity = time.monotonic()
         if self.user_paused:
-            self.dropped_in += 1  # the model clock is stopped; this audio has nowhere to go
+            self.input.dropped += 1  # the model clock is stopped; this audio has nowhere to go
             return
-        if rate != self.caps.input_rate:
-            if self._resampler is None or self._resampler.src_rate != rate:
-                self._resampler = StreamingResampler(rate, self.caps.input_rate)
-            samples = self._resampler.process(samples)
         self._positions.input_rate = rate
         if not self.audio_started:
             self.modes.check_streaming()
@@ -221,15 +211,12 @@ class DialogueSession:
             taken_whole = self._worker.push(self.slot, samples)
             self._positions.pushed += samples.size
             if not taken_whole:
-                self.dropped_in += 1
-                self._report_backpressure()
+                self.input.overflowed()
 
     def append_image(self, data: bytes) -> None:
         if not self.caps.video:
             raise ParleyError(f"engine {self.caps.engine!r} takes no images", code="unsupported_input")
-        if not data.startswith(IMAGE_MAGIC):
-            raise ParleyError("images must be JPEG or PNG", code="invalid_image", param="image")
-        if reason := image_header.oversized(data):  # from the header: nothing is decoded to find out
+        if reason := image_header.refusal(data):  # from the header: nothing is decoded to find out
             raise ParleyError(reason, code="invalid_image", param="image")
         self.require_admitted()
         self.last_activity = time.monotonic()
@@ -397,6 +384,11 @@ class DialogueSession:
         return self.modes.mode
 
     @property
+    def dropped_in(self) -> int:
+        """Appends lost on the way in: inbox overflow and audio sent while paused."""
+        return self.input.dropped
+
+    @property
     def recorded(self) -> bool:
         """Recorded (or, before the first audio or chat message, going to be)."""
         return self.recorder.recorded
@@ -431,7 +423,7 @@ class DialogueSession:
     def _dropped(self) -> int:
         """Input dropped here plus outbound audio dropped by this and earlier connections' outboxes."""
         current = self.attachment.outbox.dropped_audio if self.attachment is not None else 0
-        return self.dropped_in + self.dropped_out + current
+        return self.input.dropped + self.dropped_out + current
 
     def _ready_event(self, *, resumed: bool) -> Ready:
         return Ready(
@@ -470,21 +462,6 @@ class DialogueSession:
         """To the connection, if one is attached (the modes' events too)."""
         if self.attachment is not None:
             self.attachment.outbox.put(event)
-
-    def _report_backpressure(self) -> None:
-        """Raise input_backpressure for this append (at most once a second): its audio was taken, older audio dropped.
-
-        Raised, not emitted as an event, so the error answers the append that overflowed (the
-        realtime endpoint echoes that event's ``event_id``).
-        """
-        now = time.monotonic()
-        if now - self._last_backpressure >= BACKPRESSURE_REPORT_PERIOD_S:
-            self._last_backpressure = now
-            raise ParleyError(
-                "input arrives faster than the engine consumes it; oldest audio dropped "
-                f"({self.dropped_in} frames so far)",
-                code="input_backpressure",
-            )
 
     def _schedule_metrics(self) -> None:
         if "metrics" not in self._timers and self.state != "closed":
