@@ -8,7 +8,7 @@ within ``prefill_budget_ms``, so it never stalls the slots already talking for m
 
 This module decides what a tick does; the backend does the device work: by default the fast path (CUDA graphs
 and Triton kernels on a GPU, their torch twins on CPU), or the eager ``LockstepGen`` it is tested against
-(``PARLEY_LOCKSTEP_BACKEND=eager``); ``choose_backend`` below picks (here, above both backends' modules).
+(``PARLEY_LOCKSTEP_BACKEND=eager``); ``lockstep_backend_choice.choose_backend`` picks.
 """
 
 from __future__ import annotations
@@ -31,15 +31,14 @@ from inference.engines.base import (
     SlotInput,
     SlotOutput,
 )
-from inference.engines.lockstep_backends import BACKENDS, USER_CODEBOOKS, EagerBackend, LockstepBackend, StepRows
-from inference.engines.lockstep_fast_backend import FastBackend, KVPaging
+from inference.engines.lockstep_backend_choice import choose_backend
+from inference.engines.lockstep_backends import BACKENDS, USER_CODEBOOKS, LockstepBackend, StepRows
+from inference.engines.lockstep_fast_backend import KVPaging
 from inference.engines.lockstep_prefill import slot_prefill
 from inference.engines.prefill_cache import DEFAULT_MAX_ENTRIES, PrefillCache, restore_slot, snapshot_slot, start_key
 from inference.models.moshi.config import CheckpointError, CheckpointInfo, read_checkpoint_dir
 from inference.models.moshi.fast.step import FastLockstep
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
-from inference.models.moshi.lm import MoshiLM
-from inference.models.moshi.mimi import MimiCodec
 from inference.models.moshi.personaplex import (
     DEFAULT_PERSONA,
     FRAME_SAMPLES,
@@ -59,39 +58,6 @@ DEMO_NOTICE = (
     "directory in the Kyutai layout (config.json, model.safetensors, Mimi and tokenizer files), e.g. a local "
     "copy of kyutai/moshiko-pytorch-bf16 or nvidia/personaplex-7b-v1, and PARLEY_ENGINE=moshi or personaplex."
 )
-
-
-def choose_backend(
-    requested: str,
-    lm: MoshiLM,
-    codec: MimiCodec,
-    num_slots: int,
-    sampling: SamplingConfig,
-    *,
-    kv_fp8: bool | None = None,
-    seed: int = 0,
-    paging: KVPaging | None = None,
-) -> LockstepBackend:
-    """The one place that picks the stepper: ``auto`` is the fast path (graphed on CUDA, torch twins on CPU).
-
-    Args:
-        requested: ``auto``, ``eager`` or ``fast``.
-        kv_fp8: fp8 KV rings for the fast path; None means on for bfloat16 on CUDA (serving), off otherwise
-            (float32 keeps the fast path token-exact against the eager one).
-
-    Raises:
-        ValueError: an unknown backend name.
-    """
-    if requested not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {requested!r}")
-    device = lm.text_emb.weight.device
-    dtype = lm.text_emb.weight.dtype
-    name = "fast" if requested == "auto" else requested
-    if name == "eager":
-        return EagerBackend(lm, codec, num_slots, sampling, seed=seed)
-    if kv_fp8 is None:
-        kv_fp8 = device.type == "cuda" and dtype == torch.bfloat16
-    return FastBackend(lm, codec, num_slots, sampling, kv_fp8=kv_fp8, seed=seed, paging=paging)
 
 
 @dataclass

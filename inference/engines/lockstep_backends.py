@@ -12,7 +12,7 @@ feeds, which paused slots must stay frozen); a ``LockstepBackend`` does it on th
 - ``EagerBackend``: the native path, ``gen.LockstepGen`` over the whole batch with an execution mask and the eager
   Mimi codec; token-exact against moshi 0.2.13 and kept as the reference the fast backend is tested against.
 
-``inference.engines.lockstep.choose_backend`` is the one place that picks between them.
+``inference.engines.lockstep_backend_choice.choose_backend`` is the one place that picks between them.
 
 One backend ``step`` is one LM pass over a set of rows, live rows first: the live rows' audio is encoded, their
 user codes forced, the pass runs (prefill rows ride along), the live rows' agent codes are decoded, and tokens
