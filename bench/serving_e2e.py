@@ -35,7 +35,6 @@ import asyncio
 import multiprocessing
 import os
 import platform
-import random
 import shutil
 import subprocess
 import sys
@@ -49,13 +48,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench import results_io  # noqa: E402
-from bench.serving_callers import FRAME_S, CallRecord, caller_line  # noqa: E402
-from bench.serving_topology import cpu_seconds, error_lines, render_recordings, rss_mb, start_topology  # noqa: E402
-from bench.stats import summary  # noqa: E402
+from bench.serving_analysis import (  # noqa: E402
+    analyse_downlink,
+    analyse_echoes,
+    analyse_recordings,
+    engine_tick,
+    service_counters,
+)
+from bench.serving_callers import CallRecord, caller_line  # noqa: E402
+from bench.serving_topology import cpu_seconds, error_lines, rss_mb, start_topology  # noqa: E402
 
-SENT_IN_TIME_S = 0.040
-PHASE_WINDOW_S = 2.0
-PHASE_BIN_S = 0.00025
 SENTENCES = (
     "Hello, I would like to book a table for four people on Friday evening, around seven if you can.",
     "Could you tell me whether the train to the airport still leaves from platform nine in the morning?",
@@ -122,182 +124,6 @@ def _generator(args_dict: dict, lines: list[int], keys: list[str], url: str, t0:
         c.audio_arrivals = np.asarray(c.audio_arrivals, dtype=np.float64)
         c.tail = np.zeros(0, dtype=np.int32)
     out.put(calls)
-
-
-# ---- analysis -------------------------------------------------------------------------------------
-
-
-def tick_grid(sends: np.ndarray, ticks_at_most: np.ndarray, period: float) -> tuple[float, int, int]:
-    """The tick phase (mod ``period``) contained in the most intervals [send, recv - delay]; returns
-    (phase, intervals containing it, intervals used)."""
-    width = ticks_at_most - sends
-    ok = (width >= 0) & (width < period)
-    lo, width = np.mod(sends[ok], period), width[ok]
-    bins = int(round(period / PHASE_BIN_S))
-    a = np.floor(lo / PHASE_BIN_S).astype(int) % bins
-    b = a + np.ceil(width / PHASE_BIN_S).astype(int)  # inclusive end, may wrap once
-    diff = np.zeros(2 * bins + 2, dtype=np.int64)
-    np.add.at(diff, a, 1)
-    np.add.at(diff, b + 1, -1)
-    cover = np.cumsum(diff)[: 2 * bins]
-    cover = cover[:bins] + cover[bins:]
-    best = cover.max() if cover.size else 0
-    if best == 0:
-        return float("nan"), 0, int(ok.sum())
-    # the middle of the run of best bins (circular)
-    idx = np.flatnonzero(cover == best)
-    runs = np.split(idx, np.flatnonzero(np.diff(idx) != 1) + 1)
-    if len(runs) > 1 and runs[0][0] == 0 and runs[-1][-1] == bins - 1:
-        runs[0] = np.concatenate([runs[-1] - bins, runs[0]])
-        runs.pop()
-    run = max(runs, key=len)
-    phase = ((run[0] + run[-1]) / 2.0 + 0.5) * PHASE_BIN_S
-    return float(phase % period), int(best), int(ok.sum())
-
-
-def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S) -> dict:
-    sends, recvs = [], []
-    lost_in_time, sent_in_time, sent_late = 0, 0, 0
-    per_call_lost = []
-    for c in calls:
-        if not c.session_id:
-            continue
-        n = c.frames_sent
-        sent = c.sent[:n]
-        countable = np.arange(n) < n - (delay + 2)
-        # generator lateness: sent vs the call's own schedule (its first frame + k * 80 ms)
-        due = sent[0] + np.arange(n) * period if n else sent
-        in_time = countable & (sent - due <= SENT_IN_TIME_S)
-        echoed = ~np.isnan(c.echoed[:n])
-        lost = in_time & ~echoed
-        lost_in_time += int(lost.sum())
-        sent_in_time += int(in_time.sum())
-        sent_late += int((countable & ~in_time).sum())
-        per_call_lost.append(int(lost.sum()))
-        sends.append(sent[echoed & countable])
-        recvs.append(c.echoed[:n][echoed & countable])
-    s = np.concatenate(sends) if sends else np.zeros(0)
-    r = np.concatenate(recvs) if recvs else np.zeros(0)
-    added, wait, phases = np.zeros(0), np.zeros(0), []
-    if s.size:
-        order = np.argsort(s)
-        s, r = s[order], r[order]
-        t0 = s[0]
-        window = np.floor((s - t0) / PHASE_WINDOW_S).astype(int)
-        edges = np.flatnonzero(np.diff(window)) + 1
-        added_parts, wait_parts = [], []
-        for ws, wr in zip(np.split(s, edges), np.split(r, edges), strict=True):
-            phase, hits, used = tick_grid(ws, wr - delay * period, period)
-            phases.append({"phase_ms": round(phase * 1000, 2), "consistent": hits, "of": used})
-            if np.isnan(phase):
-                continue
-            tick_in = ws + np.mod(phase - ws, period)
-            wait_parts.append(tick_in - ws)
-            added_parts.append(wr - (tick_in + delay * period))
-        added, wait = np.concatenate(added_parts) * 1000.0, np.concatenate(wait_parts) * 1000.0
-    consistent = sum(p["consistent"] for p in phases)
-    used = sum(p["of"] for p in phases)
-    return {
-        "frames_sent_in_time": sent_in_time,
-        "frames_sent_late_by_generator": sent_late,
-        "frames_lost_sent_in_time": lost_in_time,
-        "calls_with_lost_frames": int(sum(1 for x in per_call_lost if x)),
-        "worst_call_lost": max(per_call_lost, default=0),
-        "frames_echoed": int(s.size),
-        "server_added_ms": summary(added, (50, 90, 99, 99.9), digits=2),
-        "tick_wait_ms": summary(wait, (50, 99), digits=2),
-        "echo_total_minus_delay_ms": summary((r - s) * 1000.0 - delay * period * 1000.0, (50, 99), digits=2),
-        "tick_grid": {
-            "windows": len(phases),
-            "echoes_consistent_with_grid": round(consistent / used, 4) if used else None,
-        },
-    }
-
-
-def analyse_downlink(calls: list[CallRecord], period: float = FRAME_S) -> dict:
-    """Agent audio as the callers receive it, any engine. Every tick sends one frame to every live call at
-    once, so per 2 s window the tick grid is the leading edge of the arrivals (mod 80 ms: the end of the
-    widest empty stretch); ``downlink_added`` is each frame's arrival after its tick. The gaps between a
-    call's frames show whether the 80 ms cadence survives."""
-    arrivals = [np.asarray(c.audio_arrivals) for c in calls if len(c.audio_arrivals) > 1]
-    if not arrivals:
-        return {"audio_frames_in": 0}
-    gaps = np.concatenate([np.diff(a) for a in arrivals])
-    t = np.sort(np.concatenate(arrivals))
-    window = np.floor((t - t[0]) / PHASE_WINDOW_S).astype(int)
-    added = []
-    for part in np.split(t, np.flatnonzero(np.diff(window)) + 1):
-        if part.size < 50:
-            continue
-        m = np.sort(np.mod(part, period))
-        spans = np.diff(np.concatenate([m, [m[0] + period]]))
-        edge = m[(int(np.argmax(spans)) + 1) % m.size]
-        added.append(np.mod(part - edge, period))
-    d = np.concatenate(added) * 1000.0 if added else np.zeros(0)
-    return {
-        "audio_frames_in": int(sum(c.audio_frames_in for c in calls)),
-        "downlink_added_ms": summary(d, (50, 99, 99.9), digits=2),
-        "gap_minus_80ms_ms": summary((gaps - period) * 1000.0, (50, 99, 99.9), digits=2),
-        "note": "downlink_added wraps at 80 ms: a frame a whole tick late reads as early",
-    }
-
-
-def analyse_recordings(calls: list[CallRecord], topo, sample: int, render: int, seed: int) -> dict:
-    """Raw recordings of a random sample of the ended calls: finished, and their duration against the call's
-    audio (first frame sent to last, plus one); then a smaller sample post-processed as Celery would."""
-    from inference.recording.chunks import session_folder
-    from inference.recording.reader import read_recording
-
-    ended = [c for c in calls if c.session_id and not c.failed and c.frames_sent]
-    picked = random.Random(seed).sample(ended, min(sample, len(ended)))
-    finished, complete, ratios, problems = 0, 0, [], []
-    for c in picked:
-        try:
-            rec = read_recording(session_folder(topo.recordings_dir, c.session_id))
-        except Exception as exc:  # noqa: BLE001 - a recording that cannot be read is counted as incomplete
-            problems.append(f"{c.session_id}: {type(exc).__name__}: {exc}"[:200])
-            continue
-        audio_s = c.sent[c.frames_sent - 1] - c.sent[0] + FRAME_S
-        ratio = rec.duration_s / audio_s
-        ratios.append(ratio)
-        finished += rec.finished
-        complete += rec.finished and ratio >= 0.95
-    rendered = render_recordings(topo.var_dir, topo.env, [c.session_id for c in picked[:render]]) if render else {}
-    statuses: dict[str, int] = {}
-    for row in rendered.values():
-        statuses[row["status"]] = statuses.get(row["status"], 0) + 1
-    return {
-        "calls_ended": len(ended),
-        "raw_sampled": len(picked),
-        "raw_finished": finished,
-        "raw_complete": complete,
-        "raw_duration_over_call_audio": summary(ratios, (1, 50), digits=3),
-        "rendered": len(rendered),
-        "rendered_status": statuses,
-        "rendered_not_ready": {k: v for k, v in rendered.items() if v["status"] != "ready"},
-        "problems": problems[:10],
-    }
-
-
-def engine_tick(calls: list[CallRecord]) -> dict:
-    p50 = [c.last_metrics["tick_ms_p50"] for c in calls if "tick_ms_p50" in c.last_metrics]
-    p99 = [c.last_metrics["tick_ms_p99"] for c in calls if "tick_ms_p99" in c.last_metrics]
-    late = [c.last_metrics.get("late_ticks", 0) for c in calls if c.last_metrics]
-    return {
-        "tick_ms_p50_median_of_calls": round(float(np.median(p50)), 2) if p50 else None,
-        "tick_ms_p99_worst_call": round(float(max(p99)), 2) if p99 else None,
-        "late_ticks_max": int(max(late)) if late else None,
-    }
-
-
-def service_counters(calls: list[CallRecord]) -> dict:
-    """The service's own counts (each call's last ``session.metrics``, cumulative per slot): input trimmed by
-    the framer (standing depth), ticks that found no new input (underruns), frames dropped in all."""
-    out = {name: int(sum(c.counters.get(name, 0) for c in calls)) for name in ("trimmed_frames", "underruns")}
-    out["dropped_frames"] = int(sum(c.counters.get("dropped_frames", 0) for c in calls))
-    out["in_wait_ms_max_worst_call"] = round(max((c.in_wait_ms_max for c in calls), default=0.0), 1)
-    out["out_wait_ms_max_worst_call"] = round(max((c.out_wait_ms_max for c in calls), default=0.0), 1)
-    return out
 
 
 # ---- the run --------------------------------------------------------------------------------------
