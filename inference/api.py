@@ -52,11 +52,15 @@ class SessionHandle(Protocol):
         """Set persona / voice / the wish to be recorded; raises persona_update_unsupported /
         voice_update_unsupported / record_update_unsupported on a change after audio began."""
 
-    async def append_audio(self, data: bytes, *, encoding: Literal["pcm16", "f32"], rate: int) -> None:
+    async def append_audio(
+        self, data: bytes, *, encoding: Literal["pcm16", "f32"], rate: int, answered: bool = True
+    ) -> None:
         """Raw little-endian samples of any length; reframed and resampled to the engine's chunk.
 
         Raises invalid_audio (odd byte count, NaN/Inf), unsupported_audio_format, session_not_ready,
-        input_backpressure.
+        input_backpressure. ``answered=False`` (an append with no event id to answer) lets a handle on a
+        separate service send without waiting for the reply: what the session refuses later than the bytes
+        themselves (input_backpressure, session_not_ready) then arrives as an ``ErrorEvent``.
         """
 
     async def append_image(self, data: bytes) -> None:

@@ -47,8 +47,8 @@ class LocalHandle(NoArgumentCalls):
     ) -> None:
         self._current().update(persona=persona, voice=voice, record=record)
 
-    async def append_audio(self, data: bytes, *, encoding: str, rate: int) -> None:
-        self._current().append_audio(data, encoding, rate)
+    async def append_audio(self, data: bytes, *, encoding: str, rate: int, answered: bool = True) -> None:
+        self._current().append_audio(data, encoding, rate)  # in-process every refusal answers the append
 
     async def append_image(self, data: bytes) -> None:
         self._current().append_image(data)

@@ -124,6 +124,7 @@ class EngineWorker:
         self.tick_ms = TimingRing()
         self.ticks = 0
         self.late_ticks = 0
+        self._stats: tuple[int, int, WorkerStats] | None = None  # (ticks, late ticks, stats) last read
         # (engine.admissible_sessions(), the slots open in the engine) as of the last tick or close, read by the
         # pool on the loop: sessions it admitted whose slot is not open yet are not in the count. One tuple
         # assignment, so the pool never sees a count with another moment's open slots.
@@ -209,8 +210,16 @@ class EngineWorker:
         return SlotCounters(s.frames_in, s.frames_out, s.underruns, s.dropped_in, trimmed, depth, s.max_in_wait_s)
 
     def stats(self) -> WorkerStats:
+        # Every session reads these for its once-a-second metrics: a few hundred reads a second of the
+        # same ring, which changes once per tick. Recomputed only when a tick has run since the last read.
+        cached = self._stats
+        if cached is not None and cached[0] == self.ticks and cached[1] == self.late_ticks:
+            return cached[2]
+        ticks, late = self.ticks, self.late_ticks
         p50, p99 = self.tick_ms.percentiles()
-        return WorkerStats(p50, p99, self.tick_ms.recent(100), self.ticks, self.late_ticks)
+        stats = WorkerStats(p50, p99, self.tick_ms.recent(100), ticks, late)
+        self._stats = (ticks, late, stats)
+        return stats
 
     def _send(self, *command: Any) -> None:
         self._commands.put(command)

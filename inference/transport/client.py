@@ -22,6 +22,7 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+from inference.audio import pcm
 from inference.config import InferenceConfig
 from inference.contracts import (
     ChatMessage,
@@ -102,9 +103,26 @@ class RemoteSessionHandle(NoArgumentCalls):
     ) -> None:
         await self._call("update", persona=persona, voice=wire.voice_to_dict(voice), record=record)
 
-    async def append_audio(self, data: bytes, *, encoding: str, rate: int) -> None:
-        call_id = next(self._ids)
-        await self._send_and_wait(call_id, wire.audio_in_frame(call_id, encoding, rate, data))
+    async def append_audio(self, data: bytes, *, encoding: str, rate: int, answered: bool = True) -> None:
+        """``answered=False`` sends with call id 0: the service reports a refusal as an ``ErrorEvent``.
+
+        A reply per frame was 12.5 JSON replies a second per caller through the service's interpreter, the one
+        its tick loop runs on (bench/notes/serving-e2e.md). What can be refused from the bytes alone (format,
+        rate, a partial sample, NaN floats) is refused here, before sending, exactly as in-process.
+        """
+        if answered:
+            call_id = next(self._ids)
+            await self._send_and_wait(call_id, wire.audio_in_frame(call_id, encoding, rate, data))
+            return
+        if self._closed:
+            raise ParleyError(GONE, code="session_not_ready")
+        if encoding != "pcm16" or len(data) % 2:
+            pcm.decode(data, encoding)  # raises the in-process session's invalid_audio / unsupported_audio_format
+        try:
+            self._writer.write(wire.audio_in_frame(wire.UNANSWERED, encoding, rate, data))
+            await self._writer.drain()
+        except ConnectionError as exc:
+            raise ParleyError(GONE, code="session_not_ready") from exc
 
     async def append_image(self, data: bytes) -> None:
         call_id = next(self._ids)

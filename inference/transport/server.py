@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
-from inference.contracts import ParleyError, VoiceRef
+from inference.contracts import ErrorEvent, ParleyError, VoiceRef
 from inference.errors import WireError
 from inference.service import InferenceService
 from inference.session.handle_calls import NO_ARGUMENT_CALLS
@@ -124,6 +124,12 @@ class Connection:
     async def _call(self, handle: LocalHandle, kind: int, payload: bytes) -> None:
         if kind == wire.AUDIO_IN:
             call_id, encoding, rate, data = wire.parse_audio_in(payload)
+            if call_id == wire.UNANSWERED:
+                try:
+                    await handle.append_audio(data, encoding=encoding, rate=rate)
+                except ParleyError as exc:  # no reply is awaited: the refusal travels as an event
+                    self.writer.write(wire.event_frame(ErrorEvent(exc.code, exc.message, exc.error_type)))
+                return
             await self._reply(call_id, handle.append_audio(data, encoding=encoding, rate=rate))
         elif kind == wire.IMAGE_IN:
             call_id, data = wire.parse_id_frame(payload)

@@ -3,7 +3,8 @@
 A frame is a 4-byte big-endian length of what follows, one kind byte, and a payload:
 
 - ``JSON``: a UTF-8 JSON object (calls, replies, events).
-- ``AUDIO_IN``: call id (u32), encoding (u8: 0 pcm16, 1 f32), rate (u32), raw samples.
+- ``AUDIO_IN``: call id (u32), encoding (u8: 0 pcm16, 1 f32), rate (u32), raw samples. Call id 0
+  (``UNANSWERED``) asks for no reply: a refusal comes back as an ``ErrorEvent`` among the events.
 - ``AUDIO_OUT``: epoch (u32), pcm16 samples; the event ``AudioOut`` without a JSON round trip.
 - ``IMAGE_IN``: call id (u32), JPEG/PNG bytes.
 
@@ -56,6 +57,7 @@ from inference.contracts import (
 from inference.errors import WireError
 
 JSON, AUDIO_IN, AUDIO_OUT, IMAGE_IN = 1, 2, 3, 4
+UNANSWERED = 0  # an AUDIO_IN call id: no reply (ids of answered calls start at 1)
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 ENCODINGS = ("pcm16", "f32")
 _HEADER = struct.Struct(">IB")

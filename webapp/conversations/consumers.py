@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 from typing import Any
 
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
 from django.conf import settings
 
 from inference import api
@@ -48,6 +51,7 @@ from webapp.conversations import protocol as p
 from webapp.conversations.account_watch import watch_account
 from webapp.conversations.close_codes import CLOSE_CODE_BY_REASON, CONNECT_CLOSE_CODES, CloseCode
 from webapp.conversations.connect_query import requested_mode, requested_model
+from webapp.conversations.dispatch_loop import dispatch_until_stopped
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
 from webapp.conversations.server_health import ServerHealth
 from webapp.conversations.turn_events import TurnEvents
@@ -61,6 +65,18 @@ logger = logging.getLogger(__name__)
 class RealtimeConsumer(AsyncWebsocketConsumer):
     handle: api.SessionHandle | None = None
     account_watch: asyncio.Task | None = None  # see account_watch.watch_account
+
+    async def __call__(self, scope, receive, send) -> None:
+        # channels' own __call__, with its per-message task and wait replaced (see dispatch_loop).
+        self.scope = scope
+        self.base_send = send
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        layer_receive = None
+        if self.channel_layer is not None:
+            self.channel_name = await self.channel_layer.new_channel()
+            layer_receive = functools.partial(self.channel_layer.receive, self.channel_name)
+        with contextlib.suppress(StopConsumer):
+            await dispatch_until_stopped(receive, layer_receive, self.dispatch)
 
     async def connect(self) -> None:
         self.handle = None
@@ -154,7 +170,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                 p.check_size(text_data if text_data is not None else bytes_data or b"", settings.PARLEY_MAX_EVENT_BYTES)
                 if text_data is None:
                     self._require_ready()
-                    await self._append_audio(p.split_binary_frame(bytes_data or b""))
+                    # A binary frame has no event id to echo: its refusals may come as error events.
+                    await self._append_audio(p.split_binary_frame(bytes_data or b""), answered=False)
                     return
                 event = p.parse_client_event(text_data)
                 event_id = event.event_id
@@ -213,11 +230,12 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             case p.SessionClose():
                 await handle.close("client_close")
 
-    async def _append_audio(self, data: bytes) -> None:
+    async def _append_audio(self, data: bytes, *, answered: bool = True) -> None:
         if not data:
             return
         assert self.handle is not None
-        await self.handle.append_audio(data, encoding=p.INPUT_FORMATS[self.view.input_type], rate=self.view.input_rate)
+        encoding, rate = p.INPUT_FORMATS[self.view.input_type], self.view.input_rate
+        await self.handle.append_audio(data, encoding=encoding, rate=rate, answered=answered)
 
     async def _append_image(self, event: p.InputImageAppend) -> None:
         assert self.handle is not None

@@ -17,6 +17,7 @@ from inference.contracts import (
     AudioOut,
     ChatMessage,
     Closed,
+    ErrorEvent,
     ParleyError,
     Prefill,
     Ready,
@@ -107,6 +108,26 @@ async def test_remote_backpressure_answers_the_append_that_overflowed(remote):
             codes.append(exc.code)
     assert codes == ["input_backpressure"]
     await handle.close()
+
+
+async def test_remote_unanswered_append_reports_refusals_as_error_events(remote):
+    """A binary frame's append (answered=False) waits for no reply: bad bytes are still refused at once, and
+    what the session refuses later (the overflow) comes back as an ErrorEvent; the session goes on."""
+    handle = await api.open_session(SessionRequest(user_key="ugo"))
+    reader = EventReader(handle)
+    await reader.until(Ready)
+    await handle.append_audio(pcm16_frame(1), encoding="pcm16", rate=24000, answered=False)
+    await reader.until(Prefill)
+    with pytest.raises(ParleyError) as info:  # refused from the bytes alone, before sending
+        await handle.append_audio(b"\x00", encoding="pcm16", rate=24000, answered=False)
+    assert info.value.code == "invalid_audio"
+    for _ in range(3):  # 3.8 s of audio at once: far past the inbox; none of these raises
+        await handle.append_audio(pcm16_frame(2, 16 * 1920), encoding="pcm16", rate=24000, answered=False)
+    error = await reader.until(ErrorEvent)
+    assert error.code == "input_backpressure"
+    await handle.append_audio(pcm16_frame(3), encoding="pcm16", rate=24000, answered=False)
+    await handle.close()
+    assert await reader.until(Closed) == Closed("client_close")
 
 
 async def test_remote_takeover_and_full_service(remote):
