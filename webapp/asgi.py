@@ -1,6 +1,7 @@
 """ASGI entry point: the client's address from trusted proxies only, then HTTP -> Django; WebSocket ->
 origin policy -> cookie auth -> API-key auth -> connect limits -> routes."""
 
+import gc
 import os
 
 from django.core.asgi import get_asgi_application
@@ -43,3 +44,8 @@ application = TrustedProxyMiddleware(
         }
     )
 )
+
+# Django, channels and every module imported above live as long as the process: frozen out of the garbage
+# collector's full passes, which otherwise walk them all, a pause in the loop that carries the callers' frames.
+# (The engine's own start-up objects are frozen when it has started: inference.service.)
+gc.freeze()
