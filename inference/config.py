@@ -52,6 +52,9 @@ class InferenceConfig:
         kv_mean_call_s: the call length admission plans for when the pool is smaller than every slot's full
             context: a session is admitted while the pages calls are expected to hold over their remaining
             life fit (otherwise it waits in the queue); ``PagePool.admissible``.
+        tick_budget: admission's third limit, a fraction of the engine's period: while the median of the last
+            2 s of ticks takes longer than this, new sessions wait in the queue (the engine is at its compute
+            capacity: one more would make every live call late). 0 turns the limit off.
         inference_url: None = in-process service; ``unix:///path.sock`` or ``tcp://host:port`` = one remote service.
         registry_url: Redis URL of the service registry: services heartbeat there and the web tier places
             sessions on the least loaded one (takes precedence over ``inference_url`` in the web tier).
@@ -93,6 +96,7 @@ class InferenceConfig:
     kv_page_frames: int = 0
     kv_pool_gb: float = 0.0
     kv_mean_call_s: float = 180.0
+    tick_budget: float = 0.9
     inference_url: str | None = None
     registry_url: str | None = None
     service_id: str | None = None
@@ -116,6 +120,10 @@ class InferenceConfig:
     def __post_init__(self) -> None:
         if self.slots < 1:
             raise ConfigError(f"slots must be >= 1, got {self.slots}")
+        if not 0.0 <= self.tick_budget <= 1.0:
+            raise ConfigError(
+                f"tick_budget must be in [0, 1] (a fraction of the engine's period), got {self.tick_budget}"
+            )
         if self.queue_max < 0:
             raise ConfigError(f"queue_max must be >= 0, got {self.queue_max}")
         for name in ("disconnect_grace_s", "pause_timeout_s", "idle_timeout_s", "max_session_s"):

@@ -67,7 +67,9 @@ class InferenceService:
             self.warmed = True
         name = f"engine-{self.capabilities.engine}-{self.config.device}"
         self.worker = EngineWorker(self.engine, inbox_frames=self.config.input_queue_frames, name=name)
-        self.pool = SlotPool(self.worker, queue_max=self.config.queue_max, loop=self.loop)
+        self.pool = SlotPool(
+            self.worker, queue_max=self.config.queue_max, loop=self.loop, tick_budget=self.config.tick_budget
+        )
         if self.config.record != "off":
             self.recorder = Recorder(self.config.recordings_dir)
             self.recorder.start()  # first marks recordings a killed predecessor left open as interrupted

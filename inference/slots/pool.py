@@ -1,19 +1,27 @@
 """Slot admission for one engine: who holds which slot, and a bounded FIFO queue for the rest.
 
-A slot becomes free only when the worker confirms the engine cleaned it up; ``_slot_freed`` is the
-one dispatch point that admits the head of the queue. Runs on the service's event loop only.
+A session is admitted when three limits allow: a free slot, the engine's memory (``_memory_admits``) and its
+time (``_time_admits``: the engine still ticks within its budget of the period). A slot becomes free only
+when the worker confirms the engine cleaned it up; ``_slot_freed`` is the dispatch point that admits the head
+of the queue, and a periodic pass lets waiting sessions in when memory or time frees up without a close.
+Runs on the service's event loop only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import statistics
 from collections import deque
 from typing import Generic, Protocol, TypeVar
 
 from inference.contracts import ParleyError
 from inference.slots.worker import EngineWorker
 
+logger = logging.getLogger(__name__)
+
 QUEUE_NOTIFY_PERIOD_S = 3.0
+TIME_WINDOW_TICKS = 25  # the ticks (2 s of a lockstep engine) whose median the time budget is held against
 DEFAULT_SESSION_S = 120.0  # wait estimate before any session has finished
 
 
@@ -34,12 +42,19 @@ class SlotPool(Generic[A]):
         worker: the engine worker that confirms slot cleanup.
         queue_max: how many sessions may wait; 0 disables queueing.
         loop: the service's event loop.
+        tick_budget: the fraction of the engine's period its ticks may take before new sessions wait (0: no
+            time limit). Measured on the H200: admitted by memory alone, 229 PersonaPlex callers ticked at a
+            median of 82.6 ms against the 80 ms frame, so every call lost frames (bench/notes/serving-e2e.md).
     """
 
-    def __init__(self, worker: EngineWorker, *, queue_max: int, loop: asyncio.AbstractEventLoop):
+    def __init__(
+        self, worker: EngineWorker, *, queue_max: int, loop: asyncio.AbstractEventLoop, tick_budget: float = 0.0
+    ):
         self.worker = worker
         self.queue_max = queue_max
         self.loop = loop
+        self.tick_budget = tick_budget
+        self.time_limited = False  # the engine was over its tick budget at the last look (logged on change)
         self.owners: list[A | None] = [None] * worker.engine.num_slots
         self.closing: set[int] = set()
         self.queue: deque[A] = deque()
@@ -57,12 +72,17 @@ class SlotPool(Generic[A]):
     def request(self, session: A) -> None:
         """Admit ``session`` to a free slot, or queue it; raise resource_exhausted when the queue is full."""
         free = self.free_slots()
-        if free and not self.queue and self._memory_admits():
+        if free and not self.queue and self._memory_admits() and self._time_admits():
             self._assign(free[0], session)
             return
         if len(self.queue) >= self.queue_max:
             detail = "queueing is disabled" if self.queue_max == 0 else f"the queue is full ({self.queue_max} waiting)"
-            busy = f"all {self.num_slots} slots are busy" if not free else "the model's memory is taken by live calls"
+            if not free:
+                busy = f"all {self.num_slots} slots are busy"
+            elif self.time_limited:
+                busy = "the engine is at its compute capacity (one more call would make every call late)"
+            else:
+                busy = "the model's memory is taken by live calls"
             raise ParleyError(
                 f"{busy} and {detail}; try again later",
                 code="resource_exhausted",
@@ -110,7 +130,7 @@ class SlotPool(Generic[A]):
 
     def _admit_queued(self) -> None:
         free = self.free_slots()
-        while free and self.queue and self._memory_admits():
+        while free and self.queue and self._memory_admits() and self._time_admits():
             session = self.queue.popleft()
             self._last_position.pop(id(session), None)
             self._assign(free.pop(0), session)
@@ -127,6 +147,28 @@ class SlotPool(Generic[A]):
             return True
         pending = sum(1 for slot, owner in enumerate(self.owners) if owner is not None and slot not in opened)
         return pending < count
+
+    def _time_admits(self) -> bool:
+        """Whether the engine keeps time with the calls it has: the median of its last ticks within the budget.
+
+        The median of 2 s, not the last tick: one slow tick (a collection, a new call's prefill) must not stop
+        admission, a steady overrun must. A session admitted now shows in the ticks a moment later; the queue's
+        periodic pass re-checks every few seconds, so admission follows the engine's clock, not a fixed count.
+        """
+        if self.tick_budget <= 0:
+            return True
+        recent = self.worker.tick_ms.recent(TIME_WINDOW_TICKS)
+        over = len(recent) == TIME_WINDOW_TICKS and (
+            statistics.median(recent) > self.tick_budget * self.worker.period_s * 1000.0
+        )
+        if over != self.time_limited:
+            self.time_limited = over
+            log = logger.warning if over else logger.info
+            log(
+                "admission.time_limited" if over else "admission.time_ok",
+                extra={"tick_ms_median": statistics.median(recent)},
+            )
+        return not over
 
     def _assign(self, slot: int, session: A) -> None:
         self.owners[slot] = session
@@ -147,8 +189,8 @@ class SlotPool(Generic[A]):
             self._notify_timer = self.loop.call_later(QUEUE_NOTIFY_PERIOD_S, self._periodic)
 
     def _periodic(self) -> None:
-        """At least every 3 s every queued session hears its position again (and memory that freed up without
-        a call ending, as live calls reach their full context, lets the head of the queue in)."""
+        """At least every 3 s every queued session hears its position again (and memory or time that freed up
+        without a call ending lets the head of the queue in)."""
         self._notify_timer = None
         self._admit_queued()
         if self.queue:

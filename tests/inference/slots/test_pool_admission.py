@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from inference.contracts import ParleyError
-from inference.slots.pool import SlotPool
+from inference.slots.pool import TIME_WINDOW_TICKS, SlotPool
+from inference.slots.timing import TimingRing
 
 
 class Applicant:
@@ -94,4 +95,53 @@ async def test_a_close_lets_the_head_of_the_queue_in_when_memory_allows():
     pool.release(live, live.slot)
     await asyncio.sleep(0)
     assert waiting.slot == 0
+    pool.stop()
+
+
+class TimedWorker(Worker):
+    """A worker whose recent ticks the test sets: an 80 ms engine."""
+
+    def __init__(self, slots: int):
+        super().__init__(slots)
+        self.period_s = 0.08
+        self.tick_ms = TimingRing()
+
+    def ticks_took(self, ms: float, count: int = TIME_WINDOW_TICKS) -> None:
+        for _ in range(count):
+            self.tick_ms.add(ms)
+
+
+async def test_an_engine_over_its_tick_budget_queues_new_callers_until_it_keeps_time_again():
+    loop = asyncio.get_running_loop()
+    worker = TimedWorker(slots=4)
+    pool = SlotPool(worker, queue_max=2, loop=loop, tick_budget=0.9)  # 72 ms of the 80 ms period
+    first, second, third, fourth = Applicant(), Applicant(), Applicant(), Applicant()
+    worker.ticks_took(40.0, count=5)
+    pool.request(first)  # too few ticks yet to judge the engine's time: admitted
+    assert first.slot == 0
+    worker.ticks_took(82.6)  # a median over the budget: the engine is at its compute capacity
+    pool.request(second)
+    assert second.slot is None and second.positions == [1] and pool.time_limited
+    worker.ticks_took(75.0, count=20)  # one slow window among fast ones would not do it; still over here
+    pool._periodic()
+    assert second.slot is None
+    pool.request(third)
+    with pytest.raises(ParleyError) as refused:  # the queue is full: the refusal names the compute limit
+        pool.request(fourth)
+    assert refused.value.code == "resource_exhausted" and "compute capacity" in refused.value.message
+    worker.ticks_took(60.0)  # the engine keeps time again: the queue gets in on the periodic pass
+    pool._periodic()
+    assert (second.slot, third.slot) == (1, 2) and not pool.time_limited
+    pool.stop()
+
+
+async def test_one_slow_tick_does_not_stop_admission():
+    loop = asyncio.get_running_loop()
+    worker = TimedWorker(slots=3)
+    pool = SlotPool(worker, queue_max=2, loop=loop, tick_budget=0.9)
+    worker.ticks_took(30.0, count=TIME_WINDOW_TICKS - 1)
+    worker.ticks_took(400.0, count=1)  # a collection, a prefill: the median stays at 30 ms
+    caller = Applicant()
+    pool.request(caller)
+    assert caller.slot == 0
     pool.stop()
