@@ -48,7 +48,9 @@ class CallRecord:
     audio_frames_in: int = 0  # binary audio frames received (one per tick once live)
     audio_arrivals: list[float] = field(default_factory=list)
     session_id: str = ""
+    connected_at: float = 0.0  # the WebSocket opened
     opened_at: float = 0.0  # session.created
+    queued: bool = False  # a session.queued came first: the service made the caller wait for admission
     closed_at: float = 0.0  # session.closed (or the socket's end)
     errors: dict[str, int] = field(default_factory=dict)
     failed: str = ""
@@ -121,8 +123,11 @@ async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng
         async with connect(
             url, additional_headers={"Authorization": f"Bearer {key}"}, max_size=2**22, open_timeout=60
         ) as ws:
+            call.connected_at = time.perf_counter()
             while True:
                 event = json.loads(await asyncio.wait_for(ws.recv(), 60))
+                if event["type"] == "session.queued":
+                    call.queued = True
                 if event["type"] == "session.created":
                     call.session_id = event["session"]["id"]
                     call.opened_at = time.perf_counter()

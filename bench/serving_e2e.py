@@ -151,6 +151,13 @@ class Sampler(threading.Thread):
             self.rows.append(row)
 
 
+def _percentiles(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    p50, p99 = np.percentile(values, [50, 99])
+    return {"n": len(values), "p50": round(float(p50), 2), "p99": round(float(p99), 2), "max": round(max(values), 2)}
+
+
 def service_command(args) -> list[str] | None:
     if not args.gpu_service:
         return None
@@ -247,6 +254,8 @@ def run(args) -> dict:
             "calls": len(calls),
             "calls_failed": len(failed),
             "failures": sorted(set(failed))[:10],
+            "calls_queued": sum(c.queued for c in calls),  # made to wait for admission (slots, memory, time)
+            "admission_wait_s": _percentiles([c.opened_at - c.connected_at for c in calls if c.queued and c.opened_at]),
         },
         "host": {
             "cpus_visible": len(os.sched_getaffinity(0)),
@@ -275,7 +284,8 @@ def headline(result: dict) -> str:
     )
     return (
         f"{result['what']}: {result['callers']['lines']} lines, {result['callers']['calls']} calls "
-        f"({result['callers']['calls_failed']} failed); lost in time {f.get('frames_lost_sent_in_time')} of "
+        f"({result['callers']['calls_failed']} failed, {result['callers']['calls_queued']} queued: wait "
+        f"{result['callers']['admission_wait_s']} s); lost in time {f.get('frames_lost_sent_in_time')} of "
         f"{f.get('frames_sent_in_time')} (generator late {f.get('frames_sent_late_by_generator')}); server-added "
         f"p50 {lat.get('p50')} p99 {lat.get('p99')} ms; tick wait p50 {f.get('tick_wait_ms', {}).get('p50')}; "
         f"internal_error {result['internal_error']}; errors {result['errors']}; recordings raw complete "
