@@ -14,9 +14,11 @@ Pure: numpy and scipy only.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
+import scipy.fft
 
 MAX_DELAY_S = 1.0
 ANALYSIS_RATE = 8000  # echo lives in the speech band: a lower rate keeps the FFTs small
@@ -49,12 +51,13 @@ def find_echo(*, heard: np.ndarray, mic: np.ndarray) -> dict[str, Any]:
     if n < 2 or np.sqrt(np.mean(x**2)) < MIN_AGENT_RMS:
         return quiet
     max_lag = min(n - 1, int(MAX_DELAY_S * ANALYSIS_RATE))
-    size = 1 << int(np.ceil(np.log2(2 * n)))
-    spectrum = np.fft.rfft(y, size) * np.conj(np.fft.rfft(x, size))  # y[t] against x[t - lag]: microphone later
+    # Lags 0..max_lag only: zero padding to n + max_lag keeps them free of wrap-around, at a fast FFT length.
+    size = scipy.fft.next_fast_len(n + max_lag, real=True)
+    spectrum = scipy.fft.rfft(y, size) * np.conj(scipy.fft.rfft(x, size))  # y[t] against x[t - lag]: mic later
     # Which lag: GCC-PHAT (the cross-spectrum whitened) gives a sharp peak at a true delay whatever the
     # voices' spectra, and lags with nothing in common look like independent noise, so a peak far above
     # their spread (in robust deviations) is an echo, not chance.
-    phat = np.fft.irfft(spectrum / np.maximum(np.abs(spectrum), 1e-12), size)[: max_lag + 1]
+    phat = scipy.fft.irfft(spectrum / np.maximum(np.abs(spectrum), 1e-12), size)[: max_lag + 1]
     lag = int(np.argmax(phat))
     centre = float(np.median(phat))
     spread = 1.4826 * float(np.median(np.abs(phat - centre)))
@@ -90,5 +93,15 @@ def to_analysis_rate(track: np.ndarray, rate: int) -> np.ndarray:
     floats = samples.astype(np.float64) / (32768.0 if samples.dtype.kind in "iu" else 1.0)
     if rate != ANALYSIS_RATE and floats.size:
         g = np.gcd(rate, ANALYSIS_RATE)
-        floats = resample_poly(floats, ANALYSIS_RATE // g, rate // g)
+        up, down = ANALYSIS_RATE // g, rate // g
+        floats = resample_poly(floats, up, down, window=_resampling_filter(up, down))
     return floats
+
+
+@functools.cache
+def _resampling_filter(up: int, down: int) -> np.ndarray:
+    """resample_poly's own default low-pass for this ratio, designed once (a live call resamples every window)."""
+    from scipy.signal import firwin
+
+    half_len = 10 * max(up, down)
+    return firwin(2 * half_len + 1, 1 / max(up, down), window=("kaiser", 5.0))  # resample_poly scales it by up

@@ -7,23 +7,27 @@ output samples, and where its microphone stream stood at that instant (``playbac
 and ``input_samples``, docs/protocol.md). Between acks the two positions are interpolated, which lines up
 what the caller heard with what their microphone took in, at the sample, whatever the network and the
 jitter buffer added. Each ``WINDOW_S`` window is measured with the recordings' maths
-(``inference.audio.echo_leak.find_echo``) once every ``PERIOD_S``, from the session's once-a-second
-housekeeping, never on the per-frame path.
+(``inference.audio.echo_leak.find_echo``) once every ``PERIOD_S``: the session's once-a-second housekeeping
+copies the window out, one thread of the process measures it, and the next housekeeping reports it; nothing of
+it is on the per-frame path (bench/echo_watch_cost.py measures both).
 """
 
 from __future__ import annotations
 
+import functools
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from inference.audio.echo_leak import ANALYSIS_RATE, find_echo, to_analysis_rate
+from inference.audio.echo_leak import ANALYSIS_RATE, MIN_AGENT_RMS, find_echo, to_analysis_rate
 
 WINDOW_S = 4.0  # long enough for a -30 dB echo to stand out of chance peaks (echo_leak.MIN_PEAK_SIGMAS)
 PERIOD_S = 5.0  # one window a call every 5 s: the warning comes within about 5-10 s of the leak starting
 KEEP_S = WINDOW_S + 6.0  # the agent's audio is heard up to the jitter buffer's depth after it was sent
-MAX_ACKS = 64
+QUIET = {"flagged": False, "leak_db": None, "delay_ms": None, "correlation": 0.0, "peak_sigmas": 0.0, "window_s": WINDOW_S}
+MAX_ACKS = 256  # at least a window and a half of instants, two a chunk where playback stopped between chunks
 
 
 class _Ring:
@@ -50,7 +54,10 @@ class _Ring:
         capacity = len(self.buffer)
         if start < max(0, self.end - capacity) or stop > self.end or stop <= start:
             return None
-        return np.take(self.buffer, np.arange(start, stop) % capacity)
+        first, last = start % capacity, (stop - 1) % capacity + 1
+        if first < last:
+            return self.buffer[first:last].copy()
+        return np.concatenate((self.buffer[first:], self.buffer[:last]))
 
 
 class EchoWatch:
@@ -74,6 +81,7 @@ class EchoWatch:
         self._acks: list[tuple[float, float]] = []  # (caller position, agent position), engine rates
         self._measured_until = 0.0
         self._next_at = time.monotonic() + PERIOD_S
+        self._pending: Future | None = None  # a window being measured on the echo thread
 
     def caller(self, samples: np.ndarray) -> None:
         self._caller.append(samples)
@@ -90,20 +98,36 @@ class EchoWatch:
         self._acks.append((at, float(output_samples)))
         del self._acks[:-MAX_ACKS]
 
-    def measure_if_due(self) -> dict[str, Any] | None:
-        """The latest window's ``find_echo`` result (with ``window_s``), when one is due and the acks cover it."""
-        now = time.monotonic()
-        if now < self._next_at or len(self._acks) < 2:
-            return None
-        started = time.perf_counter()
-        result = self._measure_latest()
-        if result is not None:
-            self._next_at = now + PERIOD_S
-            self.cost_s += time.perf_counter() - started
-            self.windows += 1
-        return result
+    def measure_if_due(self, *, inline: bool = False) -> dict[str, Any] | None:
+        """The latest finished window's ``find_echo`` result (with ``window_s``), or None.
 
-    def _measure_latest(self) -> dict[str, Any] | None:
+        When a window is due and the acks cover it, its audio is copied out here and the maths runs on the
+        process's one echo thread (``inline``: here, for tests and the bench), so the event loop is held for a
+        copy, not an FFT; the result comes with a later call (the next second's housekeeping).
+        """
+        finished = None
+        if self._pending is not None and self._pending.done():
+            finished, self._pending = self._pending.result(), None
+        now = time.monotonic()
+        if self._pending is None and now >= self._next_at and len(self._acks) >= 2:
+            window = self._latest_window()
+            if window is not None:
+                self._next_at = now + PERIOD_S
+                self.windows += 1
+                if inline:
+                    return self._timed(window)
+                self._pending = _executor().submit(self._timed, window)
+        return finished
+
+    def _timed(self, window: tuple[Any, ...]) -> dict[str, Any]:
+        started = time.thread_time()
+        try:
+            return _measure(*window)
+        finally:
+            self.cost_s += time.thread_time() - started
+
+    def _latest_window(self) -> tuple[Any, ...] | None:
+        """What one window's measurement needs, copied: (mic, agent, where the agent stood at each instant, ...)."""
         stop = int(self._acks[-1][0])
         start = stop - int(WINDOW_S * self.input_rate)
         if start < self._acks[0][0] or start < self._measured_until:
@@ -119,10 +143,25 @@ class EchoWatch:
         agent = self._agent.read(first, last)
         if agent is None:
             return None
-        agent_8k = to_analysis_rate(agent, self.output_rate)
-        heard = np.interp((heard_at - first) * (ANALYSIS_RATE / self.output_rate), np.arange(len(agent_8k)), agent_8k)
         self._measured_until = stop
-        return find_echo(heard=heard, mic=to_analysis_rate(mic, self.input_rate)) | {"window_s": WINDOW_S}
+        return mic, self.input_rate, agent, self.output_rate, heard_at - first
+
+
+def _measure(mic: np.ndarray, mic_rate: int, agent: np.ndarray, agent_rate: int, heard_at: np.ndarray) -> dict:
+    """One window: the agent's audio as heard at each analysis instant (``heard_at``: positions in ``agent``)
+    against the microphone."""
+    if np.sqrt(np.mean(np.square(agent, dtype=np.float64))) < MIN_AGENT_RMS * 32768:
+        return QUIET  # the agent was silent: it cannot have leaked, and nothing is worth computing
+    agent_8k = to_analysis_rate(agent, agent_rate)
+    heard = np.interp(heard_at * (ANALYSIS_RATE / agent_rate), np.arange(len(agent_8k)), agent_8k)
+    return find_echo(heard=heard, mic=to_analysis_rate(mic, mic_rate)) | {"window_s": WINDOW_S}
+
+
+@functools.cache
+def _executor() -> ThreadPoolExecutor:
+    """One thread for every session of the process: numpy's and scipy's FFTs and filters let go of the GIL, so
+    the windows cost CPU beside the event loop and the engine's tick, not time on either."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="echo-watch")
 
 
 def echo_fields(echo: dict[str, Any] | None) -> dict[str, float]:

@@ -43,7 +43,7 @@ def simulate(watch: EchoWatch, *, leak_db: float | None, delay_ms: float, playou
         if heard_input % 12_000 < CHUNK and heard_input > playout:  # an ack about every 500 ms
             watch.ack(input_samples=heard_input, client_rate=RATE, output_samples=heard_input - playout)
         watch._next_at = 0  # the test drives the clock: a window is due whenever the acks cover one
-        if (result := watch.measure_if_due()) is not None:
+        if (result := watch.measure_if_due(inline=True)) is not None:
             results.append(result)
     return results
 
@@ -70,12 +70,12 @@ def test_windows_do_not_overlap_and_wait_for_the_acks():
     watch.caller(np.zeros(RATE * 5, np.float32))
     watch.agent(np.zeros(RATE * 5, np.int16).tobytes())
     watch._next_at = 0
-    assert watch.measure_if_due() is None  # no ack: nothing lines the tracks up
+    assert watch.measure_if_due(inline=True) is None  # no ack: nothing lines the tracks up
     watch.ack(input_samples=RATE, client_rate=RATE, output_samples=0)
     watch.ack(input_samples=RATE * 5, client_rate=RATE, output_samples=RATE * 4)
-    assert watch.measure_if_due() is not None  # the acks cover a window
+    assert watch.measure_if_due(inline=True) is not None  # the acks cover a window
     watch._next_at = 0
-    assert watch.measure_if_due() is None  # the same window is not measured twice
+    assert watch.measure_if_due(inline=True) is None  # the same window is not measured twice
 
 
 def test_acks_out_of_order_are_skipped_and_a_new_connection_starts_over():
@@ -102,3 +102,25 @@ def test_the_ring_keeps_the_latest_samples_by_position():
     assert ring.read(3, 5) is None and ring.read(12, 15) is None
     ring.append(np.arange(14, 40, dtype=np.int16))  # more than it holds at once
     assert ring.read(30, 40).tolist() == list(range(30, 40))
+
+
+def test_off_the_loop_a_window_is_measured_on_the_echo_thread_and_reported_by_a_later_call():
+    watch = EchoWatch(RATE, RATE)
+    watch.caller(voice(5.0, 2).astype(np.float32))
+    watch.agent((voice(5.0, 1) * 32767).astype(np.int16).tobytes())
+    watch.ack(input_samples=RATE, client_rate=RATE, output_samples=0)
+    watch.ack(input_samples=RATE * 5, client_rate=RATE, output_samples=RATE * 4)
+    watch._next_at = 0
+    assert watch.measure_if_due() is None  # handed to the thread: nothing to report yet
+    watch._pending.result(timeout=30)
+    result = watch.measure_if_due()
+    assert result is not None and not result["flagged"] and result["peak_sigmas"] > 0  # measured, not skipped
+    assert watch.windows == 1 and watch.cost_s > 0
+
+
+def test_the_socket_service_keeps_only_well_formed_instants():
+    from inference.transport.wire import heard_pairs
+
+    assert heard_pairs([[1, 2], [3, 4]]) == [(1, 2), (3, 4)]
+    assert heard_pairs([[1, -2], [True, 2], ["1", 2], [1, 2, 3], 7, [5, 6]]) == [(5, 6)]
+    assert heard_pairs(None) == [] and heard_pairs({"a": 1}) == []
