@@ -25,7 +25,10 @@ from inference.audio.echo_leak import ANALYSIS_RATE, MIN_AGENT_RMS, find_echo, t
 
 WINDOW_S = 4.0  # long enough for a -30 dB echo to stand out of chance peaks (echo_leak.MIN_PEAK_SIGMAS)
 PERIOD_S = 5.0  # one window a call every 5 s: the warning comes within about 5-10 s of the leak starting
-KEEP_S = WINDOW_S + 6.0  # the agent's audio is heard up to the jitter buffer's depth after it was sent
+# The agent's audio is heard up to the jitter buffer's depth (plus the network) after it was sent, and a window
+# is measured up to about 1.5 s after its last instant: 4 s of slack. Half-precision caller audio (its noise
+# floor is far below any echo worth flagging): 8 s at 24 kHz is 768 KB a session, both rings.
+KEEP_S = WINDOW_S + 4.0
 QUIET = {"flagged": False, "leak_db": None, "delay_ms": None, "correlation": 0.0, "peak_sigmas": 0.0, "window_s": WINDOW_S}
 MAX_ACKS = 256  # at least a window and a half of instants, two a chunk where playback stopped between chunks
 
@@ -76,7 +79,7 @@ class EchoWatch:
 
     def attached(self) -> None:
         """A new connection: its positions (and the page's acks) count from zero."""
-        self._caller = _Ring(int(KEEP_S * self.input_rate), np.float32)
+        self._caller = _Ring(int(KEEP_S * self.input_rate), np.float16)
         self._agent = _Ring(int(KEEP_S * self.output_rate), np.int16)
         self._acks: list[tuple[float, float]] = []  # (caller position, agent position), engine rates
         self._measured_until = 0.0
