@@ -12,7 +12,7 @@ The signatures below are the contract between the web tier and the inference ser
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from inference import embedded
@@ -72,7 +72,8 @@ class SessionHandle(Protocol):
         """Barge-in: advance the epoch; queued audio of the old epoch is dropped."""
 
     async def force_listen(self) -> None: ...
-    async def playback_ack(self, played_ms: float) -> None: ...
+    async def playback_ack(self, played_ms: float, heard: Sequence[tuple[int, int]] = ()) -> None:
+        """``heard``: instants since the previous ack, each (input_samples, output_samples) (docs/protocol.md)."""
 
     async def set_mode(
         self, *, mode: Mode | None, turn_detection: TurnDetection | None, max_response_s: int | None = None
@@ -259,6 +260,18 @@ def transcribe_speech(pcm, rate: int, *, engine: str = "auto", whisper_weights: 
 
     transcriber = transcriber_for(engine, whisper_weights=whisper_weights)
     return None if transcriber is None else transcriber.transcribe(pcm, rate)
+
+
+def measure_echo(caller, agent, rate: int) -> dict:
+    """The agent's audio found in the caller's microphone over a whole recorded call (two tracks on one clock):
+    ``{"flagged", "leak_db", "delay_ms", "correlation", "peak_sigmas"}`` (``inference.audio.echo_leak``).
+
+    Raises:
+        EchoLeakError (a ValueError): tracks that are not one channel each, a rate that is not positive.
+    """
+    from inference.audio.echo_leak import measure_echo as measure
+
+    return measure(caller, agent, rate)
 
 
 def voice_prompt_targets() -> list:

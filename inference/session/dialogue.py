@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -51,6 +51,7 @@ from inference.contracts import (
 )
 from inference.engines.base import SlotConfig, SlotOutput, SlotTurn
 from inference.session.context import Admission, Attachment, SessionContext, SessionTimeouts, SlotDriver
+from inference.session.echo_watch import EchoWatch, echo_fields
 from inference.session.input_audio import InputAudio
 from inference.session.metrics import session_metrics
 from inference.session.named_timers import NamedTimers
@@ -111,6 +112,7 @@ class DialogueSession:
         self.played_ms = 0.0
         self.sent_audio_ms = 0.0
         self._positions = StreamPositions(self.caps.input_rate)  # lets session.metrics name one tick exactly
+        self.echo = EchoWatch(self.caps.input_rate, self.caps.output_rate)  # the caller's speakers into their mic?
         jitter_ms, jitter_s = context.test_output_jitter_ms, context.test_output_jitter_s
         self._jitter = OutputJitter(self.loop, jitter_ms, jitter_s) if jitter_ms > 0 else None
         self._timers = NamedTimers(self.loop)
@@ -122,6 +124,7 @@ class DialogueSession:
         """Make ``handle`` the session's connection; an older one gets Replaced and ends."""
         old, self.attachment = self.attachment, handle
         self._positions.attached()
+        self.echo.attached()
         if old is not None:
             old.outbox.put(Replaced())
             self._retire(old)
@@ -210,6 +213,7 @@ class DialogueSession:
         if samples.size:
             taken_whole = self._worker.push(self.slot, samples)
             self._positions.pushed += samples.size
+            self.echo.caller(samples)
             if not taken_whole:
                 self.input.overflowed()
 
@@ -263,10 +267,14 @@ class DialogueSession:
         if self.audio_started and self.slot is not None:
             self._worker.force_listen(self.slot)
 
-    def playback_ack(self, played_ms: float) -> None:
+    def playback_ack(self, played_ms: float, heard: Sequence[tuple[int, int]] = ()) -> None:
+        """``heard``: instants, each (input_samples, output_samples): where the page's microphone stream and the
+        agent's audio it played stood (EchoWatch lines the two up with them)."""
         if not isinstance(played_ms, int | float) or not np.isfinite(played_ms) or played_ms < 0:
             raise ParleyError("played_ms must be a finite number >= 0", code="invalid_value", param="played_ms")
         self.played_ms = float(played_ms)
+        for mic_at, played_at in heard:
+            self.echo.ack(input_samples=mic_at, client_rate=self._positions.input_rate, output_samples=played_at)
         self.recorder.event("ack", played_ms=self.played_ms, sent_ms=round(self.sent_audio_ms, 1))
 
     def close(self, reason: CloseReason) -> None:
@@ -318,6 +326,7 @@ class DialogueSession:
 
     def _send_audio(self, pcm16: bytes, heard_position: int | None, epoch: int) -> None:
         self._positions.sent(len(pcm16) // 2, heard_position)
+        self.echo.agent(pcm16)
         self.emit(AudioOut(pcm16, epoch))
 
     def slot_failed(self, message: str) -> None:
@@ -476,5 +485,8 @@ class DialogueSession:
             self.close("idle_timeout")
             return
         if self.audio_started and not self.user_paused:
-            self.emit(Metrics(self.metrics()))
+            echo = self.echo.measure_if_due()  # a few ms every few seconds, between frames, off the tick's thread
+            if echo is not None:
+                self.recorder.event("echo", **echo)  # the recording's per-call echo and its course over time
+            self.emit(Metrics(self.metrics() | echo_fields(echo)))
         self._schedule_metrics()

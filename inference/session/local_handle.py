@@ -7,7 +7,7 @@ connections with one. Calls go straight to the session; events come from the han
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, get_args
 
 from inference.contracts import ChatMessage, CloseReason, Mode, ParleyError, SessionEvent, TurnDetection, VoiceRef
@@ -53,8 +53,8 @@ class LocalHandle(NoArgumentCalls):
     async def append_image(self, data: bytes) -> None:
         self._current().append_image(data)
 
-    async def playback_ack(self, played_ms: float) -> None:
-        self._current().playback_ack(played_ms)
+    async def playback_ack(self, played_ms: float, heard: Sequence[tuple[int, int]] = ()) -> None:
+        self._current().playback_ack(played_ms, heard)
 
     async def set_mode(
         self, *, mode: Mode | None, turn_detection: TurnDetection | None, max_response_s: int | None = None

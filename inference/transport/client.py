@@ -19,7 +19,7 @@ import itertools
 import json
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from inference.audio import pcm
@@ -128,8 +128,8 @@ class RemoteSessionHandle(NoArgumentCalls):
         call_id = next(self._ids)
         await self._send_and_wait(call_id, wire.id_frame(wire.IMAGE_IN, call_id, data))
 
-    async def playback_ack(self, played_ms: float) -> None:
-        await self._call("playback_ack", played_ms=played_ms)
+    async def playback_ack(self, played_ms: float, heard: Sequence[tuple[int, int]] = ()) -> None:
+        await self._call("playback_ack", played_ms=played_ms, heard=[list(pair) for pair in heard])
 
     async def set_mode(
         self, *, mode: str | None, turn_detection: TurnDetection | None, max_response_s: int | None = None

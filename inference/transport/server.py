@@ -167,7 +167,7 @@ class Connection:
         if op == "add_chat_item":
             return handle.add_chat_item(wire.chat_message_from_dict(args.get("message")))
         if op == "playback_ack":
-            return handle.playback_ack(args.get("played_ms"))
+            return handle.playback_ack(args.get("played_ms"), wire.heard_pairs(args.get("heard")))
         if op == "close":
             return handle.close(str(args.get("reason", "client_close")))
         raise ParleyError(f"unknown op {op!r}", code="unknown_event")

@@ -233,6 +233,15 @@ def chat_message_from_dict(obj: Any) -> ChatMessage:
     )
 
 
+def heard_pairs(obj: Any) -> list[tuple[int, int]]:
+    """A playback ack's instants, each (input_samples, output_samples); what is not two non-negative integers is
+    left out (the web tier checked them already)."""
+    if not isinstance(obj, list):
+        return []
+    ok = [p for p in obj if isinstance(p, list | tuple) and len(p) == 2]
+    return [(p[0], p[1]) for p in ok if all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in p)]
+
+
 def turn_detection_from_dict(obj: Any) -> TurnDetection | None:
     """A peer's ``server_vad`` settings (None: the client commits turns itself)."""
     if obj is None:

@@ -9,7 +9,7 @@
 // The DOM is ui.js's, server events are server-events.js's, and the test hooks (hooks.js) are
 // a one-way window onto all of it.
 
-import { countEvent, hooks, installTap, pushBounded } from "./hooks.js";
+import { countEvent, hooks, installEchoLoop, installTap, pushBounded } from "./hooks.js";
 import { JitterPlayer, WIRE_RATE } from "./player.js";
 import { LatencyMeter } from "./latency.js";
 import { bindChat, handleChatEvent } from "./chat.js";
@@ -37,6 +37,10 @@ const RAW_AUDIO = params.get("raw") === "1";
 const MODEL = params.get("model");
 // Latency measurement (tests, bench/latency_browser.py): ?tap=1 records mic and output, see hooks.js.
 const TAP = params.get("tap") === "1";
+// Tests of the echo warning (tests/browser/test_echo_loop.py): ?test_echo_loop=DB,MS feeds the agent's
+// played audio back into the microphone's path DB decibels down after MS milliseconds, as speakers
+// heard by the microphone would (see hooks.js installEchoLoop). Never set by the page itself.
+const ECHO_LOOP = params.get("test_echo_loop");
 // The AudioContext's latency hint: 0 unless the page is asked for another (?latency_hint=seconds, or a
 // category such as "interactive"). 0 gets headless chromium's smallest output buffer (12 ms reported
 // against 40 for "interactive"). With it a starved audio thread loses clock time more often, and each
@@ -138,6 +142,7 @@ export class Call {
     if (speaker) await this.chooseSpeaker(speaker);
     this.ui.drawOutput(this.player.analyser);
     if (TAP && this.mic) await installTap(this.ctx, this.mic.source, this.player.gain);
+    if (ECHO_LOOP && this.mic) installEchoLoop(this.ctx, this.player.gain, this.mic.node, ECHO_LOOP);
     hooks.framesSent = 0;
     this.lastSentAt = null;
     this.connect();
@@ -396,6 +401,7 @@ export class Call {
     this.player?.close();
     this.ctx?.close();
     this.ctx = null;
+    hooks.statusLines = {};
     this.ui.setServerStatus(""); // a warning about a call that has ended says nothing
     this.setState(state, detail);
   }

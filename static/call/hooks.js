@@ -42,6 +42,8 @@ export const hooks = {
   prefillProgress: [], // progress values of session.prefill events, as received (bounded)
   metrics: null,
   serverStatus: null, // the latest session.status: {level, code, message}
+  statusLines: {}, // the warning each kind of session.status shows now: {server, echo} ("" when none)
+  echoLoop: null, // the test-only echo loop, when installed: {db, ms}
   closeReason: null,
   errors: [],
   eventCounts: {},
@@ -96,3 +98,19 @@ export async function installTap(ctx, micSource, output) {
   };
 }
 
+
+/**
+ * Echo loop (tests only, `?test_echo_loop=DB,MS`): the agent's audio as played (`output`, before the volume)
+ * goes DB decibels down and MS milliseconds late into the microphone's worklet (`micNode`), summed with the
+ * microphone, as a speaker heard by the microphone would. hooks.echoLoop says what was installed.
+ */
+export function installEchoLoop(ctx, output, micNode, spec) {
+  const [db, ms] = spec.split(",").map(Number.parseFloat);
+  if (!Number.isFinite(db) || !Number.isFinite(ms) || ms < 0 || ms > 1000) return;
+  const delay = ctx.createDelay(1);
+  delay.delayTime.value = ms / 1000;
+  const gain = ctx.createGain();
+  gain.gain.value = 10 ** (db / 20);
+  output.connect(delay).connect(gain).connect(micNode);
+  hooks.echoLoop = { db, ms };
+}

@@ -62,6 +62,7 @@ class ParleyPlayerProcessor extends AudioWorkletProcessor {
     this.lags = []; // the latest readings of (wall - context) time since clockOrigin (ms)
     this.received = 0; // samples received, for chunks that do not say where they end
     this.lastAckMs = 0;
+    this.heard = []; // [context time, output sample position] at each chunk's first and last sample since the last ack
     this.nextFigures = 0;
     this.alive = true;
     this.transport = null; // MessagePort to the socket's Worker: chunks in, acks out
@@ -138,7 +139,7 @@ class ParleyPlayerProcessor extends AudioWorkletProcessor {
     }
     this.dryFrame = null;
     const at = currentTime + this.depthMs / 1000;
-    this.queue.push({ samples, sumSquares });
+    this.queue.push({ samples, sumSquares, end: this.received });
     this.queued += samples.length;
     this.stats.chunksScheduled++;
     const duration = samples.length / WIRE_RATE / this.speed;
@@ -208,10 +209,12 @@ class ParleyPlayerProcessor extends AudioWorkletProcessor {
         out[i] = 0;
       } else {
         this.playing = true;
+        const chunk = this.queue[0];
+        if (chunk.startedAt === undefined) chunk.startedAt = currentTime + i / sampleRate;
         out[i] = this.sampleAtHead();
         this.head += advance;
         read += advance;
-        while (this.queue.length && this.head >= this.queue[0].samples.length) this.finishHead();
+        while (this.queue.length && this.head >= this.queue[0].samples.length) this.finishHead(i);
         if (this.queue.length === 0) this.head = 0; // a fraction of a sample past the end: nothing to carry it to
       }
     }
@@ -230,9 +233,18 @@ class ParleyPlayerProcessor extends AudioWorkletProcessor {
     return left + (right - left) * frac;
   }
 
-  /** The oldest chunk has been played: count it, and acknowledge now and then. */
-  finishHead() {
-    const { samples, sumSquares } = this.queue.shift();
+  /**
+   * The oldest chunk has been played (its last sample is output sample `i` of this quantum): count it, and
+   * acknowledge now and then. The ack names instants too: for each chunk played since the previous ack, where
+   * it starts and ends among the connection's output samples and the context times it started and finished
+   * playing (`heard`), so that the socket's Worker can say where the microphone stream stood at each (the
+   * server's live echo watch lines up what the caller heard with their microphone from them).
+   */
+  finishHead(i) {
+    const { samples, sumSquares, end, startedAt } = this.queue.shift();
+    if (end !== undefined && startedAt !== undefined && this.heard.length < 64) {
+      this.heard.push([startedAt, end - samples.length], [currentTime + (i + 1) / sampleRate, end]);
+    }
     this.head -= samples.length;
     this.queued -= samples.length;
     const s = this.stats;
@@ -242,7 +254,8 @@ class ParleyPlayerProcessor extends AudioWorkletProcessor {
     s.recentPlayedRms = Math.sqrt(sumSquares / samples.length);
     if (s.playedMs - this.lastAckMs >= ACK_EVERY_MS) {
       this.lastAckMs = s.playedMs;
-      (this.transport ?? this.port).postMessage({ ack: s.playedMs });
+      (this.transport ?? this.port).postMessage({ ack: s.playedMs, heard: this.heard });
+      this.heard = [];
     }
   }
 

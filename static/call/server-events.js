@@ -77,7 +77,10 @@ const HANDLERS = {
   // Whether the server keeps up, in words (the counters alone say it only to someone who reads them).
   "session.status"(call, e) {
     hooks.serverStatus = { level: e.level, code: e.code, message: e.message };
-    call.ui.setServerStatus(e.level === "warning" ? e.message : "");
+    // Two kinds share the line: the server keeping up (server_*) and the caller's echo (echo_*).
+    const kind = String(e.code ?? "").startsWith("echo_") ? "echo" : "server";
+    hooks.statusLines[kind] = e.level === "warning" ? e.message : "";
+    call.ui.setServerStatus(hooks.statusLines);
   },
   "session.paused"(call) {
     call.player?.flush();

@@ -18,6 +18,9 @@ let player = null; // MessagePort to the player worklet
 let uplink = false; // the page's state is live: microphone pieces go out
 let downlink = false; // live or prefilling: the agent's audio is played
 let received = 0; // output samples received on this connection (the server's heard_output_samples counts the same)
+let micSent = 0; // microphone samples sent on this connection
+let micSentTime = null; // the context time of the last sent sample
+const MIC_RATE = 24000; // the mic worklet's pieces (mic-worklet.js OUTPUT_RATE)
 
 const post = (message) => self.postMessage(message);
 
@@ -101,12 +104,22 @@ function onMicPiece({ frame, rms, time }) {
   // Only a live session takes audio: queued or prefilling sessions would answer session_not_ready,
   // and a paused slot is frozen, not fed.
   const sent = uplink && socket?.readyState === WebSocket.OPEN;
-  if (sent) socket.send(encodeAudioFrame(frame));
+  if (sent) {
+    socket.send(encodeAudioFrame(frame));
+    micSent += frame.length;
+    micSentTime = time;
+  }
   post({ type: "mic", rms, time, samples: frame.length, sent, sentAt: performance.timeOrigin + performance.now() });
 }
 
-function onPlayerMessage({ ack }) {
-  if (ack !== undefined && socket?.readyState === WebSocket.OPEN) {
-    socket.send(JSON.stringify({ type: "playback.ack", played_ms: ack }));
+function onPlayerMessage({ ack, heard }) {
+  if (ack === undefined || socket?.readyState !== WebSocket.OPEN) return;
+  const event = { type: "playback.ack", played_ms: ack };
+  if (micSentTime !== null && heard?.length) {
+    // Where the microphone stream stood at each instant the player names: the pieces are contiguous in
+    // time, so counted from the latest one sent (the next is still filling), at the wire rate.
+    const at = (time) => Math.max(0, micSent + Math.round((time - micSentTime) * MIC_RATE));
+    event.heard = heard.map(([time, output]) => [at(time), output]);
   }
+  socket.send(JSON.stringify(event));
 }

@@ -331,11 +331,15 @@ export class CallUi {
     $("units-last").textContent = `unit ${unit.unit}: ${unit.kind}${unit.endOfTurn ? " (end of turn)" : ""}`;
   }
 
-  /** The line that says the server is behind ("" hides it: it has caught up, or the call ended). */
+  /**
+   * The line that says the server is behind, or that the agent hears itself ("" hides it: it has caught up,
+   * or the call ended). `message` is one string, or the warnings by kind ({server, echo}).
+   */
   setServerStatus(message) {
     const line = $("server-status");
-    line.textContent = message;
-    line.hidden = !message;
+    const text = typeof message === "string" ? message : Object.values(message).filter(Boolean).join(" ");
+    line.textContent = text;
+    line.hidden = !text;
   }
 
   notice(message, level = "info") {

@@ -17,6 +17,12 @@ function apply(row, info) {
   bar.hidden = info.status !== "processing";
   bar.value = info.progress;
   bar.title = `${Math.round(info.progress * 100)} %`;
+  if (info.echo_flagged && !row.querySelector(".echo-flag")) {
+    const flag = document.createElement("span");
+    flag.className = "echo-flag";
+    flag.textContent = "the agent could hear itself";
+    badge.after(flag);
+  }
   let reason = row.querySelector(".reason");
   if (info.reason) {
     if (!reason) {

@@ -2,6 +2,8 @@
 // caller and an agent path, each with its own mute), a waveform per track with a playhead, the
 // transcript aligned in time, heard-vs-generated and the tick chart. window.review holds test hooks.
 
+import { drawTurnStrip } from "./turn-strip.js";
+
 const root = document.getElementById("review");
 const STATUS_POLL_MS = 500;
 const UNFINISHED = new Set(["recording", "processing"]);
@@ -17,6 +19,8 @@ const hooks = {
   transcriptLines: 0,
   currentLine: -1,
   seeks: 0,
+  stages: [], // every post-processing step the page saw running, in order (with repeats)
+  strip: null, // what the turn-taking strip drew: {segments, overlaps, interruptions, responses}
   errors: [],
 };
 window.review = hooks;
@@ -46,7 +50,10 @@ async function watchProgress() {
       badge.dataset.statusLabel = info.status;
       bar.hidden = info.status !== "processing";
       bar.value = info.progress;
-      label.textContent = info.status === "processing" ? `${Math.round(info.progress * 100)} %` : "";
+      // Which step runs now (rendering, transcribing the caller, measuring...), and how far it has come.
+      label.textContent = info.status === "processing" ? `${info.stage || "processing"}: ${Math.round(info.progress * 100)} %` : "";
+      label.dataset.stage = info.stage ?? "";
+      if (info.stage) hooks.stages.push(info.stage);
       if (!UNFINISHED.has(info.status)) {
         window.location.reload(); // the page renders the player once the files exist
         return;
@@ -362,6 +369,9 @@ async function main() {
     timeline: document.getElementById("timeline"),
     ticks: document.getElementById("ticks"),
   };
+  const measures = document.getElementById("turn-taking-data"); // absent when the call was not measured
+  const turnTaking = measures ? JSON.parse(measures.textContent) : null;
+  if (turnTaking?.segments) canvases.strip = document.getElementById("turn-strip");
   let images = {};
   const redraw = () => {
     images = {
@@ -370,6 +380,11 @@ async function main() {
       timeline: drawTimeline(canvases.timeline, timeline, duration),
       ticks: drawTicks(canvases.ticks, timeline, duration),
     };
+    if (canvases.strip) {
+      const strip = drawTurnStrip(canvases.strip, turnTaking, duration);
+      images.strip = strip.image;
+      hooks.strip = strip.counts;
+    }
   };
   redraw();
   window.addEventListener("resize", redraw);

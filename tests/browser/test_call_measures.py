@@ -63,6 +63,20 @@ def test_the_review_shows_both_speakers_and_the_measures_and_search_finds_a_call
     expect(page.locator("#turn-taking")).to_be_visible()
     expect(page.locator("#tt-latency")).to_contain_text("Response latency")
     expect(page.locator("#tt-echo")).to_be_visible()
+    # The strip on the timeline: who spoke when, overlaps, interruptions and response latencies marked. The
+    # echo engine answers every sound 240 ms later, so both lanes hold speech and they overlap.
+    expect(page.locator("#turn-strip")).to_be_visible()
+    strip = page.evaluate("() => window.review.strip")
+    measures = Recording.objects.get(session_id=session_id).turn_taking
+    assert strip == {
+        "segments": len(measures["segments"]),
+        "overlaps": len(measures["overlaps"]),
+        "interruptions": len(measures["interruptions"]),
+        "responses": len(measures["responses"]),
+    }
+    assert {s[0] for s in measures["segments"]} == {"caller", "agent"} and strip["overlaps"] > 0
+    label = page.locator("#turn-strip").get_attribute("aria-label")
+    assert f"{strip['overlaps']} overlaps" in label and f"{strip['responses']} response latencies" in label
 
     word = max(caller_words, key=len)
     page.goto(f"{url}/recordings/?q={word}")

@@ -25,7 +25,7 @@ def violations(page: Page) -> list[str]:
 
 def test_call_and_operations_pages_run_under_the_csp_without_violations(channels_live_server, browser, make_user):
     url = channels_live_server.url
-    make_user("talker")
+    talker = make_user("talker")
     make_user("admin1", staff=True, perms=("end_session",))
     caller, staff = browser.new_context(), browser.new_context()
     for context in (caller, staff):
@@ -46,7 +46,19 @@ def test_call_and_operations_pages_run_under_the_csp_without_violations(channels
     ops.goto(f"{url}/ops/")
     expect(ops.locator(".slot[data-state=live]").first).to_be_attached(timeout=10_000)
     ops.wait_for_timeout(1500)  # at least one poll of the workers fragment (swapped in by ops.js)
+    from django.utils import timezone
 
-    assert violations(call) == [] and violations(ops) == []
+    from webapp.recordings.models import Recording
+
+    Recording.objects.create(  # one measured call, so that the dashboard draws its charts
+        user=talker, session_id="sess_csp_measured", engine="echo", started_at=timezone.now(), duration_s=30.0,
+        turn_taking={"response_latency_mean_s": 0.3, "overlaps": []}, echo_leak={"flagged": False},
+    )  # fmt: skip
+    measures = staff.new_page()  # the call-measures dashboard: inline SVG charts, drawn on the server
+    measures.goto(f"{url}/ops/measures/")
+    expect(measures.locator("#measures")).to_be_visible()
+    expect(measures.locator("svg#chart-latency_s polyline")).to_have_count(1)
+
+    assert violations(call) == [] and violations(ops) == [] and violations(measures) == []
     caller.close()
     staff.close()

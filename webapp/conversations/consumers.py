@@ -52,6 +52,7 @@ from webapp.conversations.account_watch import watch_account
 from webapp.conversations.close_codes import CLOSE_CODE_BY_REASON, CONNECT_CLOSE_CODES, CloseCode
 from webapp.conversations.connect_query import requested_mode, requested_model
 from webapp.conversations.dispatch_loop import dispatch_until_stopped
+from webapp.conversations.echo_health import EchoHealth
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
 from webapp.conversations.server_health import ServerHealth
 from webapp.conversations.turn_events import TurnEvents
@@ -89,6 +90,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.events = RealtimeEvents(self.view)
         self.turn_events = TurnEvents(self.events)
         self.health = ServerHealth()  # turns the metrics into "the server is behind" in words
+        self.echo_health = EchoHealth()  # and the live echo windows into "use headphones"
         self.user = self.scope.get("user")
         self.revocation_groups: list[str] = []
         await self.accept()
@@ -226,7 +228,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             case p.SessionResume():
                 await handle.resume()
             case p.PlaybackAck():
-                await handle.playback_ack(event.played_ms)
+                await handle.playback_ack(event.played_ms, event.heard)
             case p.SessionClose():
                 await handle.close("client_close")
 
@@ -336,10 +338,11 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                 await self._emit(events.text(event))
             case Metrics():
                 outgoing = [events.event("session.metrics", metrics=dict(event.values))]
-                if (status := self.health.update(event.values)) is not None:
-                    outgoing.append(
-                        events.event("session.status", level=status.level, code=status.code, message=status.message)
-                    )
+                for health in (self.health, self.echo_health):
+                    if (status := health.update(event.values)) is not None:
+                        outgoing.append(
+                            events.event("session.status", level=status.level, code=status.code, message=status.message)
+                        )
                 await self._emit(outgoing)
             case Decision():
                 await self._emit(

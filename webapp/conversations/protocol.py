@@ -17,7 +17,16 @@ import binascii
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    TypeAdapter,
+    ValidationError,
+)
 
 AUDIO_FRAME_KIND = 0x01  # binary frames: byte 0 = kind, rest = payload (both directions)
 
@@ -28,6 +37,8 @@ MAX_EVENT_ID_CHARS = 200
 MAX_NAME_CHARS = 200  # a voice name or a format type; voices are named in at most 100 characters
 MAX_INSTRUCTIONS_CHARS = 20_000
 MAX_ID = 2**63 - 1  # the largest primary key a database column (bigint) holds
+Position = Annotated[NonNegativeInt, Field(le=MAX_ID)]  # a sample count on one connection
+MAX_HEARD_PAIRS = 64  # a playback ack's instants: two a chunk played since the previous ack, acks ~0.5 s apart
 # Longer integer literals are refused while parsing: Python converts at most 4300 digits, and no field
 # takes more than MAX_ID (19 digits) anyway.
 MAX_INTEGER_DIGITS = 100
@@ -211,6 +222,11 @@ class SessionResume(_Event):
 class PlaybackAck(_Event):
     type: Literal["playback.ack"]
     played_ms: float = Field(ge=0, allow_inf_nan=False)
+    # Extension: instants since the previous ack, each as [input_samples, output_samples]: where the page's
+    # microphone stream (samples sent on this connection, at its input rate) and the agent's audio it played
+    # (output samples received on this connection) stood at that instant. The live echo warning lines the two
+    # tracks up with them (docs/protocol.md).
+    heard: list[tuple[Position, Position]] = Field(default_factory=list, max_length=MAX_HEARD_PAIRS)
 
 
 class SessionClose(_Event):

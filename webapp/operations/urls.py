@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.operations import console_views, metrics, views
+from webapp.operations import console_views, measures_views, metrics, views
 
 app_name = "operations"
 
@@ -15,4 +15,5 @@ urlpatterns = [
     path("console/admission/", console_views.admission, name="console-admission"),
     path("console/voices/<str:voice_id>/disable/", console_views.disable_voice, name="console-disable-voice"),
     path("metrics", metrics.metrics, name="metrics"),
+    path("measures/", measures_views.measures_page, name="measures"),
 ]

@@ -36,6 +36,7 @@ class Recording(models.Model):
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.RECORDING)
     status_reason = models.TextField(blank=True)
     progress = models.FloatField(default=0.0)  # post-processing, 0..1
+    stage = models.CharField(max_length=40, blank=True)  # the post-processing step running now, in words; "" when none
     close_reason = models.CharField(max_length=30, blank=True)
     attempts = models.PositiveIntegerField(default=0)  # post-processing runs that failed on storage
     raw_bytes = models.BigIntegerField(default=0)

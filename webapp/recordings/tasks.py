@@ -21,7 +21,7 @@ from inference import api
 from inference.contracts import ParleyError
 from webapp.recordings import storage
 from webapp.recordings.caller_transcript import with_caller_lines
-from webapp.recordings.echo_leak import measure_echo
+from webapp.recordings.echo_leak import echo_of_call
 from webapp.recordings.models import Recording
 from webapp.recordings.render import Rendered, render, stereo_tracks
 from webapp.recordings.turn_taking import measure
@@ -34,6 +34,7 @@ EAGER_BACKOFF_S = 0.1  # embedded default (eager, inline): 0.1, 0.2, 0.4, 0.8 s
 END_WAIT_S = 5.0  # the writer thread writes end.json a moment after the session closed
 STUCK_PROCESSING = timedelta(minutes=15)  # a worker that died mid-task left the row like this
 Status = Recording.Status
+STAGES = {"turn_taking": "measuring turn-taking", "echo_leak": "measuring the echo"}  # the analyses, in words
 
 
 @shared_task(bind=True, acks_late=True)
@@ -54,12 +55,13 @@ def process_recording(self, recording_id: int, attempt: int = 0) -> str:
     if state == "open":
         Recording.objects.filter(pk=recording.pk).update(status=Status.RECORDING)
         return "still recording"  # the sweep picks it up once the service ends it
-    _update(recording, status=Status.PROCESSING, progress=0.02, status_reason="")
+    _update(recording, status=Status.PROCESSING, progress=0.02, status_reason="", stage="reading the raw recording")
     try:
         raw = api.read_recording(recording.session_id)
     except ParleyError as exc:
         return _finish(recording, Status.FAILED, without_paths(exc.message))
     _copy_meta(recording, raw)
+    _update(recording, stage="rendering the audio")
     try:
         rendered = render(raw, progress=lambda f: _update(recording, progress=round(0.05 + 0.55 * f, 3)))
     except Exception as exc:  # noqa: BLE001 - bad data must end as failed, never as a stuck row
@@ -67,6 +69,7 @@ def process_recording(self, recording_id: int, attempt: int = 0) -> str:
         return _finish(recording, Status.FAILED, f"could not render the recording: {_describe(exc)}")
     rendered = _with_caller_transcript(recording, raw, rendered)
     try:
+        _update(recording, stage="storing the files")
         _store(recording, rendered)
     except Exception as exc:  # noqa: BLE001 - any storage fault (disk full, bucket unreachable) is retried
         # The whole fault (paths included) for the operator; the reason users see names none (_describe).
@@ -144,6 +147,8 @@ def _wait_for_end(session_id: str) -> str:
 
 def _with_caller_transcript(recording: Recording, raw, rendered: Rendered) -> Rendered:
     """The caller's words merged into the transcript; a transcriber fault leaves the agent's side alone."""
+    if settings.PARLEY_TRANSCRIBER != "off":
+        _update(recording, stage="transcribing the caller")
     try:
         words = api.transcribe_speech(
             raw.caller,
@@ -163,10 +168,11 @@ def _measures(recording: Recording, raw) -> dict[str, dict]:
     stereo, rate = stereo_tracks(raw)
     analyses = {
         "turn_taking": lambda: measure(stereo[:, 0], stereo[:, 1], rate, events=raw.events, period_ms=raw.period_ms),
-        "echo_leak": lambda: measure_echo(stereo[:, 0], stereo[:, 1], rate),
+        "echo_leak": lambda: echo_of_call(raw.events, stereo[:, 0], stereo[:, 1], rate),
     }
     results = {}
     for field, analyse in analyses.items():
+        _update(recording, stage=STAGES[field])
         try:
             results[field] = analyse()
         except Exception as exc:  # noqa: BLE001 - analysis is extra: it must never cost the recording
@@ -216,6 +222,7 @@ def _finish(recording: Recording, status: str, reason: str, **fields) -> str:
         recording,
         status=status,
         status_reason=reason,
+        stage="",
         progress=1.0 if status != Status.FAILED else recording.progress,
         **fields,
     )

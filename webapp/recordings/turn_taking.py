@@ -113,6 +113,7 @@ def measure(
     backchannels = [seg for seg in segments if _is_backchannel(seg, segments)]
     turns = [seg for seg in segments if seg not in backchannels]
     latencies: list[float] = []
+    responses: list[dict[str, float]] = []  # where each response latency lies, for the review's strip
     caller_latencies: list[float] = []
     pauses: list[dict[str, Any]] = []
     agent_cut_in = 0
@@ -127,6 +128,7 @@ def measure(
                 pauses.append({"speaker": current.speaker, "start": _r(previous.end), "length_s": _r(gap)})
         elif current.speaker == AGENT:
             latencies.append(gap)
+            responses.append({"start": _r(previous.end), "length_s": _r(gap)})
         else:
             caller_latencies.append(gap)
     overlaps: list[dict[str, Any]] = []
@@ -159,6 +161,7 @@ def measure(
         "talk_ratio": _r(agent_s / (caller_s + agent_s)) if caller_s + agent_s else None,
         "response_latency_s": [_r(v) for v in latencies],
         "response_latency_mean_s": _mean(latencies),
+        "responses": responses,
         "caller_response_latency_s": [_r(v) for v in caller_latencies],
         "overlaps": overlaps,
         "overlap_s": _r(sum(o["length_s"] for o in overlaps)),

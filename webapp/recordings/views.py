@@ -149,4 +149,6 @@ def _status(recording: Recording) -> dict:
         "reason": recording.status_reason,
         "playable": recording.playable,
         "duration_s": recording.duration_s,
+        "echo_flagged": bool((recording.echo_leak or {}).get("flagged")),
+        "stage": recording.stage,
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from webapp.recordings.echo_leak import EchoLeakError, measure_echo
+from inference.audio.echo_leak import EchoLeakError, measure_echo
 
 RATE = 24_000
 

@@ -52,6 +52,9 @@ def test_response_latencies_are_the_silences_before_each_agent_turn(metrics):
     assert metrics["response_latency_s"] == pytest.approx([0.35, 0.6, 0.25], abs=TOLERANCE_S)
     assert metrics["response_latency_mean_s"] == pytest.approx(0.4, abs=TOLERANCE_S)
     assert metrics["caller_response_latency_s"] == pytest.approx([1.0, 0.5], abs=TOLERANCE_S)  # 7->8, 12.5->13
+    # Where each lies, for the review's strip: from the caller's stop, as long as the latency.
+    assert [r["start"] for r in metrics["responses"]] == pytest.approx([2.0, 5.0, 11.0], abs=TOLERANCE_S)
+    assert [r["length_s"] for r in metrics["responses"]] == metrics["response_latency_s"]
 
 
 def test_overlaps_say_who_cut_whom_and_for_how_long(metrics):

@@ -1,0 +1,177 @@
+"""Live echo watch: every few seconds, whether the caller's microphone picks up what their speakers play.
+
+The session hands over the caller's audio as it is pushed to the engine and the agent's audio as it is sent
+to the connection (a copy into a ring buffer each: no work per frame beyond that). The page's playback acks
+name one instant twice: where the agent's audio it had just finished playing ends among the connection's
+output samples, and where its microphone stream stood at that instant (``playback.ack``'s ``output_samples``
+and ``input_samples``, docs/protocol.md). Between acks the two positions are interpolated, which lines up
+what the caller heard with what their microphone took in, at the sample, whatever the network and the
+jitter buffer added. Each ``WINDOW_S`` window is measured with the recordings' maths
+(``inference.audio.echo_leak.find_echo``) once every ``PERIOD_S``: the session's once-a-second housekeeping
+copies the window out, one thread of the process measures it, and the next housekeeping reports it; nothing of
+it is on the per-frame path (bench/echo_watch_cost.py measures both).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from inference.audio.echo_leak import ANALYSIS_RATE, MIN_AGENT_RMS, find_echo, to_analysis_rate
+
+WINDOW_S = 4.0  # long enough for a -30 dB echo to stand out of chance peaks (echo_leak.MIN_PEAK_SIGMAS)
+PERIOD_S = 5.0  # one window a call every 5 s: the warning comes within about 5-10 s of the leak starting
+# The agent's audio is heard up to the jitter buffer's depth (plus the network) after it was sent, and a window
+# is measured up to about 1.5 s after its last instant: 4 s of slack. Half-precision caller audio (its noise
+# floor is far below any echo worth flagging): 8 s at 24 kHz is 768 KB a session, both rings.
+KEEP_S = WINDOW_S + 4.0
+QUIET = {"flagged": False, "leak_db": None, "delay_ms": None, "correlation": 0.0, "peak_sigmas": 0.0, "window_s": WINDOW_S}
+MAX_ACKS = 256  # at least a window and a half of instants, two a chunk where playback stopped between chunks
+
+
+class _Ring:
+    """The latest ``capacity`` samples of a stream, addressed by absolute position."""
+
+    def __init__(self, capacity: int, dtype: Any):
+        self.buffer = np.zeros(capacity, dtype)
+        self.end = 0  # absolute position after the newest sample
+
+    def append(self, samples: np.ndarray) -> None:
+        n, capacity = len(samples), len(self.buffer)
+        if n >= capacity:
+            self.buffer[:] = samples[-capacity:]
+            self.buffer = np.roll(self.buffer, self.end + n)  # keep position p at index p % capacity
+        else:
+            start = self.end % capacity
+            first = min(n, capacity - start)
+            self.buffer[start : start + first] = samples[:first]
+            self.buffer[: n - first] = samples[first:]
+        self.end += n
+
+    def read(self, start: int, stop: int) -> np.ndarray | None:
+        """Samples ``start:stop``, or None when part of them is not held (too old, or not there yet)."""
+        capacity = len(self.buffer)
+        if start < max(0, self.end - capacity) or stop > self.end or stop <= start:
+            return None
+        first, last = start % capacity, (stop - 1) % capacity + 1
+        if first < last:
+            return self.buffer[first:last].copy()
+        return np.concatenate((self.buffer[first:], self.buffer[:last]))
+
+
+class EchoWatch:
+    """One session's echo measurement over its current connection.
+
+    Args:
+        input_rate: the engine's input rate (the caller's audio as pushed).
+        output_rate: the engine's output rate (the agent's audio as sent).
+    """
+
+    def __init__(self, input_rate: int, output_rate: int):
+        self.input_rate, self.output_rate = input_rate, output_rate
+        self.cost_s = 0.0  # time spent measuring, for the bench (bench/echo_watch_cost.py)
+        self.windows = 0
+        self.attached()
+
+    def attached(self) -> None:
+        """A new connection: its positions (and the page's acks) count from zero."""
+        self._caller = _Ring(int(KEEP_S * self.input_rate), np.float16)
+        self._agent = _Ring(int(KEEP_S * self.output_rate), np.int16)
+        self._acks: list[tuple[float, float]] = []  # (caller position, agent position), engine rates
+        self._measured_until = 0.0
+        self._next_at = time.monotonic() + PERIOD_S
+        self._pending: Future | None = None  # a window being measured on the echo thread
+
+    def caller(self, samples: np.ndarray) -> None:
+        self._caller.append(samples)
+
+    def agent(self, pcm16: bytes) -> None:
+        self._agent.append(np.frombuffer(pcm16, "<i2"))
+
+    def ack(self, *, input_samples: int, client_rate: int, output_samples: int) -> None:
+        """The page had played the agent's audio up to ``output_samples`` when its microphone stream stood at
+        ``input_samples`` (in the client's rate)."""
+        at = input_samples * self.input_rate / client_rate
+        if self._acks and (at <= self._acks[-1][0] or output_samples < self._acks[-1][1]):
+            return  # out of order, or from before a flush the page has not caught up with: skip it
+        self._acks.append((at, float(output_samples)))
+        del self._acks[:-MAX_ACKS]
+
+    def measure_if_due(self, *, inline: bool = False) -> dict[str, Any] | None:
+        """The latest finished window's ``find_echo`` result (with ``window_s``), or None.
+
+        When a window is due and the acks cover it, its audio is copied out here and the maths runs on the
+        process's one echo thread (``inline``: here, for tests and the bench), so the event loop is held for a
+        copy, not an FFT; the result comes with a later call (the next second's housekeeping).
+        """
+        finished = None
+        if self._pending is not None and self._pending.done():
+            finished, self._pending = self._pending.result(), None
+        now = time.monotonic()
+        if self._pending is None and now >= self._next_at and len(self._acks) >= 2:
+            window = self._latest_window()
+            if window is not None:
+                self._next_at = now + PERIOD_S
+                self.windows += 1
+                if inline:
+                    return self._timed(window)
+                self._pending = _executor().submit(self._timed, window)
+        return finished
+
+    def _timed(self, window: tuple[Any, ...]) -> dict[str, Any]:
+        started = time.thread_time()
+        try:
+            return _measure(*window)
+        finally:
+            self.cost_s += time.thread_time() - started
+
+    def _latest_window(self) -> tuple[Any, ...] | None:
+        """What one window's measurement needs, copied: (mic, agent, where the agent stood at each instant, ...)."""
+        stop = int(self._acks[-1][0])
+        start = stop - int(WINDOW_S * self.input_rate)
+        if start < self._acks[0][0] or start < self._measured_until:
+            return None
+        mic = self._caller.read(start, stop)
+        if mic is None:
+            return None
+        acks = np.asarray(self._acks)
+        # The instants of the window at the analysis rate, and where the agent's audio stood at each.
+        instants = start + np.arange(int(WINDOW_S * ANALYSIS_RATE)) * (self.input_rate / ANALYSIS_RATE)
+        heard_at = np.interp(instants, acks[:, 0], acks[:, 1])
+        first, last = int(heard_at[0]), int(np.ceil(heard_at[-1])) + 1
+        agent = self._agent.read(first, last)
+        if agent is None:
+            return None
+        self._measured_until = stop
+        return mic, self.input_rate, agent, self.output_rate, heard_at - first
+
+
+def _measure(mic: np.ndarray, mic_rate: int, agent: np.ndarray, agent_rate: int, heard_at: np.ndarray) -> dict:
+    """One window: the agent's audio as heard at each analysis instant (``heard_at``: positions in ``agent``)
+    against the microphone."""
+    if np.sqrt(np.mean(np.square(agent, dtype=np.float64))) < MIN_AGENT_RMS * 32768:
+        return QUIET  # the agent was silent: it cannot have leaked, and nothing is worth computing
+    agent_8k = to_analysis_rate(agent, agent_rate)
+    heard = np.interp(heard_at * (ANALYSIS_RATE / agent_rate), np.arange(len(agent_8k)), agent_8k)
+    return find_echo(heard=heard, mic=to_analysis_rate(mic, mic_rate)) | {"window_s": WINDOW_S}
+
+
+@functools.cache
+def _executor() -> ThreadPoolExecutor:
+    """One thread for every session of the process: numpy's and scipy's FFTs and filters let go of the GIL, so
+    the windows cost CPU beside the event loop and the engine's tick, not time on either."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="echo-watch")
+
+
+def echo_fields(echo: dict[str, Any] | None) -> dict[str, float]:
+    """A window's result as ``session.metrics`` numbers (``echo_flagged`` 0/1; the leak and delay when found)."""
+    if echo is None:
+        return {}
+    fields = {"echo_flagged": float(echo["flagged"]), "echo_peak_sigmas": echo["peak_sigmas"]}
+    if echo["leak_db"] is not None:
+        fields |= {"echo_leak_db": echo["leak_db"], "echo_delay_ms": echo["delay_ms"]}
+    return fields
