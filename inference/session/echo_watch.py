@@ -25,6 +25,11 @@ from inference.audio.echo_leak import ANALYSIS_RATE, MIN_AGENT_RMS, find_echo, t
 
 WINDOW_S = 4.0  # long enough for a -30 dB echo to stand out of chance peaks (echo_leak.MIN_PEAK_SIGMAS)
 PERIOD_S = 5.0  # one window a call every 5 s: the warning comes within about 5-10 s of the leak starting
+# After 3 clean windows in a row the period doubles up to MAX_PERIOD_S; a flagged window brings it back to 5 s.
+# A window costs ~13 ms of CPU, 0.68 core at 200 calls every 5 s (bench/echo_watch_cost.py): on a web process
+# that carries the callers' frames that is most of a core. A leak that starts mid-call (headphones taken off)
+# is then found within MAX_PERIOD_S plus a window; one present from the start within the first 15 s.
+MAX_PERIOD_S = 30.0
 # The agent's audio is heard up to the jitter buffer's depth (plus the network) after it was sent, and a window
 # is measured up to about 1.5 s after its last instant: 4 s of slack. Half-precision caller audio (its noise
 # floor is far below any echo worth flagging): 8 s at 24 kHz is 768 KB a session, both rings.
@@ -85,6 +90,7 @@ class EchoWatch:
         self._measured_until = 0.0
         self._next_at = time.monotonic() + PERIOD_S
         self._pending: Future | None = None  # a window being measured on the echo thread
+        self._clean_streak = 0  # windows in a row with no echo: the period backs off after 3
 
     def caller(self, samples: np.ndarray) -> None:
         self._caller.append(samples)
@@ -110,17 +116,25 @@ class EchoWatch:
         """
         finished = None
         if self._pending is not None and self._pending.done():
-            finished, self._pending = self._pending.result(), None
+            finished, self._pending = self._counted(self._pending.result()), None
         now = time.monotonic()
         if self._pending is None and now >= self._next_at and len(self._acks) >= 2:
             window = self._latest_window()
             if window is not None:
-                self._next_at = now + PERIOD_S
+                self._next_at = now + self.period_s()
                 self.windows += 1
                 if inline:
-                    return self._timed(window)
+                    return self._counted(self._timed(window))
                 self._pending = _executor().submit(self._timed, window)
         return finished
+
+    def period_s(self) -> float:
+        """The time to the next window: ``PERIOD_S``, doubled per clean window past the third, at most 30 s."""
+        return min(PERIOD_S * 2 ** max(0, self._clean_streak - 2), MAX_PERIOD_S)
+
+    def _counted(self, result: dict[str, Any]) -> dict[str, Any]:
+        self._clean_streak = 0 if result.get("flagged") else self._clean_streak + 1
+        return result
 
     def _timed(self, window: tuple[Any, ...]) -> dict[str, Any]:
         started = time.thread_time()

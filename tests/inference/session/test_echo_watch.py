@@ -124,3 +124,17 @@ def test_the_socket_service_keeps_only_well_formed_instants():
     assert heard_pairs([[1, 2], [3, 4]]) == [(1, 2), (3, 4)]
     assert heard_pairs([[1, -2], [True, 2], ["1", 2], [1, 2, 3], 7, [5, 6]]) == [(5, 6)]
     assert heard_pairs(None) == [] and heard_pairs({"a": 1}) == []
+
+
+def test_the_period_backs_off_after_three_clean_windows_and_returns_on_an_echo():
+    from inference.session.echo_watch import MAX_PERIOD_S, PERIOD_S, EchoWatch
+
+    watch = EchoWatch(24000, 24000)
+    periods = []
+    for _ in range(6):
+        periods.append(watch.period_s())
+        watch._counted({"flagged": False})
+    assert periods == [PERIOD_S, PERIOD_S, PERIOD_S, 2 * PERIOD_S, 4 * PERIOD_S, min(8 * PERIOD_S, MAX_PERIOD_S)]
+    assert watch.period_s() == MAX_PERIOD_S
+    watch._counted({"flagged": True})  # an echo: measured every 5 s again, so echo_gone follows promptly
+    assert watch.period_s() == PERIOD_S
