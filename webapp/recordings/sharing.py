@@ -53,7 +53,7 @@ def share_check(*, user: AbstractBaseUser, recording: Recording, reviewer_name: 
         return None
     reviewer = reviewers().filter(username=reviewer_name[:150]).first()
     if reviewer is None:
-        raise ApplicationError(f"{reviewer_name[:150]!r} is not a reviewer.")
+        raise ApplicationError(f"{reviewer_name[:150]} is not a reviewer.")
     return reviewer
 
 
