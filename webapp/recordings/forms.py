@@ -34,7 +34,10 @@ class RecordingFilterForm(forms.Form):
     def __init__(self, *args, engines: list[str], everyone: bool, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["engine"].choices = [("", "any engine"), *((e, e) for e in engines)]
-        self.fields["label"].choices = [("", "any label"), *((n, n) for n in Label.objects.values_list("name", flat=True))]
+        self.fields["label"].choices = [
+            ("", "any label"),
+            *((n, n) for n in Label.objects.values_list("name", flat=True)),
+        ]
         if not everyone:
             del self.fields["mine"]  # everyone else only ever sees their own
 

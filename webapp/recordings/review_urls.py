@@ -6,8 +6,11 @@ from webapp.recordings import review_views
 
 urlpatterns = [
     path("<int:recording_id>/annotations/", review_views.annotation_add_view, name="annotation-add"),
-    path("<int:recording_id>/annotations/<int:annotation_id>/delete", review_views.annotation_delete_view,
-        name="annotation-delete"),  # fmt: skip
+    path(
+        "<int:recording_id>/annotations/<int:annotation_id>/delete",
+        review_views.annotation_delete_view,
+        name="annotation-delete",
+    ),  # fmt: skip
     path("<int:recording_id>/rating", review_views.rating_view, name="recording-rate"),
     path("<int:recording_id>/tags/", review_views.tag_add_view, name="recording-tag"),
     path("<int:recording_id>/tags/<int:tagged_id>/delete", review_views.tag_remove_view, name="recording-untag"),

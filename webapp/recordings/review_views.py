@@ -156,8 +156,14 @@ def export_status(request: HttpRequest, export_id: int) -> JsonResponse:
     job = get_object_or_404(EvaluationExport, pk=export_id, user=request.user)
     url = reverse("recording-export-file", args=[job.pk]) if job.status == EvaluationExport.Status.READY else None
     return JsonResponse(
-        {"id": job.pk, "status": job.status, "progress": job.progress, "reason": job.reason, "calls": job.calls,
-         "url": url}  # fmt: skip
+        {
+            "id": job.pk,
+            "status": job.status,
+            "progress": job.progress,
+            "reason": job.reason,
+            "calls": job.calls,
+            "url": url,
+        }  # fmt: skip
     )
 
 

@@ -245,5 +245,6 @@ def without_paths(text: str) -> str:
     """``text`` with every absolute filesystem path replaced by its last component."""
     return _ABSOLUTE_PATH.sub(lambda m: "…/" + m.group(0).rstrip("/").rsplit("/", 1)[-1], text)
 
+
 # The export task lives with the export; importing it here registers it with the worker (autodiscovery reads tasks.py).
 from webapp.recordings.export_tasks import export_evaluation_set  # noqa: E402, F401

@@ -181,4 +181,6 @@ def test_labels_tags_and_ratings_filter_and_search_the_list(client, setup, make_
     assert listed(client, q="demo") == ["sess_review2"]  # a tag
     assert listed(client, q="echo") == ["sess_review1"]  # a label's name
     assert listed(client, rated="no") == []
-    assert "Ensure this value is less than or equal to 5" in text(client.get(reverse("recording-list"), {"min_rating": "9"}))
+    assert "Ensure this value is less than or equal to 5" in text(
+        client.get(reverse("recording-list"), {"min_rating": "9"})
+    )
