@@ -29,24 +29,12 @@ import numpy as np
 import soundfile as sf
 
 from webapp.recordings.annotations import export_review
+from webapp.recordings.export_schema import FEATURES, METRIC_KEYS, arrow_schema
 from webapp.recordings.models import Recording
 from webapp.recordings.storage import recordings_storage
 
 PARQUET_NAME = "data/train-00000-of-00001.parquet"
 MANIFEST_NAME = "manifest.jsonl"
-METRIC_KEYS = (  # the turn-taking figures the review page shows, one column each
-    "response_latency_mean_s",
-    "overlap_s",
-    "caller_cut_in",
-    "agent_cut_in",
-    "interruptions_yielded",
-    "stop_latency_mean_s",
-    "agent_backchannels",
-    "caller_backchannels",
-    "caller_talk_s",
-    "agent_talk_s",
-    "talk_ratio",
-)
 
 
 class ExportError(Exception):
@@ -163,8 +151,6 @@ def _write_parquet(rows: list[dict], out: Path) -> None:
     # pyarrow is needed only here: imported late so the web process does not load it for every page.
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from webapp.recordings.export_schema import FEATURES, arrow_schema
 
     columns = {name: [] for name in arrow_schema().names}
     for row in rows:

@@ -6,9 +6,24 @@ Kept side by side so a new column is added to both at once; ``datasets`` itself 
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
-from webapp.recordings.export import METRIC_KEYS
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+METRIC_KEYS = (  # the turn-taking figures the review page shows, one column each
+    "response_latency_mean_s",
+    "overlap_s",
+    "caller_cut_in",
+    "agent_cut_in",
+    "interruptions_yielded",
+    "stop_latency_mean_s",
+    "agent_backchannels",
+    "caller_backchannels",
+    "caller_talk_s",
+    "agent_talk_s",
+    "talk_ratio",
+)
 
 
 def _value(dtype: str) -> dict:
@@ -52,13 +67,15 @@ FEATURES = {
     "echo_leak_json": _value("string"),
 }
 
-_ARROW = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
-
 
 def _arrow(feature: dict) -> pa.DataType:
+    import pyarrow as pa  # late: only an export needs it, and the web process imports this module's callers
+
     kind = feature.get("_type")
     if kind == "Value":
-        return _ARROW[feature["dtype"]]
+        return {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}[
+            feature["dtype"]
+        ]
     if kind == "Audio":
         return pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     if kind == "List":
@@ -67,4 +84,6 @@ def _arrow(feature: dict) -> pa.DataType:
 
 
 def arrow_schema() -> pa.Schema:
+    import pyarrow as pa
+
     return pa.schema([(name, _arrow(feature)) for name, feature in FEATURES.items()])

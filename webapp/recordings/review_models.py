@@ -10,7 +10,8 @@ from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import models
 
-from webapp.recordings.models import Recording
+# Rows point at "recordings.Recording" by name: models.py imports this module (to register it), not the reverse.
+RECORDING = "recordings.Recording"
 
 
 class Label(models.Model):
@@ -31,7 +32,7 @@ class Label(models.Model):
 class Annotation(models.Model):
     """A labelled span of a call's timeline (seconds on the recording's clock), with an optional note."""
 
-    recording = models.ForeignKey(Recording, on_delete=models.CASCADE, related_name="annotations")
+    recording = models.ForeignKey(RECORDING, on_delete=models.CASCADE, related_name="annotations")
     author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     label = models.ForeignKey(Label, on_delete=models.PROTECT, related_name="annotations")
     start_s = models.FloatField()
@@ -49,7 +50,7 @@ class Annotation(models.Model):
 class Rating(models.Model):
     """One reviewer's 1-5 rating of a call (a second rating by the same reviewer replaces the first)."""
 
-    recording = models.ForeignKey(Recording, on_delete=models.CASCADE, related_name="ratings")
+    recording = models.ForeignKey(RECORDING, on_delete=models.CASCADE, related_name="ratings")
     author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     stars = models.PositiveSmallIntegerField()
     updated_at = models.DateTimeField(auto_now=True)
@@ -69,7 +70,7 @@ class Tag(models.Model):
 
 
 class RecordingTag(models.Model):
-    recording = models.ForeignKey(Recording, on_delete=models.CASCADE, related_name="tagged")
+    recording = models.ForeignKey(RECORDING, on_delete=models.CASCADE, related_name="tagged")
     tag = models.ForeignKey(Tag, on_delete=models.CASCADE, related_name="tagged")
     added_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
 
@@ -81,7 +82,7 @@ class RecordingTag(models.Model):
 class RecordingShare(models.Model):
     """A recording shown to the reviewers group, or to one named reviewer (exactly one of the two)."""
 
-    recording = models.ForeignKey(Recording, on_delete=models.CASCADE, related_name="shares")
+    recording = models.ForeignKey(RECORDING, on_delete=models.CASCADE, related_name="shares")
     group = models.ForeignKey(Group, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
     reviewer = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
