@@ -41,7 +41,8 @@ def listed(client, **query) -> list[str]:
     return list(Recording.objects.filter(pk__in=pks).order_by("pk").values_list("session_id", flat=True))
 
 
-def test_the_seeded_label_set_and_reviewers_group_exist():
+def test_the_seeded_label_set_and_reviewers_group_exist(review_seed):
+    """Migration 0005's seed (which review_seed runs again: a transactional test's flush empties the tables)."""
     names = list(Label.objects.values_list("name", flat=True))
     assert names == ["talked over the caller", "missed a turn", "too slow", "wrong answer", "echo", "good"]
     assert sharing.reviewers_group().name == "reviewers"
