@@ -185,3 +185,18 @@ def test_labels_tags_and_ratings_filter_and_search_the_list(client, setup, make_
     assert "Ensure this value is less than or equal to 5" in text(
         client.get(reverse("recording-list"), {"min_rating": "9"})
     )
+
+
+def test_the_label_set_is_configured_in_the_admin_and_retired_labels_leave_the_picker(client, setup, django_user_model):
+    owner, _, recording = setup
+    admin = django_user_model.objects.create_superuser(username="root", password="x")
+    client.force_login(admin)
+    assert client.get(reverse("admin:recordings_label_changelist")).status_code == 200
+    echo = Label.objects.get(name="echo")
+    page = client.post(reverse("admin:recordings_label_add"), {"name": "barged in late", "position": 9, "active": "on"})
+    assert page.status_code == 302 and Label.objects.filter(name="barged in late").exists()
+    Label.objects.filter(pk=echo.pk).update(active=False)
+    client.force_login(owner)
+    page = text(client.get(reverse("recording-detail", args=[recording.pk])))
+    assert ">barged in late</option>" in page and ">echo</option>" not in page
+    assert "Pick a label" in text(add_span(client, recording, "echo"))
