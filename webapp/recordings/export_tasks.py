@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import logging
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 
 from celery import shared_task
@@ -80,3 +81,18 @@ def _update(job: EvaluationExport, **fields) -> None:
     for name, value in fields.items():
         setattr(job, name, value)
     EvaluationExport.objects.filter(pk=job.pk).update(**fields, updated_at=timezone.now())
+
+
+def purge_expired_exports(*, days: int) -> int:
+    """Delete exports older than the recordings' retention: a set holds the calls' audio, so it may not
+    outlive them (``purge_recordings`` calls this; 0 days keeps them, as it keeps the recordings)."""
+    if days <= 0:
+        return 0
+    old = EvaluationExport.objects.filter(created_at__lt=timezone.now() - timedelta(days=days))
+    purged = 0
+    for job in old.exclude(status__in=(Status.QUEUED, Status.RUNNING)):
+        if job.file:
+            storage.delete_all([job.file])
+        job.delete()
+        purged += 1
+    return purged

@@ -130,7 +130,7 @@ def purge_recordings() -> int:
     for recording in old.exclude(status__in=(Status.RECORDING, Status.PROCESSING)):
         recording_delete(recording)
         purged += 1
-    return purged
+    return purged + purge_expired_exports(days=days)
 
 
 def _wait_for_end(session_id: str) -> str:
@@ -247,4 +247,4 @@ def without_paths(text: str) -> str:
 
 
 # The export task lives with the export; importing it here registers it with the worker (autodiscovery reads tasks.py).
-from webapp.recordings.export_tasks import export_evaluation_set  # noqa: E402, F401
+from webapp.recordings.export_tasks import export_evaluation_set, purge_expired_exports  # noqa: E402, F401

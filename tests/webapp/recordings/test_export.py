@@ -165,3 +165,24 @@ def test_bad_export_requests_are_refused_with_a_reason(client, three_calls, tmp_
     (tmp_path / "full" / "keep.txt").write_text("mine")
     with pytest.raises(CommandError, match="not empty"):
         call_command("exportevalset", str(tmp_path / "full"), "--user", "owner")
+
+
+def test_exports_are_purged_with_the_recordings_retention(client, three_calls, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.recordings import tasks
+
+    owner, _ = three_calls
+    client.force_login(owner)
+    client.post(reverse("recording-export"), {})
+    client.post(reverse("recording-export"), {"label": "echo"})
+    old, fresh = EvaluationExport.objects.order_by("pk")
+    assert recordings_storage().exists(old.file) and recordings_storage().exists(fresh.file)
+    EvaluationExport.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=40))
+    settings.PARLEY_RECORDING_RETENTION_DAYS = 30
+    assert tasks.purge_recordings.delay().get() == 1  # the export (the calls themselves are recent)
+    assert list(EvaluationExport.objects.values_list("pk", flat=True)) == [fresh.pk]
+    assert not recordings_storage().exists(old.file) and recordings_storage().exists(fresh.file)
+    assert client.get(reverse("recording-export-file", args=[old.pk])).status_code == 404
