@@ -48,7 +48,7 @@ def fits_the_screen(page) -> None:
     assert grave_violations(page) == []
 
 
-def test_annotate_rate_tag_find_by_label_and_share_with_a_reviewer(review_server, browser, make_user):
+def test_annotate_rate_tag_find_by_label_and_share_with_a_reviewer(review_server, browser, make_user, screenshot_dir):
     url = review_server.url
     seed_review_set()
     owner = make_user("annotating-owner")
@@ -128,6 +128,8 @@ def test_annotate_rate_tag_find_by_label_and_share_with_a_reviewer(review_server
     expect(page.locator("#tags li[data-tag='latency']")).to_be_visible()
     review_ready(page)
     fits_the_screen(page)
+    if screenshot_dir:
+        page.screenshot(path=str(screenshot_dir / "phone-recording-annotated.png"), full_page=True)
     assert sorted(Annotation.objects.filter(recording=recording).values_list("label__name", flat=True)) == [
         "echo", "talked over the caller",
     ]  # fmt: skip
@@ -147,6 +149,8 @@ def test_annotate_rate_tag_find_by_label_and_share_with_a_reviewer(review_server
     page.goto(f"{url}/recordings/?q=greeting")  # the search reads notes too
     expect(page.locator(f'tr[data-recording="{recording.pk}"]')).to_have_count(1)
     fits_the_screen(page)
+    if screenshot_dir:
+        page.screenshot(path=str(screenshot_dir / "phone-recordings-found-by-note.png"), full_page=True)
 
     # Share with the named reviewer: now they see it, with the owner's spans, and can find it by label.
     page.goto(detail)
