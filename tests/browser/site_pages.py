@@ -14,7 +14,8 @@ from django.utils import timezone
 from webapp.accounts.models import Invite
 from webapp.accounts.services import apikey_create
 from webapp.personas.models import Persona, Voice
-from webapp.recordings.models import Recording
+from webapp.recordings import annotations, sharing
+from webapp.recordings.models import EvaluationExport, Label, Recording
 
 LONG_INSTRUCTIONS = "You are a patient guide for a long museum tour. " * 12
 
@@ -55,9 +56,24 @@ def seed_site(make_user, username: str = "screens_staff") -> Seeded:
         status_reason="The raw recording was missing.",
         close_reason="client_close",
     )
+    _review(user, recording)
     apikey_create(user=user, name="laptop")
     Invite.objects.create(code="invite-code-for-screens", note="a friend", created_by=user)
     return Seeded(username, persona, voice, failed, recording)
+
+
+def _review(user, recording: Recording) -> None:
+    """A labelled span, a rating, a tag, a share and an export, so the review panel and the list show each."""
+    from tests.webapp.recordings.conftest import seed_review_set
+
+    seed_review_set()  # a transactional test's flush emptied migration 0005's rows
+    label = Label.objects.get(name="talked over the caller")
+    span = annotations.SpanRequest(label.pk, 0.4, 2.2, "the agent started before the caller had finished")
+    annotations.annotation_add(recording=recording, author=user, span=span)
+    annotations.rating_set(recording=recording, author=user, stars=3)
+    annotations.tag_add(recording=recording, user=user, raw="interruptions")
+    sharing.share_create(recording=recording, by=user, reviewer=None)
+    EvaluationExport.objects.create(user=user, calls=1, status=EvaluationExport.Status.FAILED, reason="no audio")
 
 
 def site_pages(seeded: Seeded) -> list[str]:

@@ -71,3 +71,15 @@ class Recording(models.Model):
     @property
     def playable(self) -> bool:
         return self.status in self.PLAYABLE and bool(self.files)
+
+
+# The review rows live in their own module; importing them here registers them with the app.
+from webapp.recordings.review_models import (  # noqa: E402, F401
+    Annotation,
+    EvaluationExport,
+    Label,
+    Rating,
+    RecordingShare,
+    RecordingTag,
+    Tag,
+)

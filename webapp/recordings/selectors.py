@@ -11,6 +11,8 @@ from django.http import Http404
 
 from webapp.accounts.permissions import may
 from webapp.recordings.models import Recording
+from webapp.recordings.review_filters import ReviewFilters, review_filtered, review_search
+from webapp.recordings.sharing import shared_with
 
 MAX_ID = 2**63  # a BigAutoField
 
@@ -20,9 +22,10 @@ DELETE_ANY_RECORDING = "recordings.delete_recording"  # delete other users' reco
 
 
 def recordings_visible_to(user: AbstractBaseUser) -> QuerySet[Recording]:
-    """A user's own recordings; everyone's only with ``VIEW_ANY_RECORDING`` (being staff is not enough)."""
+    """A user's own recordings and those shared with them as a reviewer (``sharing``); everyone's only with
+    ``VIEW_ANY_RECORDING`` (being staff is not enough)."""
     rows = Recording.objects.select_related("user")
-    return rows if may(user, VIEW_ANY_RECORDING) else rows.filter(user=user)
+    return rows if may(user, VIEW_ANY_RECORDING) else rows.filter(Q(user=user) | shared_with(user))
 
 
 def may_see_everyones(user: AbstractBaseUser) -> bool:
@@ -55,6 +58,7 @@ class RecordingFilters:
     min_duration_s: float | None = None
     max_duration_s: float | None = None
     mine: bool = False
+    review: ReviewFilters = ReviewFilters()
 
 
 def recordings_filtered(*, user: AbstractBaseUser, filters: RecordingFilters) -> QuerySet[Recording]:
@@ -68,6 +72,7 @@ def recordings_filtered(*, user: AbstractBaseUser, filters: RecordingFilters) ->
             | Q(voice__icontains=filters.q)
             | Q(transcript_text__icontains=filters.q)
             | Q(user__username__icontains=filters.q)
+            | review_search(filters.q)
         )
     if filters.persona:
         rows = rows.filter(persona_name__icontains=filters.persona)
@@ -85,4 +90,4 @@ def recordings_filtered(*, user: AbstractBaseUser, filters: RecordingFilters) ->
         rows = rows.filter(duration_s__gte=filters.min_duration_s)
     if filters.max_duration_s is not None:
         rows = rows.filter(duration_s__lte=filters.max_duration_s)
-    return rows
+    return review_filtered(rows, filters.review)

@@ -133,7 +133,7 @@ def purge_recordings() -> int:
     for recording in old.exclude(status__in=(Status.RECORDING, Status.PROCESSING)):
         recording_delete(recording)
         purged += 1
-    return purged
+    return purged + purge_expired_exports(days=days)
 
 
 def _wait_for_end(session_id: str) -> str:
@@ -251,3 +251,7 @@ _ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])/[^\s'\"]+")
 def without_paths(text: str) -> str:
     """``text`` with every absolute filesystem path replaced by its last component."""
     return _ABSOLUTE_PATH.sub(lambda m: "…/" + m.group(0).rstrip("/").rsplit("/", 1)[-1], text)
+
+
+# The export task lives with the export; importing it here registers it with the worker (autodiscovery reads tasks.py).
+from webapp.recordings.export_tasks import export_evaluation_set, purge_expired_exports  # noqa: E402, F401

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.recordings import views
+from webapp.recordings import review_urls, views
 
 urlpatterns = [
     path("", views.recording_list, name="recording-list"),
@@ -11,4 +11,5 @@ urlpatterns = [
     path("<int:recording_id>/files/<str:kind>", views.recording_file, name="recording-file"),
     path("<int:recording_id>/download.zip", views.recording_zip, name="recording-zip"),
     path("<int:recording_id>/delete", views.recording_delete_view, name="recording-delete"),
+    *review_urls.urlpatterns,  # annotations, ratings, tags, shares, exports
 ]

@@ -18,8 +18,10 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from inference import api
+from webapp.recordings import sharing
+from webapp.recordings.annotations import review_of
 from webapp.recordings.forms import RecordingFilterForm
-from webapp.recordings.models import Recording
+from webapp.recordings.models import EvaluationExport, Recording
 from webapp.recordings.selectors import (
     may_delete,
     may_see_everyones,
@@ -47,13 +49,24 @@ def recording_list(request: HttpRequest) -> HttpResponse:
     visible = recordings_visible_to(request.user)
     engines = sorted(set(visible.order_by().values_list("engine", flat=True).distinct()))
     everyone = may_see_everyones(request.user)
-    form = RecordingFilterForm(request.GET or None, engines=engines, everyone=everyone)
+    others = everyone or sharing.is_reviewer(request.user)  # sees recordings of other users (all, or shared)
+    form = RecordingFilterForm(request.GET or None, engines=engines, everyone=others)
     _process_forgotten(visible)
     rows = recordings_filtered(user=request.user, filters=form.filters())
-    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    page = Paginator(rows.prefetch_related("tagged__tag", "annotations__label"), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
     query = request.GET.copy()
     query.pop("page", None)
-    context = {"form": form, "page": page, "query": query.urlencode(), "everyone": everyone}
+    context = {
+        "form": form,
+        "page": page,
+        "query": query.urlencode(),
+        "everyone": everyone,
+        "others": others,
+        "exports": EvaluationExport.objects.filter(user=request.user)[:5],
+        "export_query": [(key, value) for key, value in request.GET.items() if key != "page"],
+    }
     return render(request, "recordings/list.html", context)
 
 
@@ -61,7 +74,16 @@ def recording_list(request: HttpRequest) -> HttpResponse:
 def recording_detail(request: HttpRequest, recording_id: int) -> HttpResponse:
     recording = recording_get_for(user=request.user, recording_id=recording_id)
     urls = {kind: reverse("recording-file", args=[recording.pk, kind]) for kind in recording.files}
-    return render(request, "recordings/detail.html", {"recording": recording, "file_urls": urls})
+    may_share = sharing.may_share(user=request.user, recording=recording)
+    context = {
+        "recording": recording,
+        "file_urls": urls,
+        "review": review_of(recording=recording, user=request.user),
+        "may_share": may_share,
+        "shares": sharing.shares_of(recording) if may_share else [],
+        "reviewers": sharing.reviewers().exclude(pk=recording.user_id) if may_share else [],
+    }
+    return render(request, "recordings/detail.html", context)
 
 
 @login_required

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable
 
@@ -111,3 +112,15 @@ def make_recording(django_user_model):
         return recording
 
     return make
+
+
+def seed_review_set() -> None:
+    """The label set and reviewers group of migration 0005 (a transactional test's flush empties them)."""
+    from django.apps import apps
+
+    importlib.import_module("webapp.recordings.migrations.0006_seed_labels_and_reviewers").seed(apps, None)
+
+
+@pytest.fixture
+def review_seed(transactional_db) -> None:
+    seed_review_set()
