@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from inference.checkpoints.capacity import GiB, lockstep_plan, mix_population, steady_state_positions
+from inference.checkpoints.capacity import GiB, lockstep_plan
+from inference.models.moshi.fast.pages import mix_population, steady_state_positions
 from inference.models.moshi.config import LMConfig
 
 RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results" / "lockstep-h200-6a181ef.json"
@@ -60,14 +61,16 @@ def test_call_mix_sessions_against_the_h200(plan, measured):
 
 def test_steady_state_matches_the_bench_mix():
     # the bench's call mix holds 1608.5 frames of context per call in progress
-    positions = steady_state_positions(20000, 180.0)
+    positions = steady_state_positions(20000, 2250.0, 7500.0)
     held = sum(min(p, 2999) for p in positions) / len(positions)
     assert held == pytest.approx(1608.5, rel=0.005)
 
 
 def test_mix_population_grows_with_the_pool_and_stops_at_the_slots():
-    small = mix_population(1000, 2999, 180.0, limit=400)
-    large = mix_population(2000, 2999, 180.0, limit=400)
+    def population(pages: int, limit: int) -> int:
+        return mix_population(pages, 128, 2999, 2250.0, 7500.0, limit=limit)
+
+    small, large = population(1000, 400), population(2000, 400)
     assert 0 < small < large
-    assert mix_population(100000, 2999, 180.0, limit=64) == 64
-    assert mix_population(0, 2999, 180.0, limit=64) == 0
+    assert population(100000, 64) == 64
+    assert population(0, 64) == 0
