@@ -129,11 +129,15 @@ class BackendTarget:
             return 1 << 30 if count is None else count
         window = self.pages.window  # a call found in progress: the same rule, starting at its age
         live = [(s, min(self.lockstep.passes[s], window)) for s in self.live]
-        return self.pages.admissible(live, self.backend.paging.mean_call_frames, new_positions=min(new_positions, window))
+        return self.pages.admissible(
+            live, self.backend.paging.mean_call_frames, new_positions=min(new_positions, window)
+        )
 
 
 def build_backend(lm, codec, slots: int, paging: KVPaging | None) -> FastBackend:
-    backend = FastBackend(lm, codec, slots, SamplingConfig(), kv_fp8=next(lm.parameters()).device.type == "cuda", paging=paging)
+    backend = FastBackend(
+        lm, codec, slots, SamplingConfig(), kv_fp8=next(lm.parameters()).device.type == "cuda", paging=paging
+    )
     backend.warmup()
     return backend
 

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 
 from inference.engines.base import (
-    EngineCapacity,
     Engine,
     EngineCapabilities,
+    EngineCapacity,
     EngineError,
     ProgressFn,
     SlotConfig,
