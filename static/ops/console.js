@@ -171,6 +171,28 @@ function hostTotals(services) {
   return [...hosts].map(([host, h]) => `${host} ${h.held} / ${h.capacity}`).join(" · ");
 }
 
+// Checkpoints being fetched from the hub (a PARLEY_CHECKPOINT hub id), with their progress.
+function renderDownloads(downloads) {
+  const list = $("downloads");
+  list.hidden = !downloads.length;
+  list.replaceChildren(...downloads.map((d) => {
+    const li = document.createElement("li");
+    li.dataset.repo = d.repo;
+    li.dataset.state = d.state;
+    const files = d.files_total ? ` · ${d.files_done} / ${d.files_total} files` : "";
+    const size = d.bytes_total ? ` · ${bytes(d.bytes_done)} / ${bytes(d.bytes_total)}` : "";
+    li.textContent = `${d.repo}: ${d.state}${size}${files}`;
+    if (d.bytes_total) {
+      const bar = document.createElement("progress");
+      bar.max = d.bytes_total;
+      bar.value = Math.min(d.bytes_done, d.bytes_total);
+      bar.setAttribute("aria-label", `download of ${d.repo}`);
+      li.append(bar);
+    }
+    return li;
+  }));
+}
+
 function renderServices(services) {
   const seen = new Set();
   for (const s of services) {
@@ -351,6 +373,7 @@ function render() {
   admission.textContent = snapshot.admission_open ? "admitting new calls" : "new calls stopped";
   $("admission-toggle").textContent = snapshot.admission_open ? "Stop admitting" : "Resume admitting";
   renderServices(snapshot.services);
+  renderDownloads(snapshot.downloads || []);
   renderSessions(snapshot.sessions);
   renderQueue(snapshot.queue);
 }

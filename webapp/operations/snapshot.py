@@ -48,6 +48,7 @@ async def console_snapshot() -> dict[str, Any]:
         "unavailable": unavailable,
         "admission_open": admission_open,
         "services": [_service_row(service) for service in services],
+        "downloads": api.downloads(),
         "sessions": sorted(session_rows, key=lambda row: (row["service_id"], row["username"])),
         "queue": queue,
         "totals": {
