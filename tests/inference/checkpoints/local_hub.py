@@ -15,12 +15,17 @@ from urllib.parse import unquote, urlparse
 
 COMMIT = "c" * 40
 MIB = 1 << 20
+HOLD_LIMIT_S = 120
+HOLD_AFTER = 12 * MIB
 
 
 class LocalHub:
-    def __init__(self, repos: dict[str, Path], chunk_delay_s: float = 0.0):
+    def __init__(self, repos: dict[str, Path], chunk_delay_s: float = 0.0, hold: threading.Event | None = None):
         self.repos = repos
         self.chunk_delay_s = chunk_delay_s  # a pause per MiB sent: a download slow enough to watch
+        # a file body larger than HOLD_AFTER stops there until this is set (at most HOLD_LIMIT_S), so a test
+        # sees the download under way whatever the machine's speed (past huggingface_hub's 10 MiB read chunk)
+        self.hold = hold
         self.requests: list[str] = []
         hub = self
 
@@ -88,6 +93,8 @@ class LocalHub:
             handler.wfile.flush()
             if self.chunk_delay_s:
                 time.sleep(self.chunk_delay_s)
+            if self.hold is not None and start + MIB == HOLD_AFTER and len(body) > HOLD_AFTER + MIB:
+                self.hold.wait(HOLD_LIMIT_S)
 
 
 def _git_oid(data: bytes) -> str:
