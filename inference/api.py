@@ -156,6 +156,14 @@ async def services() -> list[ServiceStatus]:
     return await _deployment.services()
 
 
+def downloads() -> list[dict[str, Any]]:
+    """This process's hub downloads (a ``PARLEY_CHECKPOINT`` hub id being fetched): repo, state ("downloading",
+    "done", "failed"), bytes and files done of their totals. A service process logs its own (``hub.progress``)."""
+    from inference.checkpoints.hub import DOWNLOADS
+
+    return DOWNLOADS.snapshot()
+
+
 def status_metric_families(statuses: list[ServiceStatus]) -> Iterator[Any]:
     """Prometheus metric families of these statuses (``/ops/metrics``), as a service process exports its own."""
     from inference.cluster.exporter import status_families

@@ -223,11 +223,13 @@ class HubAccess:
         token: ``HF_TOKEN`` for gated repositories (PersonaPlex); never printed.
         offline: ``HF_HUB_OFFLINE`` set to a true value: resolve from the cache only, never the network.
         cache_dir: ``HF_HUB_CACHE`` (else ``$HF_HOME/hub``); None = huggingface_hub's default.
+        endpoint: ``HF_ENDPOINT``, a hub mirror; None = huggingface.co.
     """
 
     token: str | None = dataclasses.field(default=None, repr=False)
     offline: bool = False
     cache_dir: Path | None = None
+    endpoint: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> HubAccess:
@@ -237,4 +239,5 @@ class HubAccess:
             token=env.get("HF_TOKEN") or None,
             offline=env.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"),
             cache_dir=Path(cache) if cache else None,
+            endpoint=env.get("HF_ENDPOINT") or None,
         )

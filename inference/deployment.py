@@ -97,6 +97,10 @@ class Deployment:
             from inference.transport.client import remote_status
 
             return [await remote_status(socket_path)]
+        if embedded.warm_start_status()["state"] == "warming":
+            # the in-process service is still being built (a checkpoint fetched from the hub takes minutes):
+            # nothing to list yet, and waiting for it here would stall the console that shows the download
+            return []
         return [await embedded.on_service_loop(self._local_status)]
 
     def _local_status(self, service) -> ServiceStatus:

@@ -77,6 +77,9 @@ class ServiceStatus:
     history: tuple[tuple[float, float, float, int], ...] = ()  # (unix time, tick p50, tick p99, slots used)
     recent_tick_ms: tuple[float, ...] = ()
     capabilities: dict[str, Any] = field(default_factory=dict)  # the engine's, for pages rendered before a call
+    # What the engine admits (engines.base.EngineCapacity: slots, full_context, call_mix, mean_call_s) and
+    # admits_now: the sessions its memory and free slots take at this moment (the console's calls-held gauge).
+    capacity: dict[str, Any] = field(default_factory=dict)
     sessions: tuple[SessionStatus, ...] = field(default_factory=tuple)
 
     @property
@@ -161,8 +164,18 @@ def service_status(
         recent_tick_ms=tuple(round(v, 3) for v in stats.recent_tick_ms),
         # JSON's shapes (lists, not tuples): the same value a reader gets back from the registry.
         capabilities=json.loads(json.dumps(dataclasses.asdict(service.capabilities))),
+        capacity=_capacity(service, slots_used),
         sessions=tuple(sessions),
     )
+
+
+def _capacity(service: InferenceService, slots_used: int) -> dict[str, Any]:
+    """The engine's own capacity and how many more it admits now (the worker's count as of its last tick)."""
+    capacity = dataclasses.asdict(service.engine.capacity())
+    free = max(service.pool.num_slots - slots_used, 0)
+    memory = service.worker.admission[0]  # None: only the slots limit admission
+    capacity["admits_now"] = free if memory is None else min(free, max(memory, 0))
+    return capacity
 
 
 def _session_status(

@@ -12,11 +12,11 @@ serving dtype), the codec's per-slot streams and a reserve for CUDA graphs and w
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, field
+from typing import Protocol
 
-import numpy as np
-
-from inference.models.moshi.fast.pages import PagePool
+from inference.models.moshi.fast.pages import PagePool, mix_population
 
 GiB = 1024**3
 FRAMES_PER_S = 12.5
@@ -71,7 +71,8 @@ def lockstep_plan(lm, gpu_gib: float, *, mean_call_s: float = 180.0, kv_fp8: boo
 
     def population(slots: int) -> int:  # the slots' codec state comes out of the pool
         pool_pages = max(int((free - slots * MIMI_STATE_BYTES_PER_SLOT) // per_page), 0)
-        return mix_population(pool_pages, lm.kv_window, mean_call_s, limit=slots)
+        return mix_population(pool_pages, PAGE_FRAMES, lm.kv_window, mean_call_s * FRAMES_PER_S,
+                              CALL_CAP_S * FRAMES_PER_S, limit=slots)  # fmt: skip
 
     # the most slots that the population they leave room for still needs (with headroom): mix(slots) falls
     # as slots take pool memory, so the fixed point is found by bisection
@@ -131,47 +132,109 @@ def lm_parameters(lm) -> int:
         return sum(t.numel() for t in MoshiLM(lm).state_dict().values())
 
 
-def steady_state_positions(count: int, mean_call_s: float, cap_s: float = CALL_CAP_S) -> list[int]:
-    """Context positions of ``count`` live calls at the mix's steady state (evenly spaced quantiles).
-
-    A call of a capped exponential length is still alive at age a with probability exp(-a / mean) (a < cap),
-    so the ages of the calls in progress have that density, truncated at the cap.
-    """
-    if count <= 0:
-        return []
-    u = (np.arange(count) + 0.5) / count
-    tail = 1.0 - math.exp(-cap_s / mean_call_s)
-    ages = -mean_call_s * np.log1p(-u * tail)
-    return [int(a * FRAMES_PER_S) for a in ages]
-
-
-def mix_population(pool_pages: int, window: int, mean_call_s: float, *, limit: int) -> int:
-    """Live calls at which ``PagePool.admissible`` stops admitting, for a steady-state mix (at most ``limit``)."""
-    mean_frames = mean_call_s * FRAMES_PER_S
-
-    def admits_one_more(count: int) -> bool:
-        pages = PagePool(num_pages=pool_pages + 1, page_size=PAGE_FRAMES, window=window, num_slots=count)
-        live = []
-        for slot, position in enumerate(steady_state_positions(count, mean_call_s)):
-            pages.grow(slot, position + 1)
-            live.append((slot, position))
-        if pages.capped_slots:
-            return False
-        return pages.admissible(live, mean_frames) >= 1
-
-    if pool_pages < 1 or not admits_one_more(0):
-        return 0
-    low, high = 0, limit  # admits_one_more(low) holds; find the first count that does not
-    if admits_one_more(high):
-        return limit
-    while high - low > 1:
-        mid = (low + high) // 2
-        if admits_one_more(mid):
-            low = mid
-        else:
-            high = mid
-    return high
-
-
 def _round_up(n: int) -> int:
     return max(SLOT_ROUND, -(-n // SLOT_ROUND) * SLOT_ROUND)
+
+
+# ---- the engine's admission replayed over a call mix -----------------------------------------------------------
+# ``mix_population`` is where admission stops at the mix's steady state; what the engine *holds* swings around
+# it for minutes at a time (calls admitted young grow old together). ``replay_mix`` drives an admission target
+# -- ``PagePool`` alone here, the engine's own backend on a GPU (``bench/capacity_check.py``) -- through the
+# churn ``bench/lockstep/paged.py`` serves, with no model step: admission reads only the calls' positions.
+
+
+class CallMix:
+    """Call lengths exponential with ``mean_s``, capped at ``cap_s``; in frames (the bench's churn draws these)."""
+
+    def __init__(self, mean_s: float = 180.0, cap_s: float = CALL_CAP_S, seed: int = 0):
+        self.mean_s, self.cap_s = mean_s, cap_s
+        self.rng = random.Random(seed)
+
+    def length(self) -> int:
+        return max(1, round(min(self.rng.expovariate(1.0 / self.mean_s), self.cap_s) * FRAMES_PER_S))
+
+    def in_progress(self) -> tuple[int, int]:
+        """(age, frames left) of a call found in progress at a random moment: its length is drawn in proportion
+        to the length (a long call is more likely to be under way), its age uniformly within it."""
+        cap = round(self.cap_s * FRAMES_PER_S)
+        while True:
+            length = self.length()
+            if self.rng.random() < length / cap:
+                age = self.rng.randrange(length)
+                return age, length - age
+
+    def mean_context_frames(self, window: int, samples: int = 200_000) -> float:
+        """Expected KV positions a session in progress holds (``min(age, window)``), by sampling."""
+        return sum(min(self.in_progress()[0], window) for _ in range(samples)) / samples
+
+
+class AdmissionTarget(Protocol):
+    """What ``replay_mix`` drives: slots opened at an age, advanced a pass at a time, closed, and asked how many
+    more calls (starting at ``new_positions``) the KV memory admits."""
+
+    def open(self, slot: int, age: int) -> None: ...
+    def advance(self, slots: list[int]) -> None: ...
+    def close(self, slot: int) -> None: ...
+    def admissible(self, new_positions: int) -> int: ...
+
+
+@dataclass
+class PoolTarget:
+    """A bare ``PagePool``: the engine's admission bookkeeping without the device (``FastBackend`` does the same
+    ``grow`` / ``release`` / ``admissible`` calls on its pool)."""
+
+    pages: PagePool
+    mean_call_frames: float
+    passes: dict[int, int] = field(default_factory=dict)
+
+    def open(self, slot: int, age: int) -> None:
+        self.pages.grow(slot, 1)
+        self.passes[slot] = age
+        if age:
+            self.pages.grow(slot, min(age, self.pages.window))
+
+    def advance(self, slots: list[int]) -> None:
+        for slot in slots:
+            self.pages.grow(slot, self.passes[slot] + 1)
+            self.passes[slot] += 1
+
+    def close(self, slot: int) -> None:
+        self.pages.release(slot)
+        del self.passes[slot]
+
+    def admissible(self, new_positions: int) -> int:
+        window = self.pages.window
+        live = [(s, min(p, window)) for s, p in self.passes.items()]
+        return self.pages.admissible(live, self.mean_call_frames, new_positions=min(new_positions, window))
+
+
+def replay_mix(target: AdmissionTarget, mix: CallMix, slots: int, ticks: int, warm: int = 80) -> dict[str, float]:
+    """Callers always waiting, admitted by ``target``'s memory, each staying for a ``mix`` call length, from the
+    mix's steady state (as bench/lockstep/paged.py's churn, in the same order of draws): the calls held per tick
+    after ``warm`` ticks (min, mean, max)."""
+    free = list(range(slots - 1, -1, -1))
+    left: dict[int, int] = {}
+    while free:  # the steady state: calls in progress, admitted as long as admission takes them
+        age, frames_left = mix.in_progress()
+        if target.admissible(age) < 1:
+            break
+        slot = free.pop()
+        target.open(slot, age)
+        left[slot] = frames_left
+    initial, held = len(left), []
+    for tick in range(warm + ticks):
+        for slot in [s for s, n in left.items() if n <= 0]:
+            target.close(slot)
+            del left[slot]
+            free.append(slot)
+        for _ in range(min(target.admissible(0), len(free))):
+            slot = free.pop()
+            target.open(slot, 0)
+            left[slot] = mix.length()
+        target.advance(list(left))
+        for slot in left:
+            left[slot] -= 1
+        if tick >= warm:
+            held.append(len(left))
+    return {"initial": initial, "min": min(held), "mean": round(sum(held) / len(held), 1), "max": max(held),
+            "ticks": ticks}  # fmt: skip

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
+import time
 from pathlib import Path
 
 from inference.config import HubAccess
@@ -101,19 +103,32 @@ def required_files(folder: Path) -> list[str]:
 
 
 def _snapshot(repo: str, revision: str | None, patterns: list[str], access: HubAccess, *, required: bool) -> Path:
+    logger.info("hub.fetch", extra={"repo": repo, "revision": revision or "main", "files": patterns,
+                                    "offline": access.offline})  # fmt: skip
+    if not access.offline:
+        DOWNLOADS.begin(repo)
+    try:
+        path = _fetch(repo, revision, patterns, access)
+    except HubError:
+        DOWNLOADS.end(repo, "failed")
+        raise
+    DOWNLOADS.end(repo, "done")
+    return Path(path)
+
+
+def _fetch(repo: str, revision: str | None, patterns: list[str], access: HubAccess) -> str:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-    logger.info("hub.fetch", extra={"repo": repo, "revision": revision or "main", "files": patterns,
-                                    "offline": access.offline})  # fmt: skip
     try:
-        path = snapshot_download(
+        return snapshot_download(
             repo,
             revision=revision,
             allow_patterns=patterns,
             token=access.token,
             cache_dir=str(access.cache_dir) if access.cache_dir else None,
             local_files_only=access.offline,
+            endpoint=access.endpoint,
             tqdm_class=_progress_class(repo),
         )
     except GatedRepoError as exc:
@@ -126,25 +141,71 @@ def _snapshot(repo: str, revision: str | None, patterns: list[str], access: HubA
                        f"and {how}") from None  # fmt: skip
     except (HfHubHTTPError, OSError, ValueError) as exc:
         raise HubError(f"{repo}@{revision or 'main'}: {exc}") from None
-    return Path(path)
+
+
+class Downloads:
+    """The hub downloads of this process, as the log and the console show them: per repository, bytes and files
+    done of their totals, and whether it is still going. huggingface_hub's progress bars feed it (``_progress_class``);
+    ``inference.api.downloads()`` hands it to the console."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._repos: dict[str, dict] = {}
+
+    def begin(self, repo: str) -> None:
+        with self._lock:
+            self._repos[repo] = {"repo": repo, "state": "downloading", "bytes_done": 0, "bytes_total": 0,
+                                 "files_done": 0, "files_total": 0, "at": time.time()}  # fmt: skip
+
+    def note(self, repo: str, **counts: int) -> None:
+        with self._lock:
+            entry = self._repos.get(repo)
+            if entry is not None:
+                for key, value in counts.items():  # several byte bars feed one count: the furthest along wins
+                    entry[key] = max(entry[key], int(value))
+                entry["at"] = time.time()
+
+    def end(self, repo: str, state: str) -> None:
+        with self._lock:
+            if repo in self._repos:
+                self._repos[repo].update(state=state, at=time.time())
+
+    def snapshot(self) -> list[dict]:
+        with self._lock:
+            return [dict(entry) for entry in self._repos.values()]
+
+
+DOWNLOADS = Downloads()
 
 
 def _progress_class(repo: str):
-    """A tqdm that also logs the download's progress (every tenth), so a headless service shows it."""
+    """A tqdm that also logs the download's progress (every tenth of a bar) and feeds ``DOWNLOADS``, so a
+    headless service shows it in its log and the console beside the services."""
     from huggingface_hub.utils import tqdm
 
     class LoggedProgress(tqdm):
+        # A bar huggingface_hub disables (no terminal, progress bars off) neither counts nor keeps its unit, so
+        # the counts are kept here; snapshot_download grows a bytes bar's ``total`` as each file's size is known.
         def __init__(self, *args, **kwargs):
+            self.in_bytes = kwargs.get("unit") == "B"
+            self.done = int(kwargs.get("initial") or 0)
             super().__init__(*args, **kwargs)
             self._logged = -1
 
         def update(self, n=1):
             out = super().update(n)
-            if self.total:
-                tenth = int(10 * self.n / self.total)
+            self.done += int(n or 0)
+            total = int(getattr(self, "total", 0) or 0)
+            if self.in_bytes:
+                DOWNLOADS.note(repo, bytes_done=self.done, bytes_total=total)
+            else:  # the files bar of snapshot_download
+                DOWNLOADS.note(repo, files_done=self.done, files_total=total)
+            if total:
+                tenth = int(10 * self.done / total)
                 if tenth != self._logged:
                     self._logged = tenth
-                    logger.info("hub.progress", extra={"repo": repo, "done": int(self.n), "total": int(self.total)})
+                    logger.info("hub.progress", extra={"repo": repo, "unit": "bytes" if self.in_bytes else "files",
+                                                       "done": self.done, "total": total})  # fmt: skip
             return out
 
     return LoggedProgress

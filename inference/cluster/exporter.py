@@ -27,6 +27,9 @@ def status_families(statuses: Iterable[ServiceStatus]) -> Iterator[Metric]:
     sessions = GaugeMetricFamily("parley_sessions", "Sessions by state.", labels=["service", "state"])
     slots_used = GaugeMetricFamily("parley_slots_used", "Engine slots held by sessions.", labels=["service"])
     slots_total = GaugeMetricFamily("parley_slots_total", "Engine slots.", labels=["service"])
+    capacity = GaugeMetricFamily(
+        "parley_capacity_sessions", "Sessions the engine admits (at the call mix it plans for).", labels=["service"]
+    )
     queue = GaugeMetricFamily("parley_queue_length", "Sessions waiting for a slot.", labels=["service"])
     wait = GaugeMetricFamily(
         "parley_queue_wait_estimate_seconds", "Estimated wait of the last queued session.", labels=["service"]
@@ -44,6 +47,7 @@ def status_families(statuses: Iterable[ServiceStatus]) -> Iterator[Metric]:
             sessions.add_metric([sid, name], counts.get(name, 0))
         slots_used.add_metric([sid], status.slots_used)
         slots_total.add_metric([sid], status.slots_total)
+        capacity.add_metric([sid], status.capacity.get("call_mix", status.slots_total))
         queue.add_metric([sid], status.queue_length)
         waits = [s.estimated_wait_s for s in status.sessions if s.estimated_wait_s is not None]
         wait.add_metric([sid], max(waits, default=0.0))
@@ -57,7 +61,7 @@ def status_families(statuses: Iterable[ServiceStatus]) -> Iterator[Metric]:
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound / 1000.0), cumulative))
             ticks.add_metric([sid], buckets, sum_value=status.tick_sum_ms / 1000.0)
         late.add_metric([sid], status.late_ticks)
-    yield from (sessions, slots_used, slots_total, queue, wait, state, dropped, ticks, late)
+    yield from (sessions, slots_used, slots_total, capacity, queue, wait, state, dropped, ticks, late)
 
 
 class StatusCollector(Collector):

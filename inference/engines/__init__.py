@@ -7,10 +7,14 @@ web tier's imports of ``inference.contracts``) stay light.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-from inference.config import InferenceConfig
 from inference.engines.base import Engine
 from inference.errors import EngineNotAvailable
+
+if TYPE_CHECKING:  # a type only: the engines' own modules load without the service's settings (pydantic),
+    # so a GPU bench needs no more than torch, transformers and safetensors
+    from inference.config import InferenceConfig
 
 # engine name -> (module, class). Each class has from_config(config) -> Engine.
 ENGINES: dict[str, tuple[str, str]] = {

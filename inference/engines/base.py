@@ -79,6 +79,28 @@ class ChatRequest:
     max_tokens: int = 128  # the reply's text is cut here
 
 
+@dataclass(frozen=True)
+class EngineCapacity:
+    """Sessions the engine admits, as its memory is laid out: what the console sets the calls held against.
+
+    Attributes:
+        slots: the batch's slots (a hard ceiling).
+        full_context: sessions it admits with every one at its full context.
+        call_mix: sessions it holds at the call-length mix it plans for (paged KV); ``full_context`` when a
+            session's memory does not grow during a call.
+        mean_call_s: the mix's mean call length; None when there is no mix to plan for.
+    """
+
+    slots: int
+    full_context: int
+    call_mix: int
+    mean_call_s: float | None = None
+
+    @classmethod
+    def by_slots(cls, slots: int) -> EngineCapacity:
+        return cls(slots, slots, slots)
+
+
 class EngineError(Exception):
     """The engine could not do what was asked; the session using the slot must end (engine_failed)."""
 
@@ -139,6 +161,10 @@ class Engine(abc.ABC):
     def memory_snapshot(self) -> dict[str, float]:
         """Optional device-memory figures for the occupancy view (bytes)."""
         return {}
+
+    def capacity(self) -> EngineCapacity:
+        """Sessions this engine admits (its slots, unless its memory admits fewer at the mix it plans for)."""
+        return EngineCapacity.by_slots(self.num_slots)
 
     def admissible_sessions(self) -> int | None:
         """How many more sessions memory admits now, besides free slots; None when only slots limit it

@@ -25,6 +25,7 @@ import torch
 from inference.engines.base import (
     Engine,
     EngineCapabilities,
+    EngineCapacity,
     EngineError,
     ProgressFn,
     SlotConfig,
@@ -306,6 +307,10 @@ class LockstepEngine(Engine):
         self._slots.pop(slot, None)
         if self.backend is not None:
             self.backend.release_kv(slot)
+
+    def capacity(self) -> EngineCapacity:
+        """Sessions the backend's KV admits at full context and at the call mix (slots before warm-up)."""
+        return EngineCapacity.by_slots(self.num_slots) if self.backend is None else self.backend.capacity()
 
     def admissible_sessions(self) -> int | None:
         """How many more sessions the paged KV admits now (None: only the slot count limits it)."""

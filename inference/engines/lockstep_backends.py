@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from inference.engines.base import EngineCapacity
 from inference.models.moshi.config import LMConfig
 from inference.models.moshi.fast.step import FastLockstep
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
@@ -130,6 +131,10 @@ class LockstepBackend(abc.ABC):
     def admissible_sessions(self) -> int | None:
         """How many more sessions the KV memory admits now; None when only the slot count limits it."""
         return None
+
+    def capacity(self) -> EngineCapacity:
+        """Sessions the KV memory admits (every slot's full context, unless paged KV says fewer)."""
+        return EngineCapacity.by_slots(self.num_slots)
 
     def slot_state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         """(token ring [K, CT], provided mask [K, CT], model passes since reset) of ``slot``, on the host."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from inference.engines.base import EngineCapacity
 from inference.engines.lockstep_backends import (
     LockstepBackend,
     StepResult,
@@ -23,12 +24,16 @@ from inference.engines.lockstep_backends import (
     save_codec_rows,
 )
 from inference.models.moshi.fast.kv import SlotKV
+from inference.models.moshi.fast.pages import mix_population
 from inference.models.moshi.fast.step import FastLockstep
 from inference.models.moshi.gen import SamplingConfig
 from inference.models.moshi.lm import MoshiLM
 from inference.models.moshi.mimi import MimiCodec
 
 logger = logging.getLogger(__name__)
+FRAME_S = 0.08
+# the longest call admission's mix assumes: 10 minutes (the mix bench/lockstep serves: exponential, capped there)
+CALL_CAP_FRAMES = 7500
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class FastBackend(LockstepBackend):
         self.mimi = GraphedMimi(codec, num_slots, personaplex=lm.config.personaplex)
         self.tuning: dict[int, dict] = {}
         self.fused_gemv = False
+        self._capacity: EngineCapacity | None = None  # the pool never changes size: computed once
 
     def warmup(self) -> None:
         from inference.models.moshi.fast.tuning import check_fused_gemv, tune_attention
@@ -143,6 +149,21 @@ class FastBackend(LockstepBackend):
 
     def release_kv(self, slot: int) -> None:
         self.lockstep.kv.release(slot)
+
+    def capacity(self) -> EngineCapacity:
+        """What the page pool admits: full windows it holds, and the population ``PagePool.admissible`` holds at
+        the planned call mix (``mix_population``, the arithmetic ``python -m inference doctor`` estimates with)."""
+        if self._capacity is None:
+            pages = self.lockstep.kv.pages
+            full = min(self.num_slots, pages.usable_pages // pages.pages_per_slot)
+            if full >= self.num_slots:  # every slot's full window fits: the slots are the limit
+                self._capacity = EngineCapacity.by_slots(self.num_slots)
+            else:
+                mean = self.paging.mean_call_frames
+                mix = mix_population(pages.usable_pages, pages.page_size, pages.window, mean,
+                                     CALL_CAP_FRAMES, limit=self.num_slots)  # fmt: skip
+                self._capacity = EngineCapacity(self.num_slots, full, mix, round(mean * FRAME_S, 1))
+        return self._capacity
 
     def admissible_sessions(self) -> int | None:
         pages = self.lockstep.kv.pages

@@ -71,6 +71,14 @@ function makeServiceCard(id) {
   drain.type = "button";
   drain.className = "action drain";
   header.append(title, badge, drain);
+  const held = document.createElement("div");
+  held.className = "held";
+  const heldText = document.createElement("span");
+  heldText.className = "held-text";
+  const heldMeter = document.createElement("meter");
+  heldMeter.className = "held-meter";
+  heldMeter.min = 0;
+  held.append(heldText, heldMeter);
   const dl = document.createElement("dl");
   const cells = {};
   for (const [key, label] of [["host", "host"], ["device", "device"], ["engine", "engine"], ["checkpoint", "checkpoint"],
@@ -84,16 +92,16 @@ function makeServiceCard(id) {
   tickCanvas.className = "spark tick-spark";
   const slotLabel = document.createElement("div");
   slotLabel.className = "spark-label";
-  slotLabel.textContent = "slots used over time";
+  slotLabel.textContent = "calls held over time (dashed: capacity)";
   const slotCanvas = document.createElement("canvas");
   slotCanvas.className = "spark slot-spark";
-  card.append(header, dl, tickLabel, tickCanvas, slotLabel, slotCanvas);
+  card.append(header, held, dl, tickLabel, tickCanvas, slotLabel, slotCanvas);
   drain.addEventListener("click", () => {
     const draining = card.dataset.state === "draining";
     const question = draining ? `Resume placing new sessions on ${id}?` : `Drain ${id} (no new sessions; current ones finish)?`;
     act(root.dataset.drainUrl.replace("SERVICE", encodeURIComponent(id)), question, id, { draining: draining ? "0" : "1" });
   });
-  return { card, badge, drain, cells, tickCanvas, slotCanvas };
+  return { card, badge, drain, cells, tickCanvas, slotCanvas, heldText, heldMeter };
 }
 
 function bytes(n) {
@@ -130,6 +138,61 @@ function sparkline(canvas, series, yMax, budget) {
   g.fillText(`${Math.round(top * 10) / 10}`, 2, 10);
 }
 
+// Calls held against what the engine reports it admits: at its call mix (paged KV), else its slots.
+function capacityOf(s) {
+  const c = s.capacity || {};
+  return Number.isFinite(c.call_mix) ? c.call_mix : s.slots_total;
+}
+
+function renderHeld(view, s) {
+  const c = s.capacity || {}, cap = capacityOf(s);
+  const detail = [];
+  if (c.mean_call_s) detail.push(`at the ${Math.round(c.mean_call_s / 6) / 10}-min call mix`);
+  if (Number.isFinite(c.full_context) && c.full_context !== cap) detail.push(`${c.full_context} at full context`);
+  if (Number.isFinite(c.admits_now)) detail.push(`admits ${c.admits_now} more now`);
+  view.heldText.textContent = `calls held ${s.slots_used} / ${cap}` + (detail.length ? ` (${detail.join(", ")})` : "");
+  view.heldMeter.max = Math.max(cap, 1);
+  view.heldMeter.value = Math.min(s.slots_used, Math.max(cap, 1));
+  view.heldMeter.high = 0.9 * Math.max(cap, 1);
+  view.heldMeter.optimum = 0;
+  view.heldMeter.title = `${s.slots_used} of ${cap} sessions the engine admits`;
+  view.heldMeter.setAttribute("aria-label", `calls held on ${s.service_id}`);
+}
+
+function hostTotals(services) {
+  const hosts = new Map();
+  for (const s of services) {
+    if (s.state === "down") continue;
+    const h = hosts.get(s.host) || { held: 0, capacity: 0 };
+    h.held += s.slots_used;
+    h.capacity += capacityOf(s);
+    hosts.set(s.host, h);
+  }
+  return [...hosts].map(([host, h]) => `${host} ${h.held} / ${h.capacity}`).join(" · ");
+}
+
+// Checkpoints being fetched from the hub (a PARLEY_CHECKPOINT hub id), with their progress.
+function renderDownloads(downloads) {
+  const list = $("downloads");
+  list.hidden = !downloads.length;
+  list.replaceChildren(...downloads.map((d) => {
+    const li = document.createElement("li");
+    li.dataset.repo = d.repo;
+    li.dataset.state = d.state;
+    const files = d.files_total ? ` · ${d.files_done} / ${d.files_total} files` : "";
+    const size = d.bytes_total ? ` · ${bytes(d.bytes_done)} / ${bytes(d.bytes_total)}` : "";
+    li.textContent = `${d.repo}: ${d.state}${size}${files}`;
+    if (d.bytes_total) {
+      const bar = document.createElement("progress");
+      bar.max = d.bytes_total;
+      bar.value = Math.min(d.bytes_done, d.bytes_total);
+      bar.setAttribute("aria-label", `download of ${d.repo}`);
+      li.append(bar);
+    }
+    return li;
+  }));
+}
+
 function renderServices(services) {
   const seen = new Set();
   for (const s of services) {
@@ -151,6 +214,7 @@ function renderServices(services) {
     c.engine.textContent = s.engine;
     c.checkpoint.textContent = s.checkpoint || "—";
     c.slots.textContent = `${s.slots_used} / ${s.slots_total}`;
+    renderHeld(view, s);
     c.queue.textContent = String(s.queue_length);
     c.tick.textContent = `${s.tick_ms_p50.toFixed(1)} / ${s.tick_ms_p99.toFixed(1)} ms`;
     const memory = Object.entries(s.gpu_memory || {});
@@ -161,13 +225,14 @@ function renderServices(services) {
     c.beat.textContent = `${Math.max(0, snapshot.at - s.heartbeat_at).toFixed(1)} s ago`;
     const p50 = s.history.map((p) => p[1]), p99 = s.history.map((p) => p[2]), used = s.history.map((p) => p[3]);
     sparkline(view.tickCanvas, [[p50, "#4a7bd0"], [p99, "#1d2b3a"]], Math.max(1, ...p99), 80);
-    sparkline(view.slotCanvas, [[used, "#2f8f4e"]], Math.max(1, s.slots_total));
+    sparkline(view.slotCanvas, [[used, "#2f8f4e"]], Math.max(1, s.slots_total), capacityOf(s));
   }
   for (const [id, view] of serviceCards) {
     if (!seen.has(id)) { view.card.remove(); serviceCards.delete(id); }
   }
   const totals = snapshot.totals;
-  $("service-totals").textContent = `${services.length} · slots ${totals.slots_used} / ${totals.slots_total} · queue ${totals.queue_length}`;
+  $("service-totals").textContent = `${services.length} · calls held ${totals.slots_used} / ${totals.capacity ?? totals.slots_total} · queue ${totals.queue_length}`;
+  $("host-totals").textContent = services.length ? `per host: ${hostTotals(services)}` : "";
 }
 
 // ---- sessions ----------------------------------------------------------------------------------
@@ -308,6 +373,7 @@ function render() {
   admission.textContent = snapshot.admission_open ? "admitting new calls" : "new calls stopped";
   $("admission-toggle").textContent = snapshot.admission_open ? "Stop admitting" : "Resume admitting";
   renderServices(snapshot.services);
+  renderDownloads(snapshot.downloads || []);
   renderSessions(snapshot.sessions);
   renderQueue(snapshot.queue);
 }

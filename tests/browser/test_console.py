@@ -35,6 +35,10 @@ def test_staff_watches_a_call_live_and_ends_it(channels_live_server, browser, ma
     ops.goto(f"{url}/ops/console/")
     expect(ops.locator("#live-state")).to_have_text("live")
     expect(ops.locator(".service h3")).to_have_text(["in-process"])
+    # calls held against the capacity the engine reports (the echo engine admits its slots), drawn as a meter
+    held = ops.locator(".service .held-text")
+    expect(held).to_contain_text("calls held 0 / 2")
+    expect(ops.locator(".service meter.held-meter")).to_have_attribute("max", "2")
 
     login(call, url, "console_caller")
     open_call_page(call, url)
@@ -47,6 +51,9 @@ def test_staff_watches_a_call_live_and_ends_it(channels_live_server, browser, ma
     expect(row.locator("td[data-col=state]")).to_have_text("active")
     expect(row.locator("td[data-col=engine]")).to_have_text("echo")
     first = frames_in(row)
+    expect(held).to_contain_text("calls held 1 / 2")  # the call started: the live console counts it
+    expect(ops.locator(".service meter.held-meter")).to_have_js_property("value", 1)
+    expect(ops.locator("#host-totals")).to_contain_text(" 1 / 2")
     # The frame counts move while the caller talks: the console is live, not a snapshot.
     ops.wait_for_function(
         "([id, before]) => Number(document.querySelector(`tr[data-session-id='${id}'] td[data-col=frames_in]`)"

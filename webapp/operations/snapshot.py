@@ -48,12 +48,14 @@ async def console_snapshot() -> dict[str, Any]:
         "unavailable": unavailable,
         "admission_open": admission_open,
         "services": [_service_row(service) for service in services],
+        "downloads": api.downloads(),
         "sessions": sorted(session_rows, key=lambda row: (row["service_id"], row["username"])),
         "queue": queue,
         "totals": {
             "sessions": {state: counts.get(state, 0) for state in SESSION_STATES},
             "slots_used": sum(s.slots_used for s in services),
             "slots_total": sum(s.slots_total for s in services if s.state != "down"),
+            "capacity": sum(capacity_of(s) for s in services if s.state != "down"),
             "queue_length": sum(s.queue_length for s in services),
             "services": dict(Counter(s.state for s in services)),
             "admissions_refused": dict(api.admissions_refused),
@@ -61,8 +63,14 @@ async def console_snapshot() -> dict[str, Any]:
     }
 
 
+def capacity_of(service: api.ServiceStatus) -> int:
+    """The sessions the service's engine reports it admits at its call mix (its slots for an older service)."""
+    return int(service.capacity.get("call_mix", service.slots_total))
+
+
 def _service_row(service: api.ServiceStatus) -> dict[str, Any]:
     row = dataclasses.asdict(service)
+    row["capacity"] = {**service.capacity, "call_mix": capacity_of(service)}
     del row["sessions"]  # listed once, in the session table
     row["session_count"] = len(service.sessions)
     return row

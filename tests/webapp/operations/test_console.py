@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from webapp.operations.models import AuditEntry
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ALL_CONSOLE_PERMS = ("view_console", "end_session", "drain_service", "control_admission", "disable_voice")
+TINY_PERSONAPLEX = Path(__file__).resolve().parents[2] / "data" / "personaplex" / "ckpt"
 FRAME = np.full(1920, 1000, dtype="<i2").tobytes()  # 80 ms at 24 kHz
 
 
@@ -212,6 +214,9 @@ async def test_metrics_scrape_matches_the_console(echo_service):
     assert console["totals"]["sessions"] == {"active": 1, "paused": 1, "detached": 0, "queued": 1}
     assert sample("parley_slots_used", service=sid) == console["totals"]["slots_used"] == 2
     assert sample("parley_slots_total", service=sid) == console["totals"]["slots_total"] == 2
+    # what the engine reports it admits (the echo engine: its slots), on the console and in the scrape alike
+    assert sample("parley_capacity_sessions", service=sid) == console["totals"]["capacity"] == 2
+    assert console["services"][0]["capacity"]["call_mix"] == 2
     assert sample("parley_queue_length", service=sid) == console["totals"]["queue_length"] == 1
     assert sample("parley_queue_wait_estimate_seconds", service=sid) == console["queue"][0]["estimated_wait_s"]
     assert sample("parley_admissions_refused_total", reason="admission_stopped") >= 1
@@ -252,3 +257,21 @@ async def test_revoking_the_api_key_closes_the_console_it_opened(echo_service):
     await sync_to_async(apikey_revoke)(api_key=api_key)
     assert await close_code(socket) == 4401
     assert not (await (await key_console_socket(raw_key)).connect())[0]
+
+
+async def test_a_hub_download_in_this_process_is_on_the_console(echo_service, tmp_path):
+    from inference.checkpoints.hub import resolve_checkpoint
+    from inference.config import HubAccess
+    from tests.inference.checkpoints.local_hub import LocalHub
+
+    client = await logged_in(await make_user("watcher", staff=True, perms=("view_console",)))
+    with LocalHub({"nvidia/personaplex-7b-v1": TINY_PERSONAPLEX}) as hub:
+        access = HubAccess(cache_dir=tmp_path / "hub", endpoint=hub.url)
+        await asyncio.to_thread(resolve_checkpoint, "nvidia/personaplex-7b-v1", access)
+    socket = await console_socket(client)
+    assert (await socket.connect())[0]
+    console = json.loads(await socket.receive_from(timeout=5))
+    (download,) = [d for d in console["downloads"] if d["repo"] == "nvidia/personaplex-7b-v1"]
+    assert download["state"] == "done" and download["bytes_done"] == download["bytes_total"] > 0
+    assert download["files_done"] == download["files_total"] == 5
+    await socket.disconnect()

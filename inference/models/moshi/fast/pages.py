@@ -145,3 +145,53 @@ class PagePool:
         fits = np.floor(room[later] / new_mean[later]).min() if later.any() else np.inf
         first = max(self.pages_for(new_positions + 1), 1)
         return int(max(min(fits, self.free_pages // first), 0))
+
+
+# ---- what admission holds at a call-length mix --------------------------------------------------------------
+# The engine reports this as its capacity (``FastBackend.capacity``) and ``python -m inference doctor`` estimates
+# it from a card's memory: both call ``mix_population`` on their pool's pages, so the two cannot drift apart.
+
+
+def steady_state_positions(count: int, mean_call_frames: float, cap_frames: float) -> list[int]:
+    """Context positions of ``count`` live calls at the mix's steady state (evenly spaced quantiles).
+
+    Calls of capped exponential length (mean ``mean_call_frames``, at most ``cap_frames``) are alive at age a
+    with probability exp(-a / mean) (a < cap), so the ages of the calls in progress have that density, truncated
+    at the cap.
+    """
+    if count <= 0:
+        return []
+    u = (np.arange(count) + 0.5) / count
+    tail = 1.0 - np.exp(-cap_frames / mean_call_frames)
+    return [int(a) for a in -mean_call_frames * np.log1p(-u * tail)]
+
+
+def mix_population(
+    pool_pages: int, page_size: int, window: int, mean_call_frames: float, cap_frames: float, *, limit: int
+) -> int:
+    """Live calls at which ``PagePool.admissible`` stops admitting, for calls at the mix's steady-state ages
+    (at most ``limit``, the slots). Over a long run the population the engine holds averages this (it swings
+    about +-15 % around it: ``tests/inference/checkpoints/test_capacity.py`` replays the H200 run)."""
+
+    def admits_one_more(count: int) -> bool:
+        pages = PagePool(num_pages=pool_pages + 1, page_size=page_size, window=window, num_slots=max(count, 1))
+        live = []
+        for slot, position in enumerate(steady_state_positions(count, mean_call_frames, cap_frames)):
+            pages.grow(slot, position + 1)
+            live.append((slot, position))
+        if pages.capped_slots:
+            return False
+        return pages.admissible(live, mean_call_frames) >= 1
+
+    if pool_pages < 1 or not admits_one_more(0):
+        return 0
+    low, high = 0, limit  # admits_one_more(low) holds; find the first count that does not
+    if admits_one_more(high):
+        return limit
+    while high - low > 1:
+        mid = (low + high) // 2
+        if admits_one_more(mid):
+            low = mid
+        else:
+            high = mid
+    return high
