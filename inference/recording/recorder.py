@@ -2,9 +2,9 @@
 
 The worker thread and the session's event loop only append small tuples to a deque (no lock held
 while the disk works; one item per tick for all its sessions). Data items wake nobody: the writer
-takes what waits every ``FLUSH_PERIOD_S / 2`` (a wake-up per item was a thread switch and a GIL
-hand-off per caller event, measurable at a few hundred callers); only the control items (start, end,
-stop) wake it at once. The writer turns the items into records (``inference.recording.chunks``) and
+takes what waits every ``FLUSH_PERIOD_S / 2``, or when ``WAKE_AT`` items wait (a wake-up per item was a
+thread switch and a GIL hand-off per caller event, measurable at a few hundred callers); the control items
+(start, end, stop) wake it at once. The writer turns the items into records (``inference.recording.chunks``) and
 appends each session's records to its current chunk file every ``FLUSH_PERIOD_S``, so a killed
 service loses at most that much.
 
@@ -45,7 +45,12 @@ from inference.recording.chunks import (
 logger = logging.getLogger(__name__)
 
 FLUSH_PERIOD_S = 0.5  # well inside the promised second, with room for a slow write
-DEFAULT_MAX_PENDING = 64  # queued items (a tick's steps are one item): ~5 s of ticks; beyond it, drop and count
+# Queued items beyond which new ones are dropped and counted. A tick's steps are one item for all sessions, but
+# events (acks, echo windows) are one per session: 229 callers make ~460 a second, so 64 items overflowed within
+# a quarter second (H200 run, bench/notes/serving-e2e.md). 1024 holds seconds of either; at 229 callers a tick's
+# item is ~1.7 MB of audio, and a stalled disk reaches the limit with ~30 of them queued.
+DEFAULT_MAX_PENDING = 1024
+WAKE_AT = 16  # data items wake the writer only once this many wait: a hand-off per batch, not per item
 FORMAT_VERSION = 2  # 2: a step whose caller audio did not arrive has no caller record (a gap, not silence)
 _running_here: set[str] = set()  # instance ids of this process's started recorders (several services may share one)
 
@@ -179,9 +184,12 @@ class Recorder:
 
     def offer(self, item: tuple[Any, ...]) -> bool:
         """Queue a data item unless the writer is too far behind; False = dropped."""
-        if len(self._items) >= self.max_pending:
+        waiting = len(self._items)
+        if waiting >= self.max_pending:
             return False
         self._items.append(item)
+        if waiting + 1 == WAKE_AT:
+            self._wake.set()
         return True
 
     def control(self, item: tuple[Any, ...] | None) -> None:

@@ -98,6 +98,25 @@ def test_a_full_queue_drops_and_counts_and_never_blocks(tmp_path):
     assert any("fell behind" in p for p in raw.problems)
 
 
+def test_a_burst_of_many_sessions_events_is_written_whole(tmp_path):
+    """229 callers' acks arrive as one item per session: a second's burst (~460 items) fits in the default
+    queue, and the writer, woken by the backlog, writes every one (the H200 run with a 64-item queue dropped
+    hundreds and marked recordings partial)."""
+    recorder = Recorder(tmp_path)
+    recorder.start()
+    recordings = [recorder.begin(f"sess_{i}", META) for i in range(229)]
+    for second in range(2):
+        for recording in recordings:
+            recording.event("ack", played_ms=1000.0 * second, sent_ms=1000.0 * second + 80.0)
+    for recording in recordings:
+        recording.finish("client_close")
+    wait_for(lambda: all(folder_state(tmp_path / f"sess_{i}") == "finished" for i in range(229)), timeout=20)
+    recorder.stop()
+    assert sum(r.dropped_events for r in recordings) == 0
+    ends = [json.loads((tmp_path / f"sess_{i}" / END_FILE).read_text()) for i in range(229)]
+    assert [end["problem"] for end in ends] == [None] * 229
+
+
 def test_a_corrupted_chunk_is_named_and_the_rest_is_read(tmp_path):
     recorder = Recorder(tmp_path)
     recorder.start()
