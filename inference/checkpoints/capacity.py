@@ -236,5 +236,7 @@ def replay_mix(target: AdmissionTarget, mix: CallMix, slots: int, ticks: int, wa
             left[slot] -= 1
         if tick >= warm:
             held.append(len(left))
+    for slot in list(left):  # hand the memory back: a second replay on the same target starts from an empty pool
+        target.close(slot)
     return {"initial": initial, "min": min(held), "mean": round(sum(held) / len(held), 1), "max": max(held),
             "ticks": ticks}  # fmt: skip
