@@ -79,6 +79,10 @@ class WebEnv(BaseSettings):
     whisper_weights: str = Field("", validation_alias="PARLEY_WHISPER_WEIGHTS")
     # how often a live call re-reads its user: deactivated without a save signal (a queryset update) ends it
     account_check_s: float = Field(15.0, gt=0, le=3600, validation_alias="PARLEY_ACCOUNT_CHECK_S")
+    # ephemeral client secrets (POST /v1/realtime/client_secrets): the lifetime of one minted without
+    # expires_after, and the longest a request may ask for (OpenAI's bounds: 10 s to 2 h, 10 min by default)
+    client_secret_ttl_s: int = Field(600, ge=10, le=7200, validation_alias="PARLEY_CLIENT_SECRET_TTL_S")
+    client_secret_max_ttl_s: int = Field(7200, ge=10, le=7200, validation_alias="PARLEY_CLIENT_SECRET_MAX_TTL_S")
     # auto: a server with in-process inference loads the engine and prepares the call page's default persona
     # and voice in the background as it starts; off: the first call does it (the test settings say off)
     warm_start: Literal["auto", "off"] = Field("auto", validation_alias="PARLEY_WARM_START")

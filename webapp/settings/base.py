@@ -109,6 +109,9 @@ PARLEY_CONNECTS_PER_KEY_PER_MINUTE = ENV.connects_per_key_per_minute
 PARLEY_KEY_FAILURE_RATE = ENV.key_failure_rate
 # A live call re-reads its user this often (s): one deactivated without a save signal loses the call.
 PARLEY_ACCOUNT_CHECK_S = ENV.account_check_s
+# Ephemeral client secrets: default lifetime and the longest one a request may ask for (s).
+PARLEY_CLIENT_SECRET_TTL_S = min(ENV.client_secret_ttl_s, ENV.client_secret_max_ttl_s)
+PARLEY_CLIENT_SECRET_MAX_TTL_S = ENV.client_secret_max_ttl_s
 # The failed-authentication limit and login lockouts key on the client's address: X-Forwarded-For counts only
 # from these (webapp.common.forwarded).
 PARLEY_TRUSTED_PROXIES = tuple(ENV.trusted_proxies)
