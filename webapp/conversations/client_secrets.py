@@ -92,7 +92,6 @@ def parse_mint_request(body: bytes) -> MintRequest:
             f"expires_after.seconds: at most {settings.PARLEY_CLIENT_SECRET_MAX_TTL_S} on this server.",
             param="expires_after.seconds",
         )
-    p.turn_settings(request.session)  # a turn detection the server never serves is refused now, not at connect
     return request
 
 
