@@ -45,9 +45,7 @@ class AgentAudio(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
-async def main(base_url: str, api_key: str, model: str, speech: str, out: str) -> None:
-    with wave.open(speech) as wav:
-        rate, pcm = wav.getframerate(), wav.readframes(wav.getnframes())
+async def run_pipeline(base_url: str, api_key: str, model: str, rate: int, pcm: bytes) -> AgentAudio:
     llm = OpenAIRealtimeLLMService(
         api_key=api_key,
         base_url=f"{base_url}/realtime",
@@ -79,6 +77,13 @@ async def main(base_url: str, api_key: str, model: str, speech: str, out: str) -
     speaking = asyncio.create_task(speak())
     await WorkerRunner(handle_sigint=False).run(worker)
     await speaking
+    return sink
+
+
+def main(base_url: str, api_key: str, model: str, speech: str, out: str) -> None:
+    with wave.open(speech) as wav:
+        rate, pcm = wav.getframerate(), wav.readframes(wav.getnframes())
+    sink = asyncio.run(run_pipeline(base_url, api_key, model, rate, pcm))
     with open(out + ".pcm", "wb") as handle:
         handle.write(bytes(sink.pcm))
     with open(out + ".json", "w") as handle:
@@ -86,4 +91,4 @@ async def main(base_url: str, api_key: str, model: str, speech: str, out: str) -
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:6]))
+    main(*sys.argv[1:6])

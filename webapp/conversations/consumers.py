@@ -15,6 +15,7 @@ import json
 import logging
 from typing import Any
 
+from autobahn.exception import Disconnected  # daphne's WebSocket protocol: a send after the peer went away
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -406,12 +407,18 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             for item in outgoing:
                 if self.socket_closed:
                     return
-                if isinstance(item, bytes):
-                    await self.send(bytes_data=item)
-                else:
-                    if item.get("type") == "error":
-                        count_error(item["error"]["code"])  # the process's /ops/metrics, by code
-                    await self.send(text_data=json.dumps(item, separators=(",", ":")))
+                try:
+                    if isinstance(item, bytes):
+                        await self.send(bytes_data=item)
+                    else:
+                        if item.get("type") == "error":
+                            count_error(item["error"]["code"])  # the process's /ops/metrics, by code
+                        await self.send(text_data=json.dumps(item, separators=(",", ":")))
+                except Disconnected:
+                    # The client dropped the TCP connection (pipecat does on any error event) and daphne has
+                    # not yet delivered websocket.disconnect: nothing more can be sent; disconnect() follows.
+                    self.socket_closed = True
+                    return
 
     async def _close(self, code: int) -> None:
         if not self.socket_closed:

@@ -63,7 +63,7 @@ def mint(server, key: str | None, body: object = None, *, method: str = "POST") 
 def browser_socket(server, secret: str):
     """What ``@openai/agents-realtime`` does in a page: the secret as a subprotocol, the page's own Origin."""
     protocols = ["realtime", f"openai-insecure-api-key.{secret}", "openai-agents-sdk.0.20.0"]
-    return connect(f"{server.ws_url}/v1/realtime", subprotocols=protocols, origin=APP_ORIGIN, open_timeout=10)
+    return connect(f"{server.ws_url}/v1/realtime", subprotocols=protocols, origin=APP_ORIGIN, open_timeout=60)
 
 
 def until(ws, event_type: str, limit: int = 400) -> dict:
@@ -128,7 +128,9 @@ def test_the_client_cannot_widen_what_the_secret_fixed(server):
     granted = {"instructions": "Only talk about trains.", "duplex": {"record": False}}
     secret = mint(server, key, {"session": granted})[1]["value"]
     with connect(
-        f"{server.ws_url}/v1/realtime?model=echo", additional_headers={"Authorization": f"Bearer {secret}"}
+        f"{server.ws_url}/v1/realtime?model=echo",
+        additional_headers={"Authorization": f"Bearer {secret}"},
+        open_timeout=60,
     ) as ws:  # Bearer works too (a server-side client), and needs no Origin
         until(ws, "session.created")
         for widened, param in (
