@@ -38,6 +38,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "webapp.common.hosts.KnownHostMiddleware",  # first: no page, not even a debug page, for foreign hosts
     "django.middleware.security.SecurityMiddleware",
+    "webapp.common.cors.realtime_cors",  # before CSRF: a preflight is answered here (see the module)
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
