@@ -8,4 +8,5 @@ urlpatterns = [
     path("recordings/", include("webapp.recordings.urls")),
     path("", include("webapp.personas.urls")),
     path("", include("webapp.calls.urls")),
+    path("", include("webapp.webrtc.urls")),
 ]

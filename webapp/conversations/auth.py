@@ -15,7 +15,7 @@ from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http.request import validate_host
 
-from webapp.accounts.services import apikey_lookup
+from webapp.accounts.bearer import bearer_identity
 from webapp.common import throttling
 
 
@@ -133,10 +133,15 @@ class BearerKeyAuthMiddleware:
             if refusal := await throttling.key_refusal(throttling.client_ip(scope)):
                 scope = {**scope, "throttled": refusal}
             else:
-                api_key = await database_sync_to_async(apikey_lookup)(raw_key=key)
-                if api_key is None:
+                identity = await database_sync_to_async(bearer_identity)(raw=key)
+                if identity is None:
                     await throttling.record_key_failure(throttling.client_ip(scope))
                     scope = {**scope, "user": AnonymousUser(), "auth_method": "api_key"}
                 else:
-                    scope = {**scope, "user": api_key.user, "auth_method": "api_key", "api_key_id": api_key.pk}
+                    scope = {
+                        **scope,
+                        "user": identity.user,
+                        "auth_method": "api_key",
+                        "api_key_id": identity.api_key_id,
+                    }
         return await self.app(scope, receive, send)
