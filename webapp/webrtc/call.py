@@ -28,6 +28,7 @@ from aiortc.mediastreams import MediaStreamTrack
 
 from webapp.conversations.consumers import RealtimeConsumer
 from webapp.conversations.protocol import AUDIO_FRAME_KIND
+from webapp.webrtc.jitter import release_on_arrival
 from webapp.webrtc.tracks import AgentAudioTrack, UplinkStats, pump_caller_audio
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,10 @@ EVENTS_CHANNEL = "oai-events"  # the data channel OpenAI's WebRTC clients open
 # client is not reading and the oldest are dropped.
 MAX_WAITING_EVENTS = 512
 PLAYBACK_ACK_S = 0.5
+# The caller's audio starts with the call, but a client configures the session (persona, voice) with its
+# first session.update after session.created, and the persona is fixed once audio began: the track waits for
+# that update (the WebSocket page likewise sends it before its first frame), or this long without one.
+UPLINK_WAITS_FOR_UPDATE_S = 0.5
 CLOSE_FLUSH_S = 1.0  # how long the last events (session.closed) get to leave before the connection closes
 _AUDIO_DELTA = '{"type":"response.output_audio.delta"'  # server events are dumped with "type" first
 _UPLINK_ON = {"session.created", "session.resumed"}
@@ -90,6 +95,7 @@ class RtcCall:
         audio = [t for t in pc.getTransceivers() if t.kind == "audio"]
         if not audio:
             raise ValueError("The offer has no audio section.")
+        release_on_arrival(pc)  # aiortc's own buffer stalls on every lost packet (webrtc/jitter.py)
         audio[0].sender.replaceTrack(self.downlink)
         audio[0].direction = "sendrecv"
         await pc.setLocalDescription(await pc.createAnswer())
@@ -157,10 +163,14 @@ class RtcCall:
             self.downlink.push(base64.b64decode(json.loads(text)["delta"]))
             return
         kind = _event_type(text)
-        if kind in _UPLINK_ON:
-            self.uplink_open = True
-            if kind == "session.created" and self.initial_session:
+        if kind == "session.created":
+            if self.initial_session:
                 self._to_consumer_text(json.dumps({"type": "session.update", "session": self.initial_session}))
+                self.uplink_open = True
+            else:
+                self._spawn(self._open_uplink_later())
+        elif kind in _UPLINK_ON:
+            self.uplink_open = True
         elif kind in _UPLINK_OFF:
             self.uplink_open = False
         if kind in _FLUSH_DOWNLINK:
@@ -192,10 +202,16 @@ class RtcCall:
         elif kind == "session.update":
             data = _without_input_format(data)
         self._to_consumer_text(data)
+        if kind == "session.update" and self.consumer_task is not None:
+            self.uplink_open = True  # the audio queued from now on is taken after this update
 
     def _to_consumer_text(self, text: str) -> None:
         if self.consumer_task is not None and not self.closed:
             self.inbox.put_nowait({"type": "websocket.receive", "text": text})
+
+    async def _open_uplink_later(self) -> None:
+        await asyncio.sleep(UPLINK_WAITS_FOR_UPDATE_S)
+        self.uplink_open = not self.closed
 
     async def _caller_audio(self, pcm16: bytes) -> None:
         if self.uplink_open and not self.closed:

@@ -63,7 +63,11 @@ async def test_a_webrtc_call_echoes_the_caller_over_opus_with_events_on_the_data
     session_id = created["session"]["id"]
     assert created["session"]["duplex"]["capabilities"]["engine"] == "echo"
     caller.send({"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief."}})
-    assert (await caller.until("session.updated"))["session"]["instructions"] == "Be brief."
+    try:
+        updated = await caller.until("session.updated")
+    except TimeoutError:
+        raise AssertionError([e for e in caller.events if e["type"] == "error"]) from None
+    assert updated["session"]["instructions"] == "Be brief."
     await caller.until("response.output_audio_transcript.delta")
     # The echo engine returns the 440 Hz tone: heard through Opus both ways, resampled to 24 kHz and back.
     await wait_for(lambda: rms(caller.heard_audio()[-24_000:]) > 0.1, wait_s=15)
@@ -71,7 +75,9 @@ async def test_a_webrtc_call_echoes_the_caller_over_opus_with_events_on_the_data
     spectrum = np.abs(np.fft.rfft(heard))
     assert abs(np.argmax(spectrum) * 24_000 / len(heard) - 440) < 10
     assert caller.count("response.output_audio.delta") == 0  # audio rides the track, not the channel
-    assert caller.count("error") == 0, [e for e in caller.events if e["type"] == "error"]
+    # input_backpressure: the machine too loaded to keep up in real time says so; nothing else may go wrong
+    errors = [e for e in caller.events if e["type"] == "error" and e["error"]["code"] != "input_backpressure"]
+    assert errors == []
     row = await database_sync_to_async(Conversation.objects.get)(session_id=session_id)
     assert row.status == Conversation.Status.OPEN
     caller.send({"type": "session.close"})
