@@ -15,13 +15,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-_SECRETS = {"DJANGO_SECRET_KEY", "PARLEY_RECORDINGS_S3_SECRET_KEY"}  # never echoed in an error
+_SECRETS = {
+    "DJANGO_SECRET_KEY",
+    "PARLEY_RECORDINGS_S3_SECRET_KEY",
+    "PARLEY_ICE_SERVERS",
+}  # TURN credentials  # never echoed in an error
 
 Csv = Annotated[list[str], NoDecode]  # "a, b" -> ["a", "b"] (not JSON)
+
+
+class IceServer(BaseModel):
+    """One entry of ``PARLEY_ICE_SERVERS``, in the browser's RTCIceServer shape."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    urls: str | list[str]
+    username: str | None = None
+    credential: str | None = None
+
+    @field_validator("urls")
+    @classmethod
+    def _ice_urls(cls, urls: str | list[str]) -> str | list[str]:
+        for url in [urls] if isinstance(urls, str) else urls:
+            if not url.startswith(("stun:", "stuns:", "turn:", "turns:")):
+                raise ValueError(f"an ICE server URL starts with stun:, stuns:, turn: or turns: (got {url!r})")
+        return urls
 
 
 class EnvError(ValueError):
@@ -58,6 +79,8 @@ class WebEnv(BaseSettings):
     recordings_s3_secret_key: str = Field("", validation_alias="PARLEY_RECORDINGS_S3_SECRET_KEY")
     # browser origins allowed on /v1/realtime besides the site's own
     allowed_origins: Csv = Field([], validation_alias="PARLEY_ALLOWED_ORIGINS")
+    # WebRTC calls: STUN/TURN servers for the call page (JSON list of RTCIceServer; docs/deploy.md)
+    ice_servers: list[IceServer] = Field([], validation_alias="PARLEY_ICE_SERVERS")
     # WebSocket connects per signed-in user (session cookie) and per API key, in a moving minute: generous,
     # a guard against a runaway client, not a quota (an office behind one address is many users)
     connects_per_user_per_minute: int = Field(120, ge=1, validation_alias="PARLEY_CONNECTS_PER_USER_PER_MINUTE")

@@ -9,4 +9,5 @@ urlpatterns = [
     path("", include("webapp.conversations.urls")),
     path("", include("webapp.personas.urls")),
     path("", include("webapp.calls.urls")),
+    path("", include("webapp.webrtc.urls")),
 ]

@@ -16,7 +16,7 @@ from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http.request import validate_host
 
-from webapp.accounts.services import apikey_lookup
+from webapp.accounts.bearer import bearer_identity
 from webapp.common import throttling
 from webapp.conversations.client_secrets import SECRET_PREFIX, client_secret_spend
 from webapp.conversations.secret_scope import subprotocol_credential
@@ -158,10 +158,15 @@ class BearerKeyAuthMiddleware:
                     identity = {"user": grant.user, "api_key_id": grant.api_key_id, "client_secret": grant}
                     scope = {**scope, **identity, "auth_method": "client_secret"}
             else:
-                api_key = await database_sync_to_async(apikey_lookup)(raw_key=key)
-                if api_key is None:
+                identity = await database_sync_to_async(bearer_identity)(raw=key)
+                if identity is None:
                     await throttling.record_key_failure(throttling.client_ip(scope))
                     scope = {**scope, "user": AnonymousUser(), "auth_method": "api_key"}
                 else:
-                    scope = {**scope, "user": api_key.user, "auth_method": "api_key", "api_key_id": api_key.pk}
+                    scope = {
+                        **scope,
+                        "user": identity.user,
+                        "auth_method": "api_key",
+                        "api_key_id": identity.api_key_id,
+                    }
         return await self.app(scope, receive, send)

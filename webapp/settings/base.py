@@ -103,6 +103,8 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 # Browser origins allowed to open /v1/realtime with the session cookie, besides the site's own origin
 # (scheme, host and port compared whole).
 PARLEY_ALLOWED_ORIGINS = ENV.allowed_origins
+# STUN/TURN servers handed to the call page for WebRTC calls (webapp/webrtc/ice.py; docs/deploy.md).
+PARLEY_ICE_SERVERS = [server.model_dump(exclude_none=True) for server in ENV.ice_servers]
 # WebSocket connects per user and per API key (a moving minute); failed authentications per client IP
 # ("limits" notation) before that IP is refused: see webapp/common/throttling.py.
 PARLEY_CONNECTS_PER_USER_PER_MINUTE = ENV.connects_per_user_per_minute
