@@ -1,10 +1,10 @@
 """Who a ``Bearer`` credential speaks for: the one place both realtime transports ask.
 
 The WebSocket handshake (``webapp.conversations.auth``) and the WebRTC offer endpoint
-(``webapp.webrtc.views``) call ``bearer_identity``. Today a bearer is an API key; an ephemeral client
-secret minted for one session configuration is resolved here too, so both transports accept it alike:
-it returns its user, the key it was minted under (revoking that key ends its calls) and its
-session configuration, which the transport applies as the session's first ``session.update``.
+(``webapp.webrtc.views``) ask ``webapp.conversations.client_secrets.realtime_identity``, which resolves an
+ephemeral client secret (``ek_...``) itself and hands anything else to ``bearer_identity`` here (an API
+key). For a secret the identity carries its grant: its user, the key it was minted under (revoking that
+key ends its calls) and its session configuration, which the consumer applies and keeps fixed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from webapp.accounts.services import apikey_lookup
 class BearerIdentity:
     user: AbstractBaseUser
     api_key_id: int | None  # the key whose revocation ends the call (a client secret names its key)
-    session: dict[str, Any] | None = field(default=None)  # a client secret's session configuration
+    client_secret: Any = field(default=None)  # a spent client secret's grant (conversations.client_secrets.Grant)
 
 
 def bearer_identity(*, raw: str) -> BearerIdentity | None:

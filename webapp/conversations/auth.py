@@ -16,9 +16,8 @@ from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http.request import validate_host
 
-from webapp.accounts.bearer import bearer_identity
 from webapp.common import throttling
-from webapp.conversations.client_secrets import SECRET_PREFIX, client_secret_spend
+from webapp.conversations.client_secrets import SECRET_PREFIX, realtime_identity
 from webapp.conversations.secret_scope import subprotocol_credential
 
 
@@ -149,24 +148,15 @@ class BearerKeyAuthMiddleware:
 
             if refusal := await throttling.key_refusal(throttling.client_ip(scope)):
                 scope = {**scope, "throttled": refusal}
-            elif key.startswith(SECRET_PREFIX):
-                grant = await database_sync_to_async(client_secret_spend)(raw=key)
-                if grant is None:
-                    await throttling.record_key_failure(throttling.client_ip(scope))
-                    scope = {**scope, "user": AnonymousUser(), "auth_method": "client_secret"}
-                else:
-                    identity = {"user": grant.user, "api_key_id": grant.api_key_id, "client_secret": grant}
-                    scope = {**scope, **identity, "auth_method": "client_secret"}
             else:
-                identity = await database_sync_to_async(bearer_identity)(raw=key)
+                identity = await database_sync_to_async(realtime_identity)(raw=key)
+                method = "client_secret" if key.startswith(SECRET_PREFIX) else "api_key"
                 if identity is None:
                     await throttling.record_key_failure(throttling.client_ip(scope))
-                    scope = {**scope, "user": AnonymousUser(), "auth_method": "api_key"}
+                    scope = {**scope, "user": AnonymousUser(), "auth_method": method}
                 else:
-                    scope = {
-                        **scope,
-                        "user": identity.user,
-                        "auth_method": "api_key",
-                        "api_key_id": identity.api_key_id,
-                    }
+                    found = {"user": identity.user, "api_key_id": identity.api_key_id}
+                    if identity.client_secret is not None:
+                        found["client_secret"] = identity.client_secret
+                    scope = {**scope, **found, "auth_method": method}
         return await self.app(scope, receive, send)

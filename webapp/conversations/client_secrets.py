@@ -29,6 +29,7 @@ from django.utils import timezone
 from pydantic import Field, ValidationError
 
 from inference.contracts import ParleyError
+from webapp.accounts.bearer import BearerIdentity, bearer_identity
 from webapp.accounts.models import ApiKey
 from webapp.conversations import protocol as p
 from webapp.conversations import services
@@ -150,6 +151,17 @@ def client_secret_spend(*, raw: str) -> Grant | None:
         model=row.model or None,
         session=p.SessionConfig.model_validate(row.session),
     )
+
+
+def realtime_identity(*, raw: str) -> BearerIdentity | None:
+    """Who a bearer credential of either realtime transport speaks for: a client secret (spent here) or an
+    API key; None when it is unknown, spent, expired, revoked, or its user inactive."""
+    if raw.startswith(SECRET_PREFIX):
+        grant = client_secret_spend(raw=raw)
+        if grant is None:
+            return None
+        return BearerIdentity(user=grant.user, api_key_id=grant.api_key_id, client_secret=grant)
+    return bearer_identity(raw=raw)
 
 
 def minted_session_object(row: ClientSecret) -> dict[str, Any]:

@@ -64,6 +64,7 @@ class RtcCall:
         query_string: bytes = b"",
         client: tuple[str, int] | None = None,
         initial_session: dict[str, Any] | None = None,
+        client_secret: Any = None,
         ice_servers: list | None = None,
     ) -> None:
         self.id = new_call_id()
@@ -72,6 +73,7 @@ class RtcCall:
         self.query_string = query_string
         self.client = client
         self.initial_session = initial_session
+        self.client_secret = client_secret  # a spent secret's grant: the consumer applies and fixes its session
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice_servers or []))
         self.downlink = AgentAudioTrack()
         self.uplink = UplinkStats()
@@ -143,6 +145,7 @@ class RtcCall:
             "user": self.user,
             "auth_method": "api_key" if self.api_key_id is not None else "session",
             "api_key_id": self.api_key_id,
+            **({"client_secret": self.client_secret, "auth_method": "client_secret"} if self.client_secret else {}),
             "transport": "webrtc",
         }
         self.inbox.put_nowait({"type": "websocket.connect"})

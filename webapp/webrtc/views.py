@@ -19,8 +19,8 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from webapp.accounts.bearer import bearer_identity
 from webapp.common import throttling
+from webapp.conversations.client_secrets import realtime_identity
 from webapp.webrtc.call import RtcCall
 from webapp.webrtc.ice import server_ice_servers
 
@@ -62,16 +62,16 @@ async def realtime_calls(request: HttpRequest) -> HttpResponse:
     if len(request.body) > MAX_OFFER_BYTES:
         return _refusal(413, "offer_too_large", f"The offer is larger than {MAX_OFFER_BYTES} bytes.")
     ip = throttling.client_ip(request.scope)
-    user, api_key_id, session = None, None, None
+    user, api_key_id, client_secret = None, None, None
     if (raw := _bearer(request)) is not None:
         if refusal := await throttling.key_refusal(ip):
             return _refusal(429, "rate_limit_exceeded", refusal.message, error_type="rate_limit_error")
-        identity = await database_sync_to_async(bearer_identity)(raw=raw)
+        identity = await database_sync_to_async(realtime_identity)(raw=raw)
         if identity is None:
             await throttling.record_key_failure(ip)
             message = "This API key is not valid: it is mistyped, revoked, or its user is deactivated."
             return _refusal(401, "invalid_api_key", message)
-        user, api_key_id, session = identity.user, identity.api_key_id, identity.session
+        user, api_key_id, client_secret = identity.user, identity.api_key_id, identity.client_secret
     else:
         user = await request.auser()
         if not user.is_authenticated:
@@ -92,7 +92,8 @@ async def realtime_calls(request: HttpRequest) -> HttpResponse:
         api_key_id=api_key_id,
         query_string=request.META.get("QUERY_STRING", "").encode("latin-1"),
         client=request.scope.get("client"),
-        initial_session=form_session or session,
+        initial_session=form_session,
+        client_secret=client_secret,
         ice_servers=server_ice_servers(),
     )
     try:
