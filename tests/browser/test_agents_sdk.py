@@ -3,7 +3,8 @@
 A third-party app's page, served by the test on its own origin (``localhost``, while daphne is on
 ``127.0.0.1``), loads the SDK's UMD bundle straight from node_modules. The app's server (the test) mints a
 client secret with ``POST /v1/realtime/client_secrets``; the page hands it to the SDK, which connects the way
-it connects to OpenAI. Chromium's fake microphone speaks; the tiny random PersonaPlex answers with audio
+it connects to OpenAI: over the WebSocket, and over WebRTC (the SDK's default transport, posting its offer to
+``/v1/realtime/calls`` across origins: CORS). Chromium's fake microphone speaks; the tiny random PersonaPlex answers with audio
 and an inner-monologue transcript, which must reach the SDK as its own events.
 
 Browser tests run in their own pytest invocation: ``pytest -m browser tests/browser``.

@@ -2,8 +2,8 @@
 
 The body is the offer (``Content-Type: application/sdp``), or a form with ``sdp`` and an optional
 ``session`` (JSON, applied as the first ``session.update``) as OpenAI's unified interface sends.
-Credentials: ``Authorization: Bearer`` (an API key, or whatever ``webapp.accounts.bearer`` resolves),
-or the session cookie of a signed-in page together with its CSRF token. Answers 201 with the answer SDP
+Credentials: ``Authorization: Bearer`` with an API key or a client secret (``conversations.client_secrets.
+realtime_identity``; a secret's session is applied and fixed by the consumer), or the session cookie of a signed-in page together with its CSRF token. Answers 201 with the answer SDP
 and ``Location: /v1/realtime/calls/<call id>``; refusals are JSON ``{"error": {...}}`` in the realtime
 error shape, with the status a client expects (400, 401, 403, 415, 429).
 """
