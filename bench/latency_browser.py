@@ -188,7 +188,7 @@ def run_call(args, url: str, wav: Path) -> tuple[MeasuredCall, float | None, dic
             page.fill("input[name=password]", PASSWORD)
             page.click("form [type=submit]")
             page.wait_for_url(lambda u: "/accounts/login/" not in u)
-            call_page = f"{url}/?raw=1&tap=1{'&' + args.query if args.query else ''}"
+            call_page = f"{url}/?raw=1&tap=1&transport=websocket{'&' + args.query if args.query else ''}"
             page.goto(call_page)
             opened = time.monotonic()
             # with a warm start the page is 'warming' (Start disabled) until the server is ready

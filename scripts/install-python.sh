@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Python environments. .venv holds the app (and the test tools with `test`); .venv-moshi-ref holds the
-# reference implementation moshi 0.2.13 that the parity tests compare against. moshi pins an older torch,
+# Python environments. .venv holds the app (and the test tools with `test`); .venv-pipecat holds pipecat-ai; .venv-moshi-ref
+# holds the reference implementation moshi 0.2.13 that the parity tests compare against. moshi pins an older torch,
 # so it gets its own venv, installed without its dependency pins (moshi 0.2.13 declares torch<2.10 but runs on 2.13).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +28,15 @@ if [[ "${1:-}" == "test" && ! -f .venv-moshi-ref/.parley-installed ]]; then
   .venv-moshi-ref/bin/pip install -q "numpy<2.3" "safetensors<0.8" "huggingface-hub<1.0" "einops<0.9" \
     "sentencepiece<0.3" "sphn>=0.2,<0.3" "aiohttp<3.12" tqdm
   touch .venv-moshi-ref/.parley-installed
+fi
+# pipecat-ai, for the test that drives Parley with pipecat's stock OpenAI Realtime service (tests/sdk/
+# test_pipecat_realtime.py). It pins older protobuf, soundfile and soxr than the app's, so it gets its own venv.
+if [[ "${1:-}" == "test" && ! -f .venv-pipecat/.parley-installed ]]; then
+  echo "installing pipecat-ai 1.14.0 into .venv-pipecat ..."
+  $PY -m venv .venv-pipecat
+  .venv-pipecat/bin/pip install -q --upgrade pip
+  .venv-pipecat/bin/pip install -q "pipecat-ai[openai]==1.14.0"
+  touch .venv-pipecat/.parley-installed
 fi
 # The Token2Wav reference (PyPI minicpmo 0.1.2, module stepaudio2.token2wav) that made
 # tests/data/minicpmo45/token2wav/reference.npz; its declared deps (moviepy, decord, ...) are not needed for it.

@@ -15,13 +15,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-_SECRETS = {"DJANGO_SECRET_KEY", "PARLEY_RECORDINGS_S3_SECRET_KEY"}  # never echoed in an error
+_SECRETS = {
+    "DJANGO_SECRET_KEY",
+    "PARLEY_RECORDINGS_S3_SECRET_KEY",
+    "PARLEY_ICE_SERVERS",
+}  # TURN credentials  # never echoed in an error
 
 Csv = Annotated[list[str], NoDecode]  # "a, b" -> ["a", "b"] (not JSON)
+
+
+class IceServer(BaseModel):
+    """One entry of ``PARLEY_ICE_SERVERS``, in the browser's RTCIceServer shape."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    urls: str | list[str]
+    username: str | None = None
+    credential: str | None = None
+
+    @field_validator("urls")
+    @classmethod
+    def _ice_urls(cls, urls: str | list[str]) -> str | list[str]:
+        for url in [urls] if isinstance(urls, str) else urls:
+            if not url.startswith(("stun:", "stuns:", "turn:", "turns:")):
+                raise ValueError(f"an ICE server URL starts with stun:, stuns:, turn: or turns: (got {url!r})")
+        return urls
 
 
 class EnvError(ValueError):
@@ -58,6 +79,8 @@ class WebEnv(BaseSettings):
     recordings_s3_secret_key: str = Field("", validation_alias="PARLEY_RECORDINGS_S3_SECRET_KEY")
     # browser origins allowed on /v1/realtime besides the site's own
     allowed_origins: Csv = Field([], validation_alias="PARLEY_ALLOWED_ORIGINS")
+    # WebRTC calls: STUN/TURN servers for the call page (JSON list of RTCIceServer; docs/deploy.md)
+    ice_servers: list[IceServer] = Field([], validation_alias="PARLEY_ICE_SERVERS")
     # WebSocket connects per signed-in user (session cookie) and per API key, in a moving minute: generous,
     # a guard against a runaway client, not a quota (an office behind one address is many users)
     connects_per_user_per_minute: int = Field(120, ge=1, validation_alias="PARLEY_CONNECTS_PER_USER_PER_MINUTE")
@@ -79,6 +102,10 @@ class WebEnv(BaseSettings):
     whisper_weights: str = Field("", validation_alias="PARLEY_WHISPER_WEIGHTS")
     # how often a live call re-reads its user: deactivated without a save signal (a queryset update) ends it
     account_check_s: float = Field(15.0, gt=0, le=3600, validation_alias="PARLEY_ACCOUNT_CHECK_S")
+    # ephemeral client secrets (POST /v1/realtime/client_secrets): the lifetime of one minted without
+    # expires_after, and the longest a request may ask for (OpenAI's bounds: 10 s to 2 h, 10 min by default)
+    client_secret_ttl_s: int = Field(600, ge=10, le=7200, validation_alias="PARLEY_CLIENT_SECRET_TTL_S")
+    client_secret_max_ttl_s: int = Field(7200, ge=10, le=7200, validation_alias="PARLEY_CLIENT_SECRET_MAX_TTL_S")
     # auto: a server with in-process inference loads the engine and prepares the call page's default persona
     # and voice in the background as it starts; off: the first call does it (the test settings say off)
     warm_start: Literal["auto", "off"] = Field("auto", validation_alias="PARLEY_WARM_START")

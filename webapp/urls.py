@@ -6,6 +6,8 @@ urlpatterns = [
     path("accounts/", include("webapp.accounts.urls")),
     path("ops/", include("webapp.operations.urls")),
     path("recordings/", include("webapp.recordings.urls")),
+    path("", include("webapp.conversations.urls")),
     path("", include("webapp.personas.urls")),
     path("", include("webapp.calls.urls")),
+    path("", include("webapp.webrtc.urls")),
 ]

@@ -1,4 +1,6 @@
 // The call page's controller: microphone -> /v1/realtime -> jitter buffer, and the session's state.
+// Over WebRTC when it can (rtc-transport.js: Opus tracks and the oai-events data channel, the same events),
+// else, or when asked (?transport=websocket, the picker), over the WebSocket described below.
 //
 // Protocol: docs/protocol.md (OpenAI Realtime events plus Parley's duplex extensions). Audio goes
 // up as binary frames of pcm16 at 24 kHz in 20 ms pieces; the agent's audio comes down as binary
@@ -17,6 +19,8 @@ import { CAN_PICK_SPEAKER, fillDevicePicker, microphoneProblem } from "./devices
 import { applyMode, chosenMode, handleModeEvent } from "./modes.js";
 import { handleServerEvent, noteAgentAudio } from "./server-events.js";
 import { Transport } from "./transport.js";
+import { RtcPlayer, RtcTransport } from "./rtc-transport.js";
+import { bindTransportPicker, chosenTransport, showTransport, wantsWebRtc } from "./transport-choice.js";
 import { CallUi } from "./ui.js";
 import { waitForAgent } from "./warm-start.js";
 
@@ -54,6 +58,8 @@ const DROP_SLIP = params.get("slip_drop") !== "0";
 const JITTER_MARGIN_MS = Number.parseFloat(params.get("jitter_margin_ms")) || undefined;
 // Pieces are 20 ms apart; a longer pause between two sent while live is noted (hooks.uplinkGaps).
 const UPLINK_GAP_MS = 50;
+const ICE_SERVERS = JSON.parse(document.getElementById("ice-servers")?.textContent || "[]");
+const CSRF_TOKEN = document.querySelector(".call-page")?.dataset.csrfToken ?? "";
 const LATENCY_HINT = (() => {
   const asked = params.get("latency_hint");
   if (asked === null) return DEFAULT_LATENCY_HINT;
@@ -127,26 +133,39 @@ export class Call {
     }
     refreshDevicePickers(); // with the microphone allowed, devices have names
     this.meter = new LatencyMeter(this.ctx);
+    this.speaker = speaker;
+    const rtc = wantsWebRtc(chosenMode());
+    if (rtc.ok) this.player = new RtcPlayer(this.ctx);
+    else if (!(await this.makeJitterPlayer())) return;
+    await this.outputReady();
+    hooks.framesSent = 0;
+    this.lastSentAt = null;
+    if (rtc.ok) this.connectRtc();
+    else this.connect(rtc.why);
+    this.figuresTimer = setInterval(() => this.refreshFigures(), 500);
+  }
+
+  async makeJitterPlayer() {
     try {
       this.player = await JitterPlayer.create(this.ctx, {
         onStart: (chunk) => this.onChunkScheduled(chunk),
         dropSlip: DROP_SLIP,
         marginMs: JITTER_MARGIN_MS,
       });
+      return true;
     } catch (err) {
       this.fail(`Audio output unavailable: ${err.message}`);
-      return;
+      return false;
     }
+  }
+
+  async outputReady() {
     this.markStart("player");
-    this.player.volume.gain.value = this.volume;
-    if (speaker) await this.chooseSpeaker(speaker);
+    this.setVolume(this.volume);
+    if (this.speaker) await this.chooseSpeaker(this.speaker);
     this.ui.drawOutput(this.player.analyser);
     if (TAP && this.mic) await installTap(this.ctx, this.mic.source, this.player.gain);
     if (ECHO_LOOP && this.mic) installEchoLoop(this.ctx, this.player.gain, this.mic.node, ECHO_LOOP);
-    hooks.framesSent = 0;
-    this.lastSentAt = null;
-    this.connect();
-    this.figuresTimer = setInterval(() => this.refreshFigures(), 500);
   }
 
   pause() {
@@ -192,7 +211,8 @@ export class Call {
   setVolume(volume) {
     this.volume = volume;
     hooks.outputVolume = volume;
-    if (this.player) this.player.volume.gain.value = volume;
+    if (this.player?.setVolume) this.player.setVolume(volume);
+    else if (this.player) this.player.volume.gain.value = volume;
     this.ui.showVolume(volume);
   }
 
@@ -201,6 +221,7 @@ export class Call {
     if (!this.ctx || !CAN_PICK_SPEAKER) return;
     try {
       await this.ctx.setSinkId(deviceId);
+      await this.player?.setSinkId?.(deviceId); // over WebRTC an <audio> element plays the agent
       hooks.speakerId = deviceId;
     } catch (err) {
       this.ui.notice(`That speaker could not be used: ${err.message}`, "error");
@@ -304,28 +325,76 @@ export class Call {
 
   // ---- socket --------------------------------------------------------------------------------
 
-  connect() {
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
+  /** WebRTC: the microphone's track and the agent's go through the peer connection; events its data channel.
+   * If it cannot be set up before the session begins (signalling blocked, ICE failing), the WebSocket is used. */
+  connectRtc() {
+    const transport = new RtcTransport(
+      {
+        onOpen: () => this.markStart("socket_open"),
+        onEvent: (text) => this.onMessage(text),
+        onError: (error) => pushBounded(hooks.errors, error, 50),
+        onClose: (code) => this.onTransportClosed(transport, code),
+        onRemoteStream: (stream) => this.player?.attach?.(stream),
+        onUnavailable: (why) => this.fallBack(transport, why),
+      },
+      { iceServers: ICE_SERVERS, csrfToken: CSRF_TOKEN },
+    );
+    this.transport = transport;
+    showTransport("webrtc");
+    if (this.mic) {
+      this.mic.node.port.onmessage = ({ data }) => {
+        this.showMicLevel(data.rms);
+        if (this.state === "live" && !this.muted) hooks.framesSent++;
+      };
+    }
+    transport.gate({ uplink: false, downlink: false });
+    transport.connect(`/v1/realtime/calls${this.connectQuery()}`, this.mic?.stream);
+  }
+
+  /** WebRTC could not be set up: the same call over the WebSocket, with a jitter player of the page's own. */
+  async fallBack(transport, why) {
+    if (this.transport !== transport || !this.ctx) return;
+    this.transport = null;
+    if (chosenTransport() === "webrtc") {
+      this.fail(`WebRTC could not connect: ${why}. Choose "Automatic" or "WebSocket" to call anyway.`);
+      return;
+    }
+    this.player?.close();
+    if (!(await this.makeJitterPlayer())) return;
+    await this.outputReady();
+    this.connect(`WebRTC failed: ${why}`);
+  }
+
+  onTransportClosed(transport, code) {
+    if (this.transport !== transport) return; // an old socket after a reconnect
+    if (["closed", "replaced", "failed"].includes(this.state)) return;
+    if (CLOSE_REFUSALS[code]) {
+      this.teardown("failed", CLOSE_REFUSALS[code]); // refused or ended by the server: nothing to resume
+      return;
+    }
+    this.teardown("disconnected", `The connection closed (code ${code}). Start again within 30 s to resume.`);
+  }
+
+  connectQuery() {
     const params = new URLSearchParams();
     if (MODEL) params.set("model", MODEL);
     // A chat call asks for chat at connect (extension): it is admitted at once, holding no engine slot.
     if (chosenMode() === "chat") params.set("mode", "chat");
-    const query = params.size ? `?${params}` : "";
+    return params.size ? `?${params}` : "";
+  }
+
+  /** The WebSocket (`why`: the reason it is not WebRTC, shown beside the transport). */
+  connect(why = "") {
+    showTransport("websocket", why);
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const query = this.connectQuery();
     const transport = new Transport({
       onOpen: () => this.markStart("socket_open"),
       onEvent: (text) => this.onMessage(text),
       onAudio: (audio) => noteAgentAudio(this, audio),
       onMic: (piece) => this.onMicPiece(piece),
       onError: (error) => pushBounded(hooks.errors, error, 50),
-      onClose: (code) => {
-        if (this.transport !== transport) return; // an old socket after a reconnect
-        if (["closed", "replaced", "failed"].includes(this.state)) return;
-        if (CLOSE_REFUSALS[code]) {
-          this.teardown("failed", CLOSE_REFUSALS[code]); // refused or ended by the server: nothing to resume
-          return;
-        }
-        this.teardown("disconnected", `The connection closed (code ${code}). Start again within 30 s to resume.`);
-      },
+      onClose: (code) => this.onTransportClosed(transport, code),
     });
     this.transport = transport;
     // The audio's own paths: mic worklet -> socket Worker -> player worklet, one MessagePort each.
@@ -423,6 +492,15 @@ export class Call {
   // ---- figures -------------------------------------------------------------------------------
 
   refreshFigures() {
+    // Over WebRTC the browser's own stack has the downlink's figures (read now, shown at the next refresh).
+    this.transport?.stats?.().then((figures) => {
+      this.player?.update?.(figures);
+      if (figures?.packetsReceived !== undefined) {
+        hooks.audioChunksReceived = figures.packetsReceived;
+        hooks.receivedRms = figures.rms;
+        hooks.rtc = figures;
+      }
+    });
     const player = this.player;
     if (player) {
       hooks.playedRms = player.playedRms;
@@ -497,6 +575,7 @@ ui.bind({
   camera: () => call.toggleCamera(),
 });
 ui.bindPersonaPresets(params);
+bindTransportPicker(params);
 const refreshDevicePickers = () => {
   fillDevicePicker(document.getElementById("mic-device"), "audioinput");
   if (CAN_PICK_SPEAKER) fillDevicePicker(document.getElementById("speaker-device"), "audiooutput");

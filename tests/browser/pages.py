@@ -21,9 +21,11 @@ def login(page: Page, base_url: str, username: str) -> None:
     page.wait_for_url(lambda url: "/accounts/login/" not in url)
 
 
-def open_call_page(page: Page, base_url: str) -> None:
+def open_call_page(page: Page, base_url: str, *, transport: str = "websocket") -> None:
     # raw=1: no echo cancellation / noise suppression, so the fake microphone's level is kept.
-    page.goto(f"{base_url}/?raw=1")
+    # transport: the page's default is WebRTC when it can; the tests of the page's own jitter player and
+    # socket Worker ask for the WebSocket (tests/browser/test_webrtc_call.py covers WebRTC).
+    page.goto(f"{base_url}/?raw=1&transport={transport}")
     page.wait_for_function("() => window.parley && window.parley.state === 'idle'")
 
 
@@ -36,7 +38,7 @@ def start_call(page: Page) -> str:
 
 def start_call_in_mode(page: Page, base_url: str, mode: str, shown: str, *, query: str, timeout_ms: int) -> None:
     """Open the call page (``?query``), pick ``mode`` in the picker, Start, and wait until live in that mode."""
-    page.goto(f"{base_url}/?{query}")
+    page.goto(f"{base_url}/?{query}&transport=websocket")
     expect(page.locator("#mode-row")).to_be_visible()
     page.select_option("#mode", mode)
     page.click("#start")

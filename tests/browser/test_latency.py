@@ -58,7 +58,7 @@ def tapped_call_page(url: str, browser, make_user, username: str):
     make_user(username)
     page = browser.new_page()
     login(page, url, username)
-    page.goto(f"{url}/?raw=1&tap=1")
+    page.goto(f"{url}/?raw=1&tap=1&transport=websocket")
     page.wait_for_function("() => window.parley && window.parley.state === 'idle'")
     return page
 

@@ -89,7 +89,7 @@ def test_clone_a_voice_with_consent_then_call_with_it_and_version_the_persona(
         ws.on("framereceived", lambda frame: received.append(json.loads(frame)) if isinstance(frame, str) else None)
 
     page.on("websocket", on_socket)
-    page.goto(f"{url}/?raw=1")
+    page.goto(f"{url}/?raw=1&transport=websocket")  # the test reads the socket's frames
     page.wait_for_function("() => window.parley && window.parley.state === 'idle'")
     page.select_option("#persona-preset", label="Museum guide")
     expect(page.locator("#voice")).to_have_value(str(voice.pk))  # the persona's default voice

@@ -60,7 +60,7 @@ def test_the_first_call_waits_for_the_warm_start_then_plays_agent_audio(
     context = browser.new_context()
     page = context.new_page()
     login(page, url, "firstcaller")
-    page.goto(f"{url}/?raw=1")
+    page.goto(f"{url}/?raw=1&transport=websocket")
     # The server is still preparing the default persona and voice: the page says so and Start waits.
     expect(page.locator("#call-state")).to_have_text("Getting the agent ready…", timeout=READY_TIMEOUT_MS)
     expect(page.locator("#start")).to_be_disabled()

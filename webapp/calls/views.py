@@ -10,6 +10,7 @@ from django.shortcuts import render
 from inference.api import capabilities_preview, warm_start_status
 from inference.contracts import ParleyError
 from webapp.personas.selectors import persona_list_for, voice_list_for
+from webapp.webrtc.ice import page_ice_servers
 
 DEFAULT_PERSONA = "You are a friendly, curious conversation partner. Keep your answers short."
 
@@ -28,7 +29,8 @@ def call_page(request: HttpRequest) -> HttpResponse:
         "default_persona": personas[0].instructions if personas else DEFAULT_PERSONA,
         "capabilities": capabilities,
         "inference_unavailable": unavailable,
-        "warm_start": warm_start_status(),  # the page waits while it says warming (static/call/warm-start.js)
+        "warm_start": warm_start_status(),
+        "ice_servers": page_ice_servers(),  # STUN/TURN for WebRTC calls (PARLEY_ICE_SERVERS)  # the page waits while it says warming (static/call/warm-start.js)
     }
     return render(request, "calls/call.html", context)
 

@@ -1,4 +1,5 @@
-"""WebSocket handshake guards: the origin policy and ``Authorization: Bearer <api key>``.
+"""WebSocket handshake guards: the origin policy and the credential (``Authorization: Bearer <api key or
+client secret>``, or a browser's ``openai-insecure-api-key.<credential>`` subprotocol, see ``secret_scope``).
 
 Order in ``webapp.asgi``: origin policy -> session-cookie auth -> bearer auth -> connect limits
 -> router. A refused origin is closed before ``accept`` (HTTP 403), so nothing is allocated. A
@@ -15,8 +16,9 @@ from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http.request import validate_host
 
-from webapp.accounts.services import apikey_lookup
 from webapp.common import throttling
+from webapp.conversations.client_secrets import SECRET_PREFIX, realtime_identity
+from webapp.conversations.secret_scope import subprotocol_credential
 
 
 def _header(scope: dict, name: bytes) -> str | None:
@@ -78,9 +80,18 @@ def origin_allowed(origin: str, scope: dict) -> bool:
     return candidate in allowed - {None}
 
 
+def credential(scope: dict) -> str | None:
+    """The API key or client secret the client sent, in the Authorization header or as a subprotocol."""
+    return bearer_key(scope) or subprotocol_credential(scope)
+
+
 class OriginPolicyMiddleware:
     """Browsers send Origin: it must be the site's own origin or an allowed one (scheme, host and port),
-    so another app on the same host cannot ride a caller's cookie. No Origin (SDKs) needs a key."""
+    so another app on the same host cannot ride a caller's cookie. No Origin (SDKs) needs a key.
+
+    A page that sends its credential as a subprotocol (OpenAI's browser form, normally a client secret its
+    own server minted) may connect from any origin: the credential, not a cookie, authenticates it, and
+    the cookie is then ignored (``BearerKeyAuthMiddleware`` decides the user from the credential alone)."""
 
     def __init__(self, app):
         self.app = app
@@ -88,7 +99,10 @@ class OriginPolicyMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "websocket":
             origin = _header(scope, b"origin")
-            allowed = origin_allowed(origin, scope) if origin is not None else bearer_key(scope) is not None
+            if origin is None:
+                allowed = bearer_key(scope) is not None
+            else:
+                allowed = subprotocol_credential(scope) is not None or origin_allowed(origin, scope)
             if not allowed:
                 return await WebsocketDenier()(scope, receive, send)
         return await self.app(scope, receive, send)
@@ -110,7 +124,7 @@ class ConnectLimitMiddleware:
             refusal = None
             if user is not None and user.is_authenticated:
                 refusal = await throttling.connect_refusal(user_id=user.pk, api_key_id=scope.get("api_key_id"))
-            elif scope.get("auth_method") != "api_key" and (refusal := await throttling.key_refusal(ip)) is None:
+            elif scope.get("auth_method") is None and (refusal := await throttling.key_refusal(ip)) is None:
                 await throttling.record_key_failure(ip)
             if refusal is not None:
                 scope = {**scope, "throttled": refusal}
@@ -118,25 +132,31 @@ class ConnectLimitMiddleware:
 
 
 class BearerKeyAuthMiddleware:
-    """Sets ``scope["user"]`` (and ``scope["api_key_id"]``) from a Bearer API key; a present but invalid
-    key means anonymous and counts against the client's ``PARLEY_KEY_FAILURE_RATE``: past it, keys from
-    that address are not even looked up until the window moves on."""
+    """Sets ``scope["user"]`` (and ``scope["api_key_id"]``) from an API key or a client secret (which it
+    spends, putting its ``Grant`` in ``scope["client_secret"]``; ``api_key_id`` is then the key that minted
+    it, so revoking that key ends the session). A present but invalid credential means anonymous and counts
+    against the client's ``PARLEY_KEY_FAILURE_RATE``: past it, credentials from that address are not even
+    looked up until the window moves on."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        key = bearer_key(scope)
+        key = credential(scope)
         if key is not None and "throttled" not in scope:
             from django.contrib.auth.models import AnonymousUser
 
             if refusal := await throttling.key_refusal(throttling.client_ip(scope)):
                 scope = {**scope, "throttled": refusal}
             else:
-                api_key = await database_sync_to_async(apikey_lookup)(raw_key=key)
-                if api_key is None:
+                identity = await database_sync_to_async(realtime_identity)(raw=key)
+                method = "client_secret" if key.startswith(SECRET_PREFIX) else "api_key"
+                if identity is None:
                     await throttling.record_key_failure(throttling.client_ip(scope))
-                    scope = {**scope, "user": AnonymousUser(), "auth_method": "api_key"}
+                    scope = {**scope, "user": AnonymousUser(), "auth_method": method}
                 else:
-                    scope = {**scope, "user": api_key.user, "auth_method": "api_key", "api_key_id": api_key.pk}
+                    found = {"user": identity.user, "api_key_id": identity.api_key_id}
+                    if identity.client_secret is not None:
+                        found["client_secret"] = identity.client_secret
+                    scope = {**scope, **found, "auth_method": method}
         return await self.app(scope, receive, send)

@@ -16,6 +16,7 @@ import json
 import logging
 from typing import Any
 
+from autobahn.exception import Disconnected  # daphne's WebSocket protocol: a send after the peer went away
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -46,7 +47,7 @@ from inference.contracts import (
     TurnCommitted,
 )
 from webapp.accounts import revocation
-from webapp.conversations import chat_items, services
+from webapp.conversations import chat_items, secret_scope, services
 from webapp.conversations import protocol as p
 from webapp.conversations.account_watch import watch_account
 from webapp.conversations.close_codes import CLOSE_CODE_BY_REASON, CONNECT_CLOSE_CODES, CloseCode
@@ -55,12 +56,16 @@ from webapp.conversations.dispatch_loop import dispatch_until_stopped
 from webapp.conversations.echo_health import EchoHealth
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
 from webapp.conversations.server_health import ServerHealth
+from webapp.conversations.session_update import apply_session_config
 from webapp.conversations.turn_events import TurnEvents
-from webapp.conversations.turn_settings import turn_update
 from webapp.operations.metrics import count_error
 from webapp.recordings import services as recordings
 
 logger = logging.getLogger(__name__)
+
+
+async def _nothing() -> None:
+    """The recording row is written once, after session.created, with everything the secret chose."""
 
 
 class RealtimeConsumer(AsyncWebsocketConsumer):
@@ -86,14 +91,16 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.ready = False
         self.pump: asyncio.Task | None = None
         self.send_lock = asyncio.Lock()
-        self.view = SessionView(model=requested_model(self.scope), input_rates=tuple(settings.PARLEY_INPUT_RATES))
+        self.grant = self.scope.get("client_secret")  # client_secrets.Grant: this socket spent a client secret
+        model = self.grant.model if self.grant and self.grant.model else requested_model(self.scope)
+        self.view = SessionView(model=model, input_rates=tuple(settings.PARLEY_INPUT_RATES))
         self.events = RealtimeEvents(self.view)
         self.turn_events = TurnEvents(self.events)
         self.health = ServerHealth()  # turns the metrics into "the server is behind" in words
         self.echo_health = EchoHealth()  # and the live echo windows into "use headphones"
         self.user = self.scope.get("user")
         self.revocation_groups: list[str] = []
-        await self.accept()
+        await self.accept(subprotocol=secret_scope.selected_subprotocol(self.scope))
         if throttled := self.scope.get("throttled"):  # accepted only to say why (see conversations.auth)
             error = p.ProtocolError("rate_limit_exceeded", throttled.message, error_type="rate_limit_error")
             await self._reject(error)
@@ -101,15 +108,18 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             return
         if self.user is None or not self.user.is_authenticated:
             # Accept-then-close so browsers can see why (a refused handshake has no readable reason).
-            message = (  # a key was sent (see conversations.auth): say that the key is what is wrong
-                "This API key is not valid: it is mistyped, revoked, or its user is deactivated."
-                if self.scope.get("auth_method") == "api_key"
-                else "Authentication required: log in or send an API key."
-            )
+            message = {  # a credential was sent (see conversations.auth): say that it is what is wrong
+                "api_key": "This API key is not valid: it is mistyped, revoked, or its user is deactivated.",
+                "client_secret": "This client secret is not valid: it is expired, already used, or its key revoked.",
+            }.get(self.scope.get("auth_method"), "Authentication required: log in or send an API key.")
             await self._reject(p.ProtocolError("forbidden", message))
             await self._close(CloseCode.UNAUTHENTICATED)
             return
-        request = SessionRequest(user_key=str(self.user.pk), model=self.view.model, mode=requested_mode(self.scope))
+        granted_mode = self.grant.session.duplex.mode if self.grant and self.grant.session.duplex else None
+        mode = granted_mode or requested_mode(self.scope)
+        request = SessionRequest(
+            user_key=str(self.user.pk), model=self.view.model, mode=mode if mode == "chat" else None
+        )
         try:
             self.handle = await api.open_session(request)
         except ParleyError as exc:
@@ -257,56 +267,13 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         await self._emit(self.events.add_message_item(item))
 
     async def _session_update(self, event: p.SessionUpdate) -> None:
-        """Validate everything first, then apply: a rejected update changes nothing."""
+        """Validate everything first, then apply: a rejected update changes nothing (``session_update``)."""
         assert self.handle is not None
-        config, view = event.session, self.view
-        audio = config.audio
-        current = (view.input_type, view.input_rate)
-        input_type, input_rate = p.session_input_format(
-            config, current=current, input_rates=view.input_rates, output_rate=view.output_rate
+        if self.grant is not None:  # a secret's session: the fields it fixed stay as they are
+            secret_scope.check_update(self.grant.session, event.session, current_instructions=self.view.instructions)
+        await apply_session_config(
+            event.session, handle=self.handle, view=self.view, user_id=self.user.pk, sync_recording=self._sync_recording
         )
-        # Always asked, even with no persona or voice named: the account is checked on every update.
-        choices = await database_sync_to_async(services.session_update_choices)(
-            user_id=self.user.pk,
-            persona_id=config.duplex.persona_id if config.duplex else None,
-            voice=audio.output.voice if audio and audio.output else None,
-        )
-        persona_id, persona_version, instructions = view.persona_id, view.persona_version, view.instructions
-        persona_name = view.persona_name
-        if (persona := choices.persona) is not None:
-            persona_id, persona_version, instructions = persona.persona_id, persona.version, persona.instructions
-            persona_name = persona.name
-        elif config.instructions is not None and config.instructions != view.instructions:
-            persona_id, persona_version, instructions, persona_name = None, None, config.instructions, None
-        voice = choices.voice
-        # Only changes reach the session: stock clients resend unchanged fields with every update.
-        new_persona = instructions if instructions != view.instructions else None
-        new_voice = voice.ref if voice is not None and voice.name != view.voice else None
-        record = config.duplex.record if config.duplex and config.duplex.record is not None else None
-        new_record = record if record is not None and record != view.record else None
-        turns = turn_update(config, view)  # validated; applied first, as it is the likeliest refusal
-        if turns is not None:
-            await self.handle.set_mode(
-                mode=turns.mode, turn_detection=turns.detection, max_response_s=turns.max_response_s
-            )
-            turns.apply(view)
-            await self._sync_recording()  # the recording names the mode
-        if new_persona is not None or new_voice is not None or new_record is not None:
-            await self.handle.update(persona=new_persona, voice=new_voice, record=new_record)
-        view.input_type, view.input_rate = input_type, input_rate
-        named = (persona_id, persona_version, voice.voice_id if voice else view.voice_id)
-        renamed = named != (view.persona_id, view.persona_version, view.voice_id)
-        view.persona_id, view.persona_version, view.instructions = persona_id, persona_version, instructions
-        view.persona_name = persona_name
-        if voice is not None:
-            view.voice, view.voice_id = voice.name, voice.voice_id
-        if renamed and new_record is None:
-            await self._sync_recording()  # the recording names the persona version and voice chosen here
-        if config.duplex and config.duplex.binary_audio is not None:
-            view.binary_audio = config.duplex.binary_audio
-        if new_record is not None:
-            view.record = recordings.record_effective(view.capabilities, new_record)
-            await self._sync_recording()
         await self._emit([self.events.event("session.updated", session=self.events.session_object())])
 
     # ---- session -> client ------------------------------------------------------------------
@@ -379,6 +346,15 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         view.mode = event.mode
         view.turn_detection = {"type": "server_vad", **event.turn_detection} if event.turn_detection else None
         self.ready = True
+        if self.grant is not None:  # the secret's configuration, before the client sees the session
+            try:
+                await apply_session_config(
+                    self.grant.session, handle=self.handle, view=view, user_id=self.user.pk, sync_recording=_nothing
+                )
+            except (p.ProtocolError, ParleyError) as exc:  # e.g. its persona was deleted since: not this session
+                await self._reject(exc)
+                await self.handle.close("client_close")  # the error above says why
+                return
         if self.account_watch is None:
             self.account_watch = asyncio.create_task(
                 watch_account(
@@ -452,12 +428,18 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             for item in outgoing:
                 if self.socket_closed:
                     return
-                if isinstance(item, bytes):
-                    await self.send(bytes_data=item)
-                else:
-                    if item.get("type") == "error":
-                        count_error(item["error"]["code"])  # the process's /ops/metrics, by code
-                    await self.send(text_data=json.dumps(item, separators=(",", ":")))
+                try:
+                    if isinstance(item, bytes):
+                        await self.send(bytes_data=item)
+                    else:
+                        if item.get("type") == "error":
+                            count_error(item["error"]["code"])  # the process's /ops/metrics, by code
+                        await self.send(text_data=json.dumps(item, separators=(",", ":")))
+                except Disconnected:
+                    # The client dropped the TCP connection (pipecat does on any error event) and daphne has
+                    # not yet delivered websocket.disconnect: nothing more can be sent; disconnect() follows.
+                    self.socket_closed = True
+                    return
 
     async def _close(self, code: int) -> None:
         if not self.socket_closed:

@@ -293,13 +293,15 @@ def session_input_format(
     return input_type, input_rate
 
 
-def turn_settings(config: SessionConfig) -> tuple[bool, TurnDetectionConfig | None]:
-    """(whether the update names ``turn_detection`` at all, its value); ``semantic_vad`` is refused."""
+def turn_settings(config: SessionConfig, *, served: bool = True) -> tuple[bool, TurnDetectionConfig | None]:
+    """(whether the update names ``turn_detection`` at all, its value). ``served``: the engine takes turns
+    (half-duplex), so the value matters and ``semantic_vad`` is refused; a duplex-only engine ignores any
+    ``turn_detection``, so stock clients that always send ``semantic_vad`` (the agents SDK) still work."""
     audio_input = config.audio.input if config.audio else None
     if audio_input is None or "turn_detection" not in audio_input.model_fields_set:
         return False, None
     detection = audio_input.turn_detection
-    if detection is not None and detection.type != "server_vad":
+    if served and detection is not None and detection.type != "server_vad":
         raise ProtocolError(
             "unsupported_turn_detection",
             f"turn_detection type {detection.type!r} is not served; use server_vad or null.",

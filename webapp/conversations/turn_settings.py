@@ -34,11 +34,11 @@ class TurnUpdate:
 
 def turn_update(config: p.SessionConfig, view: SessionView) -> TurnUpdate | None:
     """The mode change to hand the session, or None when the update leaves turns alone."""
-    named, settings = p.turn_settings(config)
+    caps = view.capabilities
+    named, settings = p.turn_settings(config, served=caps is None or "half_duplex" in caps.modes)
     duplex = config.duplex
     mode = duplex.mode if duplex is not None else None
     max_response_s = duplex.max_response_s if duplex is not None else None
-    caps = view.capabilities
     if mode is not None and caps is not None and mode not in caps.modes:
         raise p.ProtocolError(
             "unsupported_mode",

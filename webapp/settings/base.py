@@ -38,6 +38,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "webapp.common.hosts.KnownHostMiddleware",  # first: no page, not even a debug page, for foreign hosts
     "django.middleware.security.SecurityMiddleware",
+    "webapp.common.cors.realtime_cors",  # before CSRF: a preflight is answered here (see the module)
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -102,6 +103,8 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 # Browser origins allowed to open /v1/realtime with the session cookie, besides the site's own origin
 # (scheme, host and port compared whole).
 PARLEY_ALLOWED_ORIGINS = ENV.allowed_origins
+# STUN/TURN servers handed to the call page for WebRTC calls (webapp/webrtc/ice.py; docs/deploy.md).
+PARLEY_ICE_SERVERS = [server.model_dump(exclude_none=True) for server in ENV.ice_servers]
 # WebSocket connects per user and per API key (a moving minute); failed authentications per client IP
 # ("limits" notation) before that IP is refused: see webapp/common/throttling.py.
 PARLEY_CONNECTS_PER_USER_PER_MINUTE = ENV.connects_per_user_per_minute
@@ -109,6 +112,9 @@ PARLEY_CONNECTS_PER_KEY_PER_MINUTE = ENV.connects_per_key_per_minute
 PARLEY_KEY_FAILURE_RATE = ENV.key_failure_rate
 # A live call re-reads its user this often (s): one deactivated without a save signal loses the call.
 PARLEY_ACCOUNT_CHECK_S = ENV.account_check_s
+# Ephemeral client secrets: default lifetime and the longest one a request may ask for (s).
+PARLEY_CLIENT_SECRET_TTL_S = min(ENV.client_secret_ttl_s, ENV.client_secret_max_ttl_s)
+PARLEY_CLIENT_SECRET_MAX_TTL_S = ENV.client_secret_max_ttl_s
 # The failed-authentication limit and login lockouts key on the client's address: X-Forwarded-For counts only
 # from these (webapp.common.forwarded).
 PARLEY_TRUSTED_PROXIES = tuple(ENV.trusted_proxies)

@@ -37,7 +37,6 @@ async def test_duplex_only_engine_lists_its_mode_and_refuses_others(alice):
             "invalid_value",
             "session.audio.input.turn_detection.silence_duration_ms",
         ),
-        ({"type": "semantic_vad"}, "unsupported_turn_detection", "session.audio.input.turn_detection.type"),
     ],
 )
 async def test_bad_turn_detection_is_a_typed_error_and_the_session_goes_on(alice, turn_detection, code, param):
@@ -45,6 +44,18 @@ async def test_bad_turn_detection_is_a_typed_error_and_the_session_goes_on(alice
     await peer.send({"type": "session.update", "session": {"audio": {"input": {"turn_detection": turn_detection}}}})
     error = await peer.error()
     assert (error["code"], error["param"]) == (code, param)
+    await peer.proves_alive()
+    await peer.close()
+
+
+async def test_semantic_vad_is_ignored_by_a_duplex_only_engine(alice):
+    """The agents SDK sends ``semantic_vad`` in every session.update; the echo engine takes no turns, so like any
+    turn_detection it is ignored there (an engine that serves half-duplex refuses it: tests/sdk/)."""
+    peer, _ = await ready_peer(alice)
+    session = {"instructions": "hi", "audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}}
+    await peer.send({"type": "session.update", "session": session})
+    updated = (await peer.until("session.updated"))["session"]
+    assert updated["instructions"] == "hi" and updated["duplex"]["mode"] == "duplex"
     await peer.proves_alive()
     await peer.close()
 

@@ -1,0 +1,116 @@
+"""A WebRTC caller made of aiortc: a tone or a file as its microphone, what it hears and every event kept.
+
+Used by the WebRTC endpoint tests and by bench/impairment.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import av
+import numpy as np
+from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+RATE = 24_000
+FRAME_SAMPLES = 480  # 20 ms
+
+
+class ArrayMicrophone(MediaStreamTrack):
+    """Sends ``signal`` (float32 at 24 kHz, looped) in real time, 20 ms a frame; ``sent_at`` keeps each
+    frame's send time by its first sample's index, for mouth-to-ear."""
+
+    kind = "audio"
+
+    def __init__(self, signal: np.ndarray) -> None:
+        super().__init__()
+        self.pcm = (np.clip(signal, -1, 1) * 32767).astype("<i2")
+        self.position = 0
+        self.start: float | None = None
+        self.frames = 0
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self.start is None:
+            self.start = time.monotonic()
+        due = self.start + self.frames * FRAME_SAMPLES / RATE
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        index = np.arange(self.position, self.position + FRAME_SAMPLES) % len(self.pcm)
+        frame = av.AudioFrame.from_ndarray(self.pcm[index].reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate, frame.pts = RATE, self.frames * FRAME_SAMPLES
+        frame.time_base = fractions.Fraction(1, RATE)
+        self.position = (self.position + FRAME_SAMPLES) % len(self.pcm)
+        self.frames += 1
+        return frame
+
+
+@dataclass
+class RtcCaller:
+    pc: RTCPeerConnection
+    channel: Any
+    events: list[dict] = field(default_factory=list)
+    heard: list[tuple[float, np.ndarray]] = field(default_factory=list)  # (arrival, 24 kHz mono float32)
+    waiters: list[tuple[str, asyncio.Future]] = field(default_factory=list)
+
+    def send(self, event: dict) -> None:
+        self.channel.send(json.dumps(event))
+
+    async def until(self, event_type: str, wait_s: float = 10.0) -> dict:
+        for event in self.events:
+            if event["type"] == event_type:
+                return event
+        future = asyncio.get_running_loop().create_future()
+        self.waiters.append((event_type, future))
+        return await asyncio.wait_for(future, wait_s)
+
+    def count(self, event_type: str) -> int:
+        return sum(1 for event in self.events if event["type"] == event_type)
+
+    def heard_audio(self) -> np.ndarray:
+        return np.concatenate([piece for _, piece in self.heard]) if self.heard else np.zeros(0, np.float32)
+
+    def _on_event(self, text: str) -> None:
+        event = json.loads(text)
+        self.events.append(event)
+        for waiter in list(self.waiters):
+            if waiter[0] == event["type"] and not waiter[1].done():
+                waiter[1].set_result(event)
+                self.waiters.remove(waiter)
+
+    async def close(self) -> None:
+        await self.pc.close()
+
+
+async def _listen(track: MediaStreamTrack, caller: RtcCaller) -> None:
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
+    while True:
+        try:
+            frame = await track.recv()
+        except MediaStreamError:
+            return
+        for out in resampler.resample(frame):
+            pcm = out.to_ndarray().reshape(-1).astype(np.float32) / 32767
+            caller.heard.append((time.monotonic(), pcm))
+
+
+async def rtc_offer(microphone: MediaStreamTrack, ice_servers=None) -> tuple[RtcCaller, str]:
+    """A peer connection with the microphone, a receive side and the ``oai-events`` channel; its offer SDP."""
+    from aiortc import RTCConfiguration
+
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=ice_servers or []))
+    pc.addTransceiver(microphone, direction="sendrecv")
+    caller = RtcCaller(pc=pc, channel=pc.createDataChannel("oai-events"))
+    caller.channel.on("message", caller._on_event)
+    pc.on("track", lambda track: asyncio.ensure_future(_listen(track, caller)))
+    await pc.setLocalDescription(await pc.createOffer())
+    return caller, pc.localDescription.sdp
+
+
+async def rtc_answer(caller: RtcCaller, answer_sdp: str) -> None:
+    await caller.pc.setRemoteDescription(RTCSessionDescription(sdp=answer_sdp, type="answer"))

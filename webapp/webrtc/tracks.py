@@ -1,0 +1,141 @@
+"""The two audio paths of a WebRTC call: the caller's Opus track in, the agent's Opus track out.
+
+Inside, audio is what the WebSocket carries: pcm16 mono at the engine's rate (24 kHz). aiortc decodes
+the caller's Opus at 48 kHz and encodes ours from any rate (its encoder resamples to 48 kHz itself),
+so only the way in is resampled here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import av
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+logger = logging.getLogger(__name__)
+
+RATE = 24_000  # the engine's rate (EngineCapabilities.input_rate / output_rate of every engine today)
+FRAME_MS = 20  # one Opus packet
+FRAME_SAMPLES = RATE * FRAME_MS // 1000
+FRAME_BYTES = FRAME_SAMPLES * 2
+# The agent's audio comes in the engine's chunks (80 ms for a lockstep or echo engine, 1 s units for the unit
+# engine) on the engine's clock; the track sends 20 ms every 20 ms. It waits this long after an empty buffer
+# gets audio before it resumes, so a chunk a little late does not leave a hole in every chunk period.
+START_SLACK_MS = 30
+# More than this waiting (the tick clock ran ahead of the wall clock, or a stall let chunks pile up) is
+# dropped from the oldest: the caller should hear the agent late by a bounded amount, never more and more.
+MAX_QUEUED_MS = 1200
+# The caller's stream is kept in time: a gap in its RTP timestamps (lost packets) shorter than this is
+# filled with silence; a longer one is a pause of the sender, not lost audio.
+MAX_CONCEALED_GAP_MS = 500
+
+
+@dataclass
+class DownlinkStats:
+    sent_ms: int = 0  # agent audio sent (the silence sent while none waited is not counted): playback.ack
+    underruns: int = 0  # the buffer ran dry while the agent was sending
+    dropped_ms: int = 0  # dropped from the oldest beyond MAX_QUEUED_MS
+
+
+class AgentAudioTrack(MediaStreamTrack):
+    """Outgoing audio: 20 ms frames of 24 kHz pcm16 on the wall clock, from a queue the session fills."""
+
+    kind = "audio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending = bytearray()
+        self._playing = False  # False until START_SLACK_MS after audio arrives in an empty buffer
+        self._resume_at = 0.0
+        self._next_at: float | None = None
+        self._pts = 0
+        self._time_base = fractions.Fraction(1, RATE)
+        self.stats = DownlinkStats()
+
+    def push(self, pcm16: bytes) -> None:
+        """Queue the agent's audio (any length, whole samples)."""
+        if not pcm16:
+            return
+        if not self._pending and not self._playing:
+            self._resume_at = time.monotonic() + START_SLACK_MS / 1000
+        self._pending += pcm16
+        excess = len(self._pending) - MAX_QUEUED_MS * RATE * 2 // 1000
+        if excess > 0:
+            excess += excess % 2
+            del self._pending[:excess]
+            self.stats.dropped_ms += excess * 1000 // (RATE * 2)
+
+    def flush(self) -> None:
+        """Barge-in or pause: what waits is not heard."""
+        self._pending.clear()
+        self._playing = False
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        now = time.monotonic()
+        if self._next_at is None or now - self._next_at > 0.2:  # first frame, or the loop stalled: re-anchor
+            self._next_at = now
+        else:
+            await asyncio.sleep(max(0.0, self._next_at - now))
+        self._next_at += FRAME_MS / 1000
+        frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
+        frame.planes[0].update(self._take())
+        frame.sample_rate, frame.pts, frame.time_base = RATE, self._pts, self._time_base
+        self._pts += FRAME_SAMPLES
+        return frame
+
+    def _take(self) -> bytes:
+        if not self._playing and self._pending and time.monotonic() >= self._resume_at:
+            self._playing = True
+        if not self._playing:
+            return bytes(FRAME_BYTES)
+        if len(self._pending) < FRAME_BYTES:
+            self.stats.underruns += 1
+            self._playing = False
+            piece = bytes(self._pending) + bytes(FRAME_BYTES - len(self._pending))
+            self.stats.sent_ms += len(self._pending) * 1000 // (RATE * 2)
+            self._pending.clear()
+            self._resume_at = time.monotonic() + START_SLACK_MS / 1000
+            return piece
+        piece = bytes(self._pending[:FRAME_BYTES])
+        del self._pending[:FRAME_BYTES]
+        self.stats.sent_ms += FRAME_MS
+        return piece
+
+
+@dataclass
+class UplinkStats:
+    received_ms: int = 0
+    concealed_ms: int = 0  # silence put in for lost packets, keeping the caller's stream in time
+
+
+async def pump_caller_audio(
+    track: MediaStreamTrack, deliver: Callable[[bytes], Awaitable[None]], stats: UplinkStats
+) -> None:
+    """Decode the caller's track into 24 kHz mono pcm16 and hand each piece to ``deliver`` until it ends."""
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
+    expected_pts: int | None = None  # in the decoded frames' time base (1/sample_rate)
+    while True:
+        try:
+            frame = await track.recv()
+        except MediaStreamError:
+            return
+        rate = frame.sample_rate
+        if expected_pts is not None and frame.pts is not None:
+            gap = frame.pts - expected_pts
+            if 0 < gap <= rate * MAX_CONCEALED_GAP_MS // 1000:
+                gap_samples = gap * RATE // rate
+                stats.concealed_ms += gap_samples * 1000 // RATE
+                await deliver(bytes(gap_samples * 2))
+        if frame.pts is not None:
+            expected_pts = frame.pts + frame.samples
+        stats.received_ms += frame.samples * 1000 // rate
+        pcm = b"".join(bytes(out.planes[0])[: out.samples * 2] for out in resampler.resample(frame))
+        if pcm:
+            await deliver(pcm)
