@@ -3,6 +3,7 @@ runs in the browser (static/call/) against the realtime endpoint."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -10,7 +11,6 @@ from django.shortcuts import render
 from inference.api import capabilities_preview, warm_start_status
 from inference.contracts import ParleyError
 from webapp.personas.selectors import persona_list_for, voice_list_for
-from webapp.webrtc.ice import page_ice_servers
 
 DEFAULT_PERSONA = "You are a friendly, curious conversation partner. Keep your answers short."
 
@@ -30,7 +30,8 @@ def call_page(request: HttpRequest) -> HttpResponse:
         "capabilities": capabilities,
         "inference_unavailable": unavailable,
         "warm_start": warm_start_status(),
-        "ice_servers": page_ice_servers(),  # STUN/TURN for WebRTC calls (PARLEY_ICE_SERVERS)  # the page waits while it says warming (static/call/warm-start.js)
+        # STUN/TURN for WebRTC calls (PARLEY_ICE_SERVERS; credentials included: the browser needs them)
+        "ice_servers": list(settings.PARLEY_ICE_SERVERS),  # the page waits while it says warming (static/call/warm-start.js)
     }
     return render(request, "calls/call.html", context)
 

@@ -1,4 +1,4 @@
-"""ICE servers: the list the call page hands its RTCPeerConnection, and the part the server itself uses.
+"""ICE servers: the part of the call page's list (webapp.calls.views hands it all) the server itself uses.
 
 ``PARLEY_ICE_SERVERS`` is a JSON list in the browser's ``RTCIceServer`` shape, e.g.
 ``[{"urls": "stun:turn.example.org:3478"}, {"urls": "turn:turn.example.org:3478?transport=udp",
@@ -11,11 +11,6 @@ from __future__ import annotations
 
 from aiortc import RTCIceServer
 from django.conf import settings
-
-
-def page_ice_servers() -> list[dict]:
-    """What the call page's RTCPeerConnection gets (credentials included: TURN needs them in the browser)."""
-    return [dict(server) for server in settings.PARLEY_ICE_SERVERS]
 
 
 def server_ice_servers() -> list[RTCIceServer]:

@@ -27,9 +27,10 @@ FRAME_BYTES = FRAME_SAMPLES * 2
 # engine) on the engine's clock; the track sends 20 ms every 20 ms. It waits this long after an empty buffer
 # gets audio before it resumes, so a chunk a little late does not leave a hole in every chunk period.
 START_SLACK_MS = 30
-# More than this waiting (the tick clock ran ahead of the wall clock, or a stall let chunks pile up) is
-# dropped from the oldest: the caller should hear the agent late by a bounded amount, never more and more.
-MAX_QUEUED_MS = 1200
+# More than this waiting (a burst at the start, or a stall that let chunks pile up) is dropped from the
+# oldest: an 80 ms chunk plus the slack is all that ever needs to wait, and what waits beyond it would stay
+# on as delay for the rest of the call (the unit engine's 1 s units are pushed as they come, in 80 ms pieces).
+MAX_QUEUED_MS = 200
 # The caller's stream is kept in time: a gap in its RTP timestamps (lost packets) shorter than this is
 # filled with silence; a longer one is a pause of the sender, not lost audio.
 MAX_CONCEALED_GAP_MS = 500

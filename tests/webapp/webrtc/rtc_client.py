@@ -17,6 +17,8 @@ import numpy as np
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from webapp.webrtc.jitter import release_on_arrival
+
 RATE = 24_000
 FRAME_SAMPLES = 480  # 20 ms
 
@@ -33,6 +35,7 @@ class ArrayMicrophone(MediaStreamTrack):
         self.position = 0
         self.start: float | None = None
         self.frames = 0
+        self.sent_at: list[float] = []  # when each frame left (time.monotonic())
 
     async def recv(self) -> av.AudioFrame:
         if self.readyState != "live":
@@ -47,6 +50,7 @@ class ArrayMicrophone(MediaStreamTrack):
         frame.time_base = fractions.Fraction(1, RATE)
         self.position = (self.position + FRAME_SAMPLES) % len(self.pcm)
         self.frames += 1
+        self.sent_at.append(time.monotonic())
         return frame
 
 
@@ -56,6 +60,7 @@ class RtcCaller:
     channel: Any
     events: list[dict] = field(default_factory=list)
     heard: list[tuple[float, np.ndarray]] = field(default_factory=list)  # (arrival, 24 kHz mono float32)
+    heard_pts: list[float] = field(default_factory=list)  # each piece's media time (s), from its RTP timestamp
     waiters: list[tuple[str, asyncio.Future]] = field(default_factory=list)
 
     def send(self, event: dict) -> None:
@@ -94,17 +99,22 @@ async def _listen(track: MediaStreamTrack, caller: RtcCaller) -> None:
             frame = await track.recv()
         except MediaStreamError:
             return
+        media_s = float(frame.pts * frame.time_base) if frame.pts is not None else None
         for out in resampler.resample(frame):
             pcm = out.to_ndarray().reshape(-1).astype(np.float32) / 32767
             caller.heard.append((time.monotonic(), pcm))
+            caller.heard_pts.append(media_s)
 
 
 async def rtc_offer(microphone: MediaStreamTrack, ice_servers=None) -> tuple[RtcCaller, str]:
-    """A peer connection with the microphone, a receive side and the ``oai-events`` channel; its offer SDP."""
+    """A peer connection with the microphone, a receive side and the ``oai-events`` channel; its offer SDP.
+
+    Its receiver releases packets as they arrive, as the server's does (webapp/webrtc/jitter.py)."""
     from aiortc import RTCConfiguration
 
     pc = RTCPeerConnection(RTCConfiguration(iceServers=ice_servers or []))
     pc.addTransceiver(microphone, direction="sendrecv")
+    release_on_arrival(pc)
     caller = RtcCaller(pc=pc, channel=pc.createDataChannel("oai-events"))
     caller.channel.on("message", caller._on_event)
     pc.on("track", lambda track: asyncio.ensure_future(_listen(track, caller)))
