@@ -23,7 +23,6 @@ needed):
 from __future__ import annotations
 
 import functools
-import random
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from bench.lockstep.codec import build_mimi
 from bench.lockstep.common import FRAME_MS, GiB, free_memory, log, stats
 from bench.lockstep.fast import fill_rings_random, time_ours
 from bench.lockstep.serving import FRAME, caller_audio
+from inference.checkpoints.capacity import CallMix
 from inference.engines.base import SlotConfig, SlotInput
 from inference.models.moshi.config import LMConfig
 from inference.models.moshi.fast import ops
@@ -68,34 +68,6 @@ def build_native_random(dep_q: int = 16, seed: int = 0) -> MoshiLM:
         state[name] = t
     load_lm_state(lm, state, source="random", allow_widen=False)
     return lm.eval().requires_grad_(False)
-
-
-# ---- the call mix ------------------------------------------------------------------------------------------
-
-
-class CallMix:
-    """Call lengths exponential with ``mean_s``, capped at ``cap_s``; in frames."""
-
-    def __init__(self, mean_s: float = 180.0, cap_s: float = 600.0, seed: int = 0):
-        self.mean_s, self.cap_s = mean_s, cap_s
-        self.rng = random.Random(seed)
-
-    def length(self) -> int:
-        return max(1, round(min(self.rng.expovariate(1.0 / self.mean_s), self.cap_s) * FRAMES_PER_S))
-
-    def in_progress(self) -> tuple[int, int]:
-        """(age, frames left) of a call found in progress at a random moment: its length is drawn in proportion
-        to the length (a long call is more likely to be under way), its age uniformly within it."""
-        cap = round(self.cap_s * FRAMES_PER_S)
-        while True:
-            length = self.length()
-            if self.rng.random() < length / cap:
-                age = self.rng.randrange(length)
-                return age, length - age
-
-    def mean_context_frames(self, window: int, samples: int = 200_000) -> float:
-        """Expected KV positions a session in progress holds (``min(age, window)``), by sampling."""
-        return sum(min(self.in_progress()[0], window) for _ in range(samples)) / samples
 
 
 # ---- greedy equality and the page table's cost ---------------------------------------------------------------
