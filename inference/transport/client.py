@@ -98,9 +98,16 @@ class RemoteSessionHandle(NoArgumentCalls):
         return event
 
     async def update(
-        self, *, persona: str | None = None, voice: VoiceRef | None = None, record: bool | None = None
+        self,
+        *,
+        persona: str | None = None,
+        voice: VoiceRef | None = None,
+        record: bool | None = None,
+        record_video: bool | None = None,
     ) -> None:
-        await self._call("update", persona=persona, voice=wire.voice_to_dict(voice), record=record)
+        await self._call(
+            "update", persona=persona, voice=wire.voice_to_dict(voice), record=record, record_video=record_video
+        )
 
     async def append_audio(self, data: bytes, *, encoding: str, rate: int) -> None:
         call_id = next(self._ids)
