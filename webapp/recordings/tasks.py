@@ -25,6 +25,7 @@ from webapp.recordings.echo_leak import measure_echo
 from webapp.recordings.models import Recording
 from webapp.recordings.render import Rendered, render, stereo_tracks
 from webapp.recordings.turn_taking import measure
+from webapp.recordings.video import with_video
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def process_recording(self, recording_id: int, attempt: int = 0) -> str:
     except Exception as exc:  # noqa: BLE001 - bad data must end as failed, never as a stuck row
         logger.exception("recordings.render_failed", extra={"session_id": recording.session_id})
         return _finish(recording, Status.FAILED, f"could not render the recording: {_describe(exc)}")
-    rendered = _with_caller_transcript(recording, raw, rendered)
+    rendered = with_video(raw, _with_caller_transcript(recording, raw, rendered))
     try:
         _store(recording, rendered)
     except Exception as exc:  # noqa: BLE001 - any storage fault (disk full, bucket unreachable) is retried

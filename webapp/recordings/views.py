@@ -20,6 +20,7 @@ from django.urls import reverse
 from inference import api
 from webapp.recordings.forms import RecordingFilterForm
 from webapp.recordings.models import Recording
+from webapp.recordings.replay_views import review_extras
 from webapp.recordings.selectors import (
     may_delete,
     may_see_everyones,
@@ -32,6 +33,7 @@ from webapp.recordings.storage import recordings_storage
 from webapp.recordings.tasks import process_recording
 
 PAGE_SIZE = 20
+ZIP_LEAVES_OUT = ("steps", "frames")  # for replays and the frame view; the zip has the MP4 of a video call
 FORGOTTEN_PER_VIEW = 3  # eager (embedded) processing runs inline: keep one page view's share small
 CONTENT_TYPES = {
     "ogg": "audio/ogg",
@@ -39,6 +41,9 @@ CONTENT_TYPES = {
     "peaks": "application/json",
     "transcript": "application/json",
     "timeline": "application/json",
+    "mp4": "video/mp4",  # a video call's frames and both channels (video.py)
+    "frames_index": "application/json",
+    "steps": "application/octet-stream",  # what the engine got step by step (replays)
 }
 
 
@@ -61,7 +66,8 @@ def recording_list(request: HttpRequest) -> HttpResponse:
 def recording_detail(request: HttpRequest, recording_id: int) -> HttpResponse:
     recording = recording_get_for(user=request.user, recording_id=recording_id)
     urls = {kind: reverse("recording-file", args=[recording.pk, kind]) for kind in recording.files}
-    return render(request, "recordings/detail.html", {"recording": recording, "file_urls": urls})
+    context = {"recording": recording, "file_urls": urls, **review_extras(request.user, recording)}
+    return render(request, "recordings/detail.html", context)
 
 
 @login_required
@@ -111,7 +117,9 @@ def recording_zip(request: HttpRequest, recording_id: int) -> HttpResponse:
     storage = recordings_storage()
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name in recording.files.values():
+        for kind, name in recording.files.items():
+            if kind in ZIP_LEAVES_OUT:
+                continue
             with storage.open(name, "rb") as f:
                 archive.writestr(name.rsplit("/", 1)[-1], f.read())
         archive.writestr("transcript.txt", recording.transcript_text + "\n")
