@@ -15,7 +15,7 @@ from tests.browser.conftest import CHROMIUM
 from tests.browser.pages import login, open_call_page, wait_for, wait_for_state
 from tests.live_server import run_unit_live_server
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 FPS, SECONDS, W, H = 10, 8, 160, 120
 
 
@@ -43,17 +43,21 @@ def test_omni_call_frames_on_the_review_page_and_in_the_mp4(unit_server, playwri
         "--autoplay-policy=no-user-gesture-required", "--disable-gpu"])  # fmt: skip
     try:
         make_user("videocaller")
-        page = browser.new_context().new_page()
+        context = browser.new_context()
+        context.set_default_timeout(180_000)  # the first page of a unit server waits for its engine to load
+        page = context.new_page()
         login(page, unit_server.url, "videocaller")
         open_call_page(page, unit_server.url)
         page.click("#start")
         wait_for_state(page, "live", timeout_ms=90_000)
         page.click("#camera")
-        wait_for(page, "p.imagesSent >= 5", timeout_ms=30_000)
+        wait_for(page, "p.imagesSent >= 2", timeout_ms=60_000)
+        units = page.evaluate("window.parley.units.length")
+        wait_for(page, f"p.units.length >= {units + 5}", timeout_ms=180_000)  # units the engine ran with frames
         page.click("#stop")
         wait_for_state(page, "closed")
         page.click("#recording-link")
-        page.wait_for_function("() => window.review && window.review.state === 'ready'", timeout=120_000)
+        page.wait_for_function("() => window.review && window.review.state === 'ready'", timeout=300_000)
         page.wait_for_function("() => window.reviewFrames && window.reviewFrames.count >= 4", timeout=10_000)
         times = page.evaluate("window.reviewFrames.times")
         assert times == sorted(times)

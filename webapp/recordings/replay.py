@@ -112,6 +112,9 @@ def replay_recording(recording_id: int) -> str:
         if voice_row is None:
             return _fail(row, "the voice is gone")
         voice = voice_ref(voice_row)
+    elif source.voice:  # the call's own voice (by name: the recording keeps its name, not the file)
+        voice_row = voice_get_for(user=row.user, voice=source.voice)
+        voice = voice_ref(voice_row) if voice_row is not None else None
     _update(row, status_reason="replaying", progress=0.0)
     try:
         outcome = api.replay_call(
