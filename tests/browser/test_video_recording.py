@@ -54,9 +54,10 @@ def test_omni_call_frames_on_the_review_page_and_in_the_mp4(unit_server, playwri
         wait_for(page, "p.imagesSent >= 2", timeout_ms=60_000)
         units = page.evaluate("window.parley.units.length")
         wait_for(page, f"p.units.length >= {units + 5}", timeout_ms=180_000)  # units the engine ran with frames
+        session_id = page.inner_text("#session-id")
         page.click("#stop")
         wait_for_state(page, "closed")
-        page.click("#recording-link")
+        page.goto(f"{unit_server.url}/recordings/session/{session_id}/")
         page.wait_for_function("() => window.review && window.review.state === 'ready'", timeout=300_000)
         page.wait_for_function("() => window.reviewFrames && window.reviewFrames.count >= 4", timeout=10_000)
         times = page.evaluate("window.reviewFrames.times")
