@@ -135,7 +135,7 @@ def replay_recording(recording_id: int) -> str:
     result = {**settings, "steps": outcome.steps, "seconds": round(outcome.seconds, 3), "engine_used": outcome.engine}
     _update(row, replay=result, ended_at=timezone.now(), close_reason="client_close", engine=outcome.engine)
     # Inline, in this worker: the comparison below needs the processed files.
-    status = process_recording.apply(args=(row.pk,)).get()
+    status = process_recording.apply(args=(row.pk,)).result  # an EagerResult: .get() is refused inside a task
     row.refresh_from_db()
     _compare_tokens(row, source)
     return status
