@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from inference.recording.chunks import STEP, TICK, ChunkError, Kind, read_stream, encode_event, encode_record
+from inference.recording.chunks import STEP, TICK, ChunkError, Kind, encode_event, encode_record, read_stream
 from inference.recording.reader import RawRecording
 
 
