@@ -47,10 +47,16 @@ class SessionHandle(Protocol):
         ...
 
     async def update(
-        self, *, persona: str | None = None, voice: VoiceRef | None = None, record: bool | None = None
+        self,
+        *,
+        persona: str | None = None,
+        voice: VoiceRef | None = None,
+        record: bool | None = None,
+        record_video: bool | None = None,
     ) -> None:
         """Set persona / voice / the wish to be recorded; raises persona_update_unsupported /
-        voice_update_unsupported / record_update_unsupported on a change after audio began."""
+        voice_update_unsupported / record_update_unsupported on a change after audio began.
+        ``record_video``: keep the camera frames the engine sees (any time; audio recording is unchanged)."""
 
     async def append_audio(
         self, data: bytes, *, encoding: Literal["pcm16", "f32"], rate: int, answered: bool = True
@@ -349,6 +355,59 @@ def delete_raw_recording(session_id: str) -> None:
     _raw_recordings().delete(session_id)
 
 
+# ---- replays: a recorded call's caller track run again on another configuration -------------------------
+
+
+def recording_steps_file(raw) -> bytes:
+    """What the engine got and gave, step by step, for a decoded raw recording (``read_recording``): the file a
+    replay runs from, kept with the processed recording (``inference.recording.steps_file``)."""
+    from inference.recording.steps_file import encode_steps
+
+    return encode_steps(raw)
+
+
+def recording_agent_tokens(steps_file: bytes) -> dict[int, tuple[int, ...]]:
+    """The agent's tokens per step of a steps file ({} when the engine reported none)."""
+    return _decode_steps(steps_file).agent_tokens
+
+
+def _decode_steps(steps_file: bytes):
+    from inference.recording.steps_file import StepsFileError, decode_steps
+
+    try:
+        return decode_steps(steps_file)
+    except StepsFileError as exc:
+        raise ParleyError(str(exc), code="recording_unreadable", error_type="server_error") from exc
+
+
+def replay_call(
+    steps_file: bytes,
+    frames: dict[int, bytes],
+    *,
+    session_id: str,
+    engine: str | None = None,
+    checkpoint: str | None = None,
+    persona: str | None = None,
+    voice: VoiceRef | None = None,
+    greedy: bool | None = None,
+    pace: Literal["original", "fast"] = "fast",
+    progress=None,
+):
+    """Run a call's caller track (its steps file, and its camera frames by step) again, into the raw recording
+    ``session_id`` under ``PARLEY_RECORDINGS_DIR`` (post-processed like a call). None keeps the source's value;
+    ``pace="original"`` keeps the caller's timing, ``"fast"`` goes as fast as the engine. Returns
+    ``inference.replay.ReplayOutcome``; raises ``ParleyError`` (recording_unreadable, invalid_value,
+    engine_failed)."""
+    from inference.replay import ReplaySettings, run_replay
+
+    calls = _decode_steps(steps_file)
+    settings = ReplaySettings(engine=engine, checkpoint=checkpoint, persona=persona, voice=voice, greedy=greedy,
+                              pace=pace)  # fmt: skip
+    config = embedded.current_config()
+    return run_replay(calls, frames, session_id=session_id, settings=settings, base=config,
+                      recordings_dir=config.recordings_dir, progress=progress)  # fmt: skip
+
+
 __all__ = [
     "IN_PROCESS_ID",
     "ParleyError",
@@ -366,6 +425,9 @@ __all__ = [
     "raw_recording_size",
     "raw_recording_state",
     "read_recording",
+    "recording_agent_tokens",
+    "recording_steps_file",
+    "replay_call",
     "delete_raw_recording",
     "prepare_voice_clip",
     "probe_voice_clip",

@@ -73,6 +73,8 @@ class InferenceConfig:
         test_output_jitter_ms: test-only: hold each tick's output back a random 0..N ms (order kept), to
             show bad networks degrade a call without breaking it (``bench/latency_browser.py``).
         test_output_jitter_s: test-only: ... during each session's first N seconds of output (0 = always).
+        greedy: lockstep engines decode by argmax instead of the checkpoint's sampling (a replay of a call on
+            the same configuration then gives the same tokens; ``inference/replay``).
         record: deployment recording policy: ``auto`` (recorded unless the session asks not to be),
             ``on`` (always, whatever the session asks) or ``off`` (never).
         log_json: the service logs JSON lines (production), with every ``extra={...}`` field as a key;
@@ -113,6 +115,7 @@ class InferenceConfig:
     # Every connection to the service must present it (inference/transport/auth.py); never printed.
     inference_token: str | None = dataclasses.field(default=None, repr=False)
     voices_dirs: str = ""  # os.pathsep-separated roots a voice file must be in; "" = DEFAULT_VOICE_ROOTS
+    greedy: bool = False
     record: str = "auto"
     log_json: bool = False
     recordings_dir: Path = Path(__file__).resolve().parent.parent / "var" / "recordings" / "raw"

@@ -126,6 +126,12 @@ class InferenceService:
             "input_chunk_samples": caps.input_chunk_samples,
             "output_rate": caps.output_rate,
             "chunk_period_ms": caps.chunk_period_ms,
+            # what a replay needs to run the call again on the same configuration (inference/replay)
+            "slots": self.config.slots,
+            "device": self.config.device,
+            "dtype": self.config.dtype,
+            "greedy": self.config.greedy,
+            "lockstep_backend": self.config.lockstep_backend,
         }
 
     @property

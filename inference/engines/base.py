@@ -67,6 +67,9 @@ class SlotOutput:
     cut_off: bool = False  # chat replies: it ended at the reply's length cap (the response is incomplete)
     prefilling: bool = False  # True while the slot's prefill is still running
     progress: float = 1.0  # prefill progress in [0, 1]
+    # the agent's tokens this step when the engine has them (lockstep: text token, then one per audio codebook):
+    # recorded, so a replay can be compared token for token
+    tokens: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,7 @@ class LockstepEngine(Engine):
             config.slots,
             device=config.device,
             dtype=config.dtype,
+            greedy=getattr(config, "greedy", False),
             backend=config.lockstep_backend,
             kv_fp8=KV_DTYPES[getattr(config, "kv_dtype", "auto")],
             kv_paging=KVPaging(
@@ -337,12 +338,12 @@ class LockstepEngine(Engine):
         if live:
             assert result is not None and result.pcm is not None
             pcm_out = result.pcm.numpy()
-            tokens = result.tokens[:, 0].tolist()
+            every = result.tokens.tolist()  # [rows][text + codebooks]
             valid = result.valid.tolist()
             for row, s in enumerate(live):
-                text = self.detokenizer.piece(tokens[row]) if valid[row] else ""
+                text = self.detokenizer.piece(every[row][0]) if valid[row] else ""
                 # a view: pcm_out is this tick's own host array, nothing writes it again
-                outputs[s] = SlotOutput(audio=pcm_out[row], text=text)
+                outputs[s] = SlotOutput(audio=pcm_out[row], text=text, tokens=tuple(every[row]))
         # extra prefill-only passes while the tick has budget left
         while any(s in self._slots and not self._slots[s].live for s in prefilling):
             elapsed_ms = (time.perf_counter() - started) * 1000.0

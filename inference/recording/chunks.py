@@ -46,6 +46,11 @@ class Kind:
     AGENT_AUDIO = 2  # STEP + pcm16 at the engine's output rate: what the engine sent this step
     EVENT = 3  # JSON object with "k" (kind) and "t" (seconds since start): text, epoch, pause, ack ...
     TICK = 4  # TICK: one engine step of this session and how long the whole batch took
+    FRAME = 5  # STEP + the camera frame (JPEG/PNG bytes) the engine saw this step (omni calls, unless turned off)
+    TOKENS = 6  # STEP + int32 little-endian: the agent's tokens this step (lockstep: text then audio codebooks)
+
+
+KINDS = (Kind.CALLER_AUDIO, Kind.AGENT_AUDIO, Kind.EVENT, Kind.TICK, Kind.FRAME, Kind.TOKENS)
 
 
 def session_folder(root: Path, session_id: str) -> Path:
@@ -93,10 +98,10 @@ class Record:
 def read_records(path: Path) -> Iterator[Record]:
     """Yield the records of one chunk file; raises ``ChunkError`` where it stops making sense."""
     with open(path, "rb") as f:
-        yield from _read_stream(f, path.name)
+        yield from read_stream(f, path.name)
 
 
-def _read_stream(f: BinaryIO, name: str) -> Iterator[Record]:
+def read_stream(f: BinaryIO, name: str) -> Iterator[Record]:
     offset = 0
     while True:
         header = f.read(HEADER.size)
@@ -105,7 +110,7 @@ def _read_stream(f: BinaryIO, name: str) -> Iterator[Record]:
         if len(header) < HEADER.size:
             raise ChunkError(name, offset, "truncated record header", truncated=True)
         magic, kind, length, crc = HEADER.unpack(header)
-        if magic != MAGIC or kind not in (Kind.CALLER_AUDIO, Kind.AGENT_AUDIO, Kind.EVENT, Kind.TICK):
+        if magic != MAGIC or kind not in KINDS:
             raise ChunkError(name, offset, "damaged record header", truncated=False)
         if length > MAX_PAYLOAD:
             raise ChunkError(name, offset, f"record length {length} out of range", truncated=False)

@@ -26,6 +26,7 @@ class RecordingPolicy:
             return False
         return {"on": True, "off": False}.get(self.policy, requested)
 
-    def begin(self, session_id: str, **session_meta: Any) -> SessionRecording:
+    def begin(self, session_id: str, *, video: bool = True, **session_meta: Any) -> SessionRecording:
+        """``video``: keep the camera frames the engine sees (the caller's own choice; audio is recorded anyway)."""
         assert self.recorder is not None, "begin() only for sessions that records() said yes to"
-        return self.recorder.begin(session_id, {**self.meta, **session_meta})
+        return self.recorder.begin(session_id, {**self.meta, **session_meta, "video": video}, video=video)

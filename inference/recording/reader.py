@@ -51,6 +51,11 @@ class RawRecording:
     chunks: list[str] = field(default_factory=list)
     step_starts: list[float] = field(default_factory=list)
     gaps: list[dict[str, Any]] = field(default_factory=list)  # {"t", "end", "cause"}: marked silence
+    # What the engine got and gave, step by step (format 3), for video and replays: the caller's pcm16 per step
+    # (absent: no audio arrived, the engine was fed silence), the camera frames it saw, the agent's tokens.
+    caller_steps: dict[int, bytes] = field(default_factory=dict)
+    frames: list[tuple[int, bytes]] = field(default_factory=list)  # (step, JPEG/PNG bytes), in step order
+    agent_tokens: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
@@ -130,6 +135,8 @@ def read_recording(folder: Path) -> RawRecording:
         end_s=float(end_s) if isinstance(end_s, int | float) else None,
     )
     recording.step_starts, recording.gaps = timeline.starts, timeline.gaps
+    recording.caller_steps = dict(caller_parts)
+    recording.frames.sort(key=lambda item: item[0])
     recording.caller = _place(caller_parts, timeline, caller_rate, chunk_samples, sequential=False)
     recording.agent = _place(agent_parts, timeline, agent_rate, round(agent_rate * period_ms / 1000), sequential=True)
     return recording
@@ -142,6 +149,12 @@ def _take(kind: int, payload: bytes, recording: RawRecording, caller: list, agen
         caller.append((STEP.unpack_from(payload)[0], payload[STEP.size :]))
     elif kind == Kind.AGENT_AUDIO:
         agent.append((STEP.unpack_from(payload)[0], payload[STEP.size :]))
+    elif kind == Kind.FRAME:
+        recording.frames.append((STEP.unpack_from(payload)[0], payload[STEP.size :]))
+    elif kind == Kind.TOKENS:
+        body = payload[STEP.size :]
+        tokens = np.frombuffer(body[: len(body) // 4 * 4], dtype="<i4")
+        recording.agent_tokens[STEP.unpack_from(payload)[0]] = tuple(int(t) for t in tokens)
     elif kind == Kind.EVENT:
         try:
             event = json.loads(payload)

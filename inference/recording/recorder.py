@@ -51,7 +51,8 @@ FLUSH_PERIOD_S = 0.5  # well inside the promised second, with room for a slow wr
 # item is ~1.7 MB of audio, and a stalled disk reaches the limit with ~30 of them queued.
 DEFAULT_MAX_PENDING = 1024
 WAKE_AT = 16  # data items wake the writer only once this many wait: a hand-off per batch, not per item
-FORMAT_VERSION = 2  # 2: a step whose caller audio did not arrive has no caller record (a gap, not silence)
+FORMAT_VERSION = 3  # 2: a step whose caller audio did not arrive has no caller record (a gap, not silence);
+# 3: camera frames the engine saw and the agent's tokens, when the engine reports them
 _running_here: set[str] = set()  # instance ids of this process's started recorders (several services may share one)
 
 
@@ -62,8 +63,9 @@ class SessionRecording:
     session's loop only: each counter has one writer, so no lock is needed.
     """
 
-    def __init__(self, recorder: Recorder, session_id: str):
+    def __init__(self, recorder: Recorder, session_id: str, *, video: bool = True):
         self.recorder = recorder
+        self.video = video  # keep the camera frames the engine saw (the caller may turn this off on its own)
         self.session_id = session_id
         self.folder = recorder.root / session_id
         self.started = time.monotonic()
@@ -77,14 +79,19 @@ class SessionRecording:
 
     # ---- worker thread ----------------------------------------------------------------------
 
-    def step_item(self, caller: np.ndarray | None, agent_pcm16: bytes, output: Any, step_ms: float) -> tuple[Any, ...]:
+    def step_item(
+        self, caller: np.ndarray | None, agent_pcm16: bytes, output: Any, step_ms: float, frame: bytes | None = None
+    ) -> tuple[Any, ...]:
         """One engine step of this session (the input it got, what it sent, its text and decision).
 
         ``caller`` None: no caller audio arrived for this step (the engine was fed silence); the reader
-        keeps that time as a marked gap."""
+        keeps that time as a marked gap. ``frame``: the camera frame the engine saw this step, kept only
+        while the session records video."""
         step, self.step = self.step, self.step + 1
+        frame = frame if self.video else None
+        tokens = getattr(output, "tokens", None)
         return (self, step, self.seconds(), caller, agent_pcm16, output.text, output.decision, output.end_of_turn,
-                step_ms)  # fmt: skip
+                step_ms, frame, tokens)  # fmt: skip
 
     # ---- session loop -----------------------------------------------------------------------
 
@@ -149,9 +156,9 @@ class Recorder:
             self._thread.join(timeout)
         _running_here.discard(self.instance_id)
 
-    def begin(self, session_id: str, meta: dict[str, Any]) -> SessionRecording:
+    def begin(self, session_id: str, meta: dict[str, Any], *, video: bool = True) -> SessionRecording:
         """Start recording a session; ``meta`` (engine, rates, persona ...) goes to ``meta.json``."""
-        recording = SessionRecording(self, session_id)
+        recording = SessionRecording(self, session_id, video=video)
         started = {"started_at": time.time(), "pid": os.getpid(), "service_id": self.instance_id}
         self.control(("begin", recording, {"format": FORMAT_VERSION, "session_id": session_id, **meta, **started}))
         return recording
@@ -354,13 +361,19 @@ def _step_records(
     decision: str | None,
     end_of_turn: bool,
     step_ms: float,
+    frame: bytes | None = None,
+    tokens: Any = None,
 ) -> bytes:
-    """One step's records: the tick timing, both audio payloads, and text/decision if any."""
+    """One step's records: the tick timing, both audio payloads, the frame and tokens, and text/decision if any."""
     prefix = STEP.pack(step)
     parts = [encode_record(Kind.TICK, TICK.pack(step, seconds, step_ms))]
     if caller is not None:
         parts.append(encode_record(Kind.CALLER_AUDIO, prefix + _caller_pcm16(caller)))
     parts.append(encode_record(Kind.AGENT_AUDIO, prefix + agent_pcm16))
+    if frame:
+        parts.append(encode_record(Kind.FRAME, prefix + frame))
+    if tokens is not None:
+        parts.append(encode_record(Kind.TOKENS, prefix + np.asarray(tokens, dtype="<i4").tobytes()))
     if text:
         parts.append(encode_event({"k": "text", "t": round(seconds, 4), "step": step, "text": text}))
     if decision is not None:

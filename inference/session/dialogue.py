@@ -175,8 +175,12 @@ class DialogueSession:
 
     # ---- client requests (through the handle) -------------------------------------------------
 
-    def update(self, *, persona: str | None, voice: VoiceRef | None, record: bool | None = None) -> None:
+    def update(
+        self, *, persona: str | None, voice: VoiceRef | None, record: bool | None = None, record_video: bool | None = None
+    ) -> None:
         # The first audio fixes a call's recording, persona and voice; a chat's first message fixes its recording.
+        # Keeping the camera frames is the caller's own choice at any time (recording.SessionRecorder.request_video).
+        self.recorder.request_video(record_video)
         self.recorder.request(
             record, fixed_since="audio has started" if self.audio_started else "the chat's first message was added"
         )

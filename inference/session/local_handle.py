@@ -43,9 +43,14 @@ class LocalHandle(NoArgumentCalls):
         return self._session
 
     async def update(
-        self, *, persona: str | None = None, voice: VoiceRef | None = None, record: bool | None = None
+        self,
+        *,
+        persona: str | None = None,
+        voice: VoiceRef | None = None,
+        record: bool | None = None,
+        record_video: bool | None = None,
     ) -> None:
-        self._current().update(persona=persona, voice=voice, record=record)
+        self._current().update(persona=persona, voice=voice, record=record, record_video=record_video)
 
     async def append_audio(self, data: bytes, *, encoding: str, rate: int, answered: bool = True) -> None:
         self._current().append_audio(data, encoding, rate)  # in-process every refusal answers the append

@@ -26,6 +26,7 @@ class SessionRecorder:
         self.requested = requested
         self.recording: SessionRecording | None = None  # from the first audio (or chat message), when recorded
         self.begun = False  # the first audio or chat message came: whether it is recorded is fixed from then on
+        self.video = True  # keep the camera frames the engine sees; the caller may turn it off at any time
 
     @property
     def recorded(self) -> bool:
@@ -46,11 +47,23 @@ class SessionRecorder:
             return
         self.requested = record
 
+    def request_video(self, record_video: bool | None) -> None:
+        """The caller's wish for its camera frames (None: keep it). Honoured from the next frame on, also
+        mid-call: turning it off stops keeping frames at once (audio goes on being recorded)."""
+        if record_video is None:
+            return
+        self.video = record_video
+        if self.recording is not None:
+            self.recording.video = record_video
+            self.recording.event("video", on=record_video)
+
     def begin(self, session_id: str, *, user_key: str, persona: str | None, voice: str | None) -> None:
         """At the first audio (or a chat's first message), when the policy and the caller's wish say so."""
         self.begun = True
         if self.policy.records(self.requested):
-            self.recording = self.policy.begin(session_id, user_key=user_key, persona=persona, voice=voice)
+            self.recording = self.policy.begin(
+                session_id, user_key=user_key, persona=persona, voice=voice, video=self.video
+            )
 
     def chat_steps(self) -> ChatRecording | None:
         """Where a chat's messages and replies go as steps, once begun; None when it is not recorded."""

@@ -307,7 +307,8 @@ class EngineWorker:
             if s.recording is not None and s.index in inputs:
                 arrived = s.heard_position is not None  # None: no caller audio came in time for this step
                 caller = inputs[s.index].audio if arrived else None
-                recorded.append(s.recording.step_item(caller, pcm16, out, step_ms))
+                frame = inputs[s.index].image  # the camera frame the engine saw with this step, if any
+                recorded.append(s.recording.step_item(caller, pcm16, out, step_ms, frame))
             if s.listener is not None and s.loop is not None:
                 heard = s.heard_position if s.index in inputs else None
                 deliveries.setdefault(s.loop, []).append((s.listener.slot_output, (out, pcm16, heard)))

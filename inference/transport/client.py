@@ -99,9 +99,16 @@ class RemoteSessionHandle(NoArgumentCalls):
         return event
 
     async def update(
-        self, *, persona: str | None = None, voice: VoiceRef | None = None, record: bool | None = None
+        self,
+        *,
+        persona: str | None = None,
+        voice: VoiceRef | None = None,
+        record: bool | None = None,
+        record_video: bool | None = None,
     ) -> None:
-        await self._call("update", persona=persona, voice=wire.voice_to_dict(voice), record=record)
+        await self._call(
+            "update", persona=persona, voice=wire.voice_to_dict(voice), record=record, record_video=record_video
+        )
 
     async def append_audio(self, data: bytes, *, encoding: str, rate: int, answered: bool = True) -> None:
         """``answered=False`` sends with call id 0: the service reports a refusal as an ``ErrorEvent``.

@@ -149,11 +149,12 @@ class Connection:
 
     def _dispatch(self, handle: LocalHandle, op: object, args: dict):
         if op == "update":
-            record = args.get("record")
+            record, record_video = args.get("record"), args.get("record_video")
             return handle.update(
                 persona=args.get("persona"),
                 voice=self._voice(wire.voice_from_dict(args.get("voice"))),
                 record=record if isinstance(record, bool) else None,
+                record_video=record_video if isinstance(record_video, bool) else None,
             )
         if op in NO_ARGUMENT_CALLS or op == "detach":
             return getattr(handle, op)()

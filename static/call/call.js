@@ -424,6 +424,8 @@ export class Call {
     if (!resumed && personaId) session.duplex = { persona_id: Number(personaId) };
     if (!resumed && voice) session.audio.output = { voice };
     session.duplex = { ...session.duplex, binary_audio: true }; // per connection: a resumed call asks again
+    // The caller's own choice, kept in this browser: whether the camera frames the model saw are recorded.
+    session.duplex.record_video = localStorage.getItem("parley.recordVideo") !== "off";
     this.send({ type: "session.update", session: applyMode(session, resumed) });
   }
 
@@ -589,3 +591,12 @@ document.getElementById("speaker-device").addEventListener("change", (event) => 
 bindChat(call);
 ui.showPreview(); // the default engine's banner, before the first call
 waitForAgent(call); // Start waits while the server still loads the engine
+// Record video: the caller's own setting, kept in this browser and honoured by the server from the next frame.
+const recordVideo = document.getElementById("record-video");
+recordVideo.checked = localStorage.getItem("parley.recordVideo") !== "off";
+recordVideo.addEventListener("change", () => {
+  localStorage.setItem("parley.recordVideo", recordVideo.checked ? "on" : "off");
+  if (call.state === "live" || call.state === "paused") {
+    call.send({ type: "session.update", session: { type: "realtime", duplex: { record_video: recordVideo.checked } } });
+  }
+});

@@ -155,6 +155,7 @@ class DuplexConfig(_Lenient):
     mode: Literal["duplex", "half_duplex", "chat"] | None = None
     max_response_s: int | None = Field(default=None, ge=1, le=600)  # half-duplex: a response's longest run
     record: bool | None = None
+    record_video: bool | None = None  # keep the camera frames the model saw with the recording (default on)
     binary_audio: bool | None = None
 
 

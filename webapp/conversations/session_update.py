@@ -54,8 +54,9 @@ async def apply_session_config(
         await handle.set_mode(mode=turns.mode, turn_detection=turns.detection, max_response_s=turns.max_response_s)
         turns.apply(view)
         await sync_recording()  # the recording names the mode
-    if new_persona is not None or new_voice is not None or new_record is not None:
-        await handle.update(persona=new_persona, voice=new_voice, record=new_record)
+    record_video = config.duplex.record_video if config.duplex else None
+    if new_persona is not None or new_voice is not None or new_record is not None or record_video is not None:
+        await handle.update(persona=new_persona, voice=new_voice, record=new_record, record_video=record_video)
     view.input_type, view.input_rate = input_type, input_rate
     named = (persona_id, persona_version, voice.voice_id if voice else view.voice_id)
     renamed = named != (view.persona_id, view.persona_version, view.voice_id)

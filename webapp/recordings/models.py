@@ -49,6 +49,10 @@ class Recording(models.Model):
     # echo_leak.measure_echo's result: whether the agent's audio came back through the caller's microphone
     # (flagged, leak_db, delay_ms), or {"error": reason}; {} before post-processing.
     echo_leak = models.JSONField(default=dict, blank=True)
+    # A replay (replay.py) is a recording of its own: its source call, and what it changed (persona, voice,
+    # checkpoint, engine, pace, greedy) with its outcome (steps, seconds, whether the agent tokens matched).
+    source = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays")
+    replay = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

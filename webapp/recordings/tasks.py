@@ -25,6 +25,7 @@ from webapp.recordings.echo_leak import echo_of_call
 from webapp.recordings.models import Recording
 from webapp.recordings.render import Rendered, render, stereo_tracks
 from webapp.recordings.turn_taking import measure
+from webapp.recordings.video import with_video
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def process_recording(self, recording_id: int, attempt: int = 0) -> str:
     except Exception as exc:  # noqa: BLE001 - bad data must end as failed, never as a stuck row
         logger.exception("recordings.render_failed", extra={"session_id": recording.session_id})
         return _finish(recording, Status.FAILED, f"could not render the recording: {_describe(exc)}")
-    rendered = _with_caller_transcript(recording, raw, rendered)
+    rendered = with_video(raw, _with_caller_transcript(recording, raw, rendered))
     try:
         _update(recording, stage="storing the files")
         _store(recording, rendered)

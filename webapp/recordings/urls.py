@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.recordings import review_urls, views
+from webapp.recordings import replay_views, review_urls, views
 
 urlpatterns = [
     path("", views.recording_list, name="recording-list"),
@@ -12,4 +12,7 @@ urlpatterns = [
     path("<int:recording_id>/download.zip", views.recording_zip, name="recording-zip"),
     path("<int:recording_id>/delete", views.recording_delete_view, name="recording-delete"),
     *review_urls.urlpatterns,  # annotations, ratings, tags, shares, exports
+    path("<int:recording_id>/frames/<int:index>", replay_views.recording_frame, name="recording-frame"),
+    path("<int:recording_id>/replay", replay_views.recording_replay, name="recording-replay"),
+    path("compare/<int:first_id>/<int:second_id>/", replay_views.recording_compare, name="recording-compare"),
 ]

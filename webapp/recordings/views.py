@@ -22,6 +22,7 @@ from webapp.recordings import sharing
 from webapp.recordings.annotations import review_of
 from webapp.recordings.forms import RecordingFilterForm
 from webapp.recordings.models import EvaluationExport, Recording
+from webapp.recordings.replay_views import review_extras
 from webapp.recordings.selectors import (
     may_delete,
     may_see_everyones,
@@ -34,6 +35,7 @@ from webapp.recordings.storage import recordings_storage
 from webapp.recordings.tasks import process_recording
 
 PAGE_SIZE = 20
+ZIP_LEAVES_OUT = ("steps", "frames")  # for replays and the frame view; the zip has the MP4 of a video call
 FORGOTTEN_PER_VIEW = 3  # eager (embedded) processing runs inline: keep one page view's share small
 CONTENT_TYPES = {
     "ogg": "audio/ogg",
@@ -41,6 +43,9 @@ CONTENT_TYPES = {
     "peaks": "application/json",
     "transcript": "application/json",
     "timeline": "application/json",
+    "mp4": "video/mp4",  # a video call's frames and both channels (video.py)
+    "frames_index": "application/json",
+    "steps": "application/octet-stream",  # what the engine got step by step (replays)
 }
 
 
@@ -82,6 +87,7 @@ def recording_detail(request: HttpRequest, recording_id: int) -> HttpResponse:
         "may_share": may_share,
         "shares": sharing.shares_of(recording) if may_share else [],
         "reviewers": sharing.reviewers().exclude(pk=recording.user_id) if may_share else [],
+        **review_extras(request.user, recording),  # frames, the replay form and the replays of this call
     }
     return render(request, "recordings/detail.html", context)
 
@@ -133,7 +139,9 @@ def recording_zip(request: HttpRequest, recording_id: int) -> HttpResponse:
     storage = recordings_storage()
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name in recording.files.values():
+        for kind, name in recording.files.items():
+            if kind in ZIP_LEAVES_OUT:
+                continue
             with storage.open(name, "rb") as f:
                 archive.writestr(name.rsplit("/", 1)[-1], f.read())
         archive.writestr("transcript.txt", recording.transcript_text + "\n")

@@ -40,7 +40,7 @@ def test_a_closed_call_becomes_a_ready_stereo_recording(recorder, media_dir, mak
     assert recording.duration_s == pytest.approx(40 * 0.08, abs=0.01)
     assert recording.raw_bytes > 40 * CHUNK * 2 * 2 and recording.stored_bytes > 0
     storage = recordings_storage()
-    assert set(recording.files) == {"ogg", "wav", "peaks", "transcript", "timeline"}
+    assert set(recording.files) == {"ogg", "wav", "peaks", "transcript", "timeline", "steps"}  # steps: for replays
     with storage.open(recording.files["wav"]) as f:
         stereo, rate = sf.read(io.BytesIO(f.read()), dtype="float32")
     assert rate == RATE and stereo.shape == (40 * CHUNK, 2)
