@@ -25,7 +25,8 @@ from inference.audio.echo_leak import ANALYSIS_RATE, MIN_AGENT_RMS, find_echo, t
 
 WINDOW_S = 4.0  # long enough for a -30 dB echo to stand out of chance peaks (echo_leak.MIN_PEAK_SIGMAS)
 PERIOD_S = 5.0  # one window a call every 5 s: the warning comes within about 5-10 s of the leak starting
-# After 3 clean windows in a row the period doubles up to MAX_PERIOD_S; a flagged window brings it back to 5 s.
+# After 3 clean windows in a row (windows with the agent speaking) the period doubles up to MAX_PERIOD_S; a
+# flagged window brings it back to 5 s.
 # A window costs ~13 ms of CPU, 0.68 core at 200 calls every 5 s (bench/echo_watch_cost.py): on a web process
 # that carries the callers' frames that is most of a core. A leak that starts mid-call (headphones taken off)
 # is then found within MAX_PERIOD_S plus a window; one present from the start within the first 15 s.
@@ -133,7 +134,10 @@ class EchoWatch:
         return min(PERIOD_S * 2 ** max(0, self._clean_streak - 2), MAX_PERIOD_S)
 
     def _counted(self, result: dict[str, Any]) -> dict[str, Any]:
-        self._clean_streak = 0 if result.get("flagged") else self._clean_streak + 1
+        # Only windows in which the agent spoke say anything about an echo: a silent one keeps the streak as is,
+        # so a call that starts quietly is still watched every 5 s once the agent talks.
+        if result is not QUIET:
+            self._clean_streak = 0 if result.get("flagged") else self._clean_streak + 1
         return result
 
     def _timed(self, window: tuple[Any, ...]) -> dict[str, Any]:

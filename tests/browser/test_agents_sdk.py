@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.urls import Resolver404, resolve
 
 from inference.models.moshi.make_checkpoint import make_checkpoint
 from tests.live_server import live_server_env, run_live_server
@@ -36,14 +35,6 @@ BUNDLE = ROOT / "node_modules" / "@openai" / "agents-realtime" / "dist" / "bundl
 PAGE = Path(__file__).resolve().parent / "sdk_page" / "agent.html"
 INSTRUCTIONS = "You are a tour guide for the city museum."
 TIMEOUT_MS = 90_000
-
-
-def _has_calls_endpoint() -> bool:
-    try:
-        resolve("/v1/realtime/calls")
-    except Resolver404:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +136,6 @@ def test_stock_agents_sdk_over_the_websocket_with_a_client_secret(sdk_server, ap
     assert events["response.output_audio.delta"] >= 10 and state["transcript"].strip(), state
 
 
-@pytest.mark.skipif(not _has_calls_endpoint(), reason="/v1/realtime/calls (WebRTC) is not in this branch yet")
 @pytest.mark.django_db(transaction=True)
 def test_stock_agents_sdk_over_webrtc_with_a_client_secret(sdk_server, app_origin, browser):
     """The SDK's default transport: SDP offer to /v1/realtime/calls, Opus both ways, events on oai-events."""

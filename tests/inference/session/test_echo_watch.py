@@ -127,7 +127,7 @@ def test_the_socket_service_keeps_only_well_formed_instants():
 
 
 def test_the_period_backs_off_after_three_clean_windows_and_returns_on_an_echo():
-    from inference.session.echo_watch import MAX_PERIOD_S, PERIOD_S, EchoWatch
+    from inference.session.echo_watch import MAX_PERIOD_S, PERIOD_S, QUIET, EchoWatch
 
     watch = EchoWatch(24000, 24000)
     periods = []
@@ -137,4 +137,7 @@ def test_the_period_backs_off_after_three_clean_windows_and_returns_on_an_echo()
     assert periods == [PERIOD_S, PERIOD_S, PERIOD_S, 2 * PERIOD_S, 4 * PERIOD_S, min(8 * PERIOD_S, MAX_PERIOD_S)]
     assert watch.period_s() == MAX_PERIOD_S
     watch._counted({"flagged": True})  # an echo: measured every 5 s again, so echo_gone follows promptly
+    assert watch.period_s() == PERIOD_S
+    for _ in range(5):
+        watch._counted(QUIET)  # the agent silent: nothing learnt, the period stays
     assert watch.period_s() == PERIOD_S
