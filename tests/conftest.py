@@ -30,6 +30,15 @@ def _recordings_dir(tmp_path_factory):
     os.environ.setdefault("PARLEY_RECORDINGS_DIR", str(tmp_path_factory.mktemp("raw-recordings")))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_time_limited_admission():
+    """The suite's engines tick on a shared 2-core CPU that the suite itself loads: admission's time limit
+    (``PARLEY_TICK_BUDGET``) would queue a test's callers whenever a neighbour test is busy. It is off for every
+    service the suite starts (they inherit this environment) and tested where it is the subject
+    (tests/inference/slots/test_pool_admission.py)."""
+    os.environ.setdefault("PARLEY_TICK_BUDGET", "0")
+
+
 @pytest.fixture
 def single_torch_thread():
     """Torch on one intra-op thread for the test, then as before. The tiny models are latency bound: on the

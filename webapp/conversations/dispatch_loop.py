@@ -50,6 +50,10 @@ async def dispatch_until_stopped(receive: Receive, layer_receive: Receive | None
             message = await receive()
             async with one_at_a_time:
                 await dispatch(message)
+            # A bare yield (no task, no wait): with messages already queued, ``receive`` returns without
+            # suspending, and the socket's other tasks (the session pump that sends session.created and the
+            # agent's audio) would wait behind a whole backlog of client frames.
+            await asyncio.sleep(0)
     except asyncio.CancelledError:
         if layer_failure:
             raise layer_failure[0] from None

@@ -81,3 +81,28 @@ def test_without_a_channel_layer_only_the_client_is_read():
         return got
 
     assert run(scenario()) == [1, 2]
+
+
+def test_the_sockets_other_tasks_run_between_queued_client_messages():
+    """A backlog of client messages must not starve the session pump (it sends session.created)."""
+
+    async def scenario():
+        client: asyncio.Queue = asyncio.Queue()
+        order = []
+        for n in range(3):
+            client.put_nowait({"n": n})
+
+        async def pump():
+            order.append("pump")
+
+        async def dispatch(message):
+            order.append(message["n"])
+            if message["n"] == 2:
+                raise StopConsumer()
+
+        asyncio.get_running_loop().create_task(pump())
+        with pytest.raises(StopConsumer):
+            await dispatch_until_stopped(client.get, None, dispatch)
+        return order
+
+    assert run(scenario()).index("pump") < 2  # the pump ran before the last queued message was dispatched
