@@ -63,7 +63,7 @@ def test_recordings_are_stored_served_and_deleted_in_an_s3_bucket(
     assert recording.status == Recording.Status.READY, recording.status_reason
     prefix = f"recordings/{user.pk}/sess_s3/"
     assert bucket_keys(s3_server, prefix) == {prefix + name for name in
-        ("stereo.ogg", "stereo.wav", "peaks.json", "transcript.json", "timeline.json")}  # fmt: skip
+        ("stereo.ogg", "stereo.wav", "peaks.json", "transcript.json", "timeline.json", "steps.prc")}  # fmt: skip
     client.force_login(user)
     wav = client.get(reverse("recording-file", args=[recording.pk, "wav"]))
     assert b"".join(wav.streaming_content)[:4] == b"RIFF"

@@ -110,6 +110,9 @@ async def test_a_second_webrtc_call_takes_the_session_over(inference_service):
     await wait_for(lambda: rms(second.heard_audio()[-24_000:]) > 0.1, wait_s=15)
     for caller in (first, second):
         await caller.close()
+    # Both server-side peer connections close: the replaced one after its last events left (CLOSE_FLUSH_S), the
+    # other once its caller hung up. (Ending the test while a close was still under way hung the loop's teardown.)
+    await wait_for(lambda: not live_calls, wait_s=15)
 
 
 async def test_refusals_are_typed(inference_service):
