@@ -75,3 +75,16 @@ def wait_until_slot_freed(request: APIRequestContext, base_url: str, session_id:
             return
         assert time.monotonic() < deadline, f"session {session_id} still holds a slot: {ids}"
         time.sleep(0.2)
+
+
+def recording_row(page: Page, base_url: str, session_id: str, *, timeout_ms: int):
+    """The recordings list's row of a call, reloading the list until it is there: the row exists once the call's
+    recording does, which can be a moment after the call page says closed."""
+    row = page.locator(f'tr[data-recording][data-session="{session_id}"]')
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        page.goto(f"{base_url}/recordings/")
+        if row.count():
+            return row
+        assert time.monotonic() < deadline, f"no recording of {session_id} in the list"
+        page.wait_for_timeout(500)

@@ -9,7 +9,7 @@ import json
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.pages import login, open_call_page, start_call, wait_for, wait_for_state
+from tests.browser.pages import login, open_call_page, recording_row, start_call, wait_for, wait_for_state
 from tests.live_server import live_server_env, run_live_server
 from webapp.recordings.models import Recording
 from webapp.recordings.storage import recordings_storage
@@ -48,8 +48,7 @@ def test_the_review_shows_both_speakers_and_the_measures_and_search_finds_a_call
     page.click("#stop")
     wait_for_state(page, "closed")
 
-    page.goto(f"{url}/recordings/")
-    row = page.locator("tr[data-recording]").filter(has_text="echo").first
+    row = recording_row(page, url, session_id, timeout_ms=PROCESSING_TIMEOUT_MS)
     expect(row.locator(".status-badge")).to_have_text("ready", timeout=PROCESSING_TIMEOUT_MS)
     recording = Recording.objects.get(session_id=session_id)
     lines = json.loads(recordings_storage().open(recording.files["transcript"]).read())["lines"]

@@ -9,12 +9,10 @@ without the loop must raise no warning and leave the recording unflagged, with i
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.pages import hooks, login, start_call, wait_for, wait_for_state
+from tests.browser.pages import hooks, login, recording_row, start_call, wait_for, wait_for_state
 from tests.live_server import live_server_env, run_live_server
 from webapp.recordings.models import Recording
 
@@ -40,14 +38,7 @@ def call(page, url: str, query: str) -> str:
 def finish(page, url: str, session_id: str) -> Recording:
     page.click("#stop")
     wait_for_state(page, "closed")
-    row = page.locator(f'tr[data-recording][data-session="{session_id}"]')
-    deadline = time.monotonic() + PROCESSING_TIMEOUT_MS / 1000
-    while True:  # the list shows a call once its recording row exists, which can be just after the call closed
-        page.goto(f"{url}/recordings/")
-        if row.count():
-            break
-        assert time.monotonic() < deadline, f"no recording of {session_id} in the list"
-        page.wait_for_timeout(500)
+    row = recording_row(page, url, session_id, timeout_ms=PROCESSING_TIMEOUT_MS)
     expect(row.locator(".status-badge")).to_have_text("ready", timeout=PROCESSING_TIMEOUT_MS)
     return Recording.objects.get(session_id=session_id)
 
