@@ -31,6 +31,7 @@ PERIOD_S = 5.0  # one window a call every 5 s: the warning comes within about 5-
 # that carries the callers' frames that is most of a core. A leak that starts mid-call (headphones taken off)
 # is then found within MAX_PERIOD_S plus a window; one present from the start within the first 15 s.
 MAX_PERIOD_S = 30.0
+STEADY_AFTER_S = 60.0  # the first minute of a connection is watched every 5 s whatever the windows say
 # The agent's audio is heard up to the jitter buffer's depth (plus the network) after it was sent, and a window
 # is measured up to about 1.5 s after its last instant: 4 s of slack. Half-precision caller audio (its noise
 # floor is far below any echo worth flagging): 8 s at 24 kHz is 768 KB a session, both rings.
@@ -92,6 +93,7 @@ class EchoWatch:
         self._next_at = time.monotonic() + PERIOD_S
         self._pending: Future | None = None  # a window being measured on the echo thread
         self._clean_streak = 0  # windows in a row with no echo: the period backs off after 3
+        self._attached_at = time.monotonic()
 
     def caller(self, samples: np.ndarray) -> None:
         self._caller.append(samples)
@@ -130,7 +132,11 @@ class EchoWatch:
         return finished
 
     def period_s(self) -> float:
-        """The time to the next window: ``PERIOD_S``, doubled per clean window past the third, at most 30 s."""
+        """The time to the next window: ``PERIOD_S`` in a connection's first minute (a speakerphone is most often
+        there from the start, and the first windows may not see it yet), then doubled per clean window past
+        the third, at most ``MAX_PERIOD_S``."""
+        if time.monotonic() - self._attached_at < STEADY_AFTER_S:
+            return PERIOD_S
         return min(PERIOD_S * 2 ** max(0, self._clean_streak - 2), MAX_PERIOD_S)
 
     def _counted(self, result: dict[str, Any]) -> dict[str, Any]:

@@ -130,6 +130,10 @@ def test_the_period_backs_off_after_three_clean_windows_and_returns_on_an_echo()
     from inference.session.echo_watch import MAX_PERIOD_S, PERIOD_S, QUIET, EchoWatch
 
     watch = EchoWatch(24000, 24000)
+    watch._counted({"flagged": False})
+    assert watch.period_s() == PERIOD_S  # the connection's first minute: every 5 s whatever the windows say
+    watch = EchoWatch(24000, 24000)
+    watch._attached_at -= 60.0  # a minute into the call
     periods = []
     for _ in range(6):
         periods.append(watch.period_s())
