@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.pages import hooks, login, open_call_page, start_call, wait_for, wait_for_state
+from tests.browser.pages import hooks, login, open_call_page, recording_row, start_call, wait_for, wait_for_state
 from tests.live_server import live_server_env, run_live_server
 from tests.webapp.recordings.test_wall_clock_live import call, processed, speak_pause_speak
 from webapp.recordings.models import Recording
@@ -50,8 +50,7 @@ def test_a_recorded_call_is_processed_reviewed_and_deleted(recording_server, bro
     wait_for_state(page, "closed")
     expect(page.locator("#recording-mark")).to_be_hidden()
 
-    page.goto(f"{url}/recordings/")
-    row = page.locator("tr[data-recording]").filter(has_text="echo").first
+    row = recording_row(page, url, session_id, timeout_ms=PROCESSING_TIMEOUT_MS)
     expect(row.locator(".status-badge")).to_have_text("ready", timeout=PROCESSING_TIMEOUT_MS)
     recording = Recording.objects.get(session_id=session_id)
     assert recording.user_id == user.pk and recording.duration_s > 3.5

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.pages import hooks, login, open_call_page, start_call, wait_for, wait_for_state
+from tests.browser.pages import hooks, login, open_call_page, recording_row, start_call, wait_for, wait_for_state
 from tests.live_server import live_server_env, run_live_server
 from webapp.recordings.models import Recording
 
@@ -65,8 +65,7 @@ def test_a_call_over_webrtc_is_heard_transcribed_recorded_and_on_the_console(rtc
     wait_for_state(page, "closed")
     assert hooks(page)["closeReason"] == "client_close"
     expect(row).to_have_count(0, timeout=10_000)
-    page.goto(f"{url}/recordings/")
-    listed = page.locator("tr[data-recording]").filter(has_text="echo").first
+    listed = recording_row(page, url, session_id, timeout_ms=PROCESSING_TIMEOUT_MS)
     expect(listed.locator(".status-badge")).to_have_text("ready", timeout=PROCESSING_TIMEOUT_MS)
     recording = Recording.objects.get(session_id=session_id)
     assert recording.user_id == user.pk and recording.duration_s > 2.5
