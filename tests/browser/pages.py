@@ -79,8 +79,8 @@ def wait_until_slot_freed(request: APIRequestContext, base_url: str, session_id:
 
 def recording_row(page: Page, base_url: str, session_id: str, *, timeout_ms: int, status: str = "ready"):
     """The recordings list's row of a call once it shows ``status``, reloading the list until then: the row exists
-    once the call's recording does, a moment after the call page says closed. (The list's own live progress
-    poll did not turn 'processing' into 'ready' in the last clean-clone run: open, see the closing note.)"""
+    once the call's recording does, a moment after the call page says closed. Reloading, not the list's own
+    live progress poll, which was seen to leave a finished call at 'processing' (a known open bug)."""
     row = page.locator(f'tr[data-recording][data-session="{session_id}"]')
     deadline = time.monotonic() + timeout_ms / 1000
     while True:
