@@ -35,7 +35,7 @@ function apply(row, info) {
     reason.remove();
   }
   if (info.duration_s !== null) {
-    row.children[row.children.length - 3].textContent = `${info.duration_s.toFixed(1)} s`;
+    row.querySelector(".rec-duration").textContent = `${info.duration_s.toFixed(1)} s`;
   }
 }
 

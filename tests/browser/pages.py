@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -78,14 +79,20 @@ def wait_until_slot_freed(request: APIRequestContext, base_url: str, session_id:
 
 
 def recording_row(page: Page, base_url: str, session_id: str, *, timeout_ms: int, status: str = "ready"):
-    """The recordings list's row of a call once it shows ``status``, reloading the list until then: the row exists
-    once the call's recording does, a moment after the call page says closed. Reloading, not the list's own
-    live progress poll, which was seen to leave a finished call at 'processing' (a known open bug)."""
+    """The recordings list's row of a call once it shows ``status``. The list is reloaded only until the row
+    exists (a moment after the call page says closed); from then on the list's own live poll must bring the
+    row to ``status``, badge, duration and all, without a reload."""
     row = page.locator(f'tr[data-recording][data-session="{session_id}"]')
     deadline = time.monotonic() + timeout_ms / 1000
     while True:
         page.goto(f"{base_url}/recordings/")
-        if row.count() and row.get_attribute("data-status") == status:
-            return row
-        assert time.monotonic() < deadline, f"no {status} recording of {session_id} in the list"
+        if row.count():
+            break
+        assert time.monotonic() < deadline, f"no recording row of {session_id} in the list"
         page.wait_for_timeout(1000)
+    remaining_ms = max(1000, int((deadline - time.monotonic()) * 1000))
+    expect(row.locator(".status-badge")).to_have_text(status, timeout=remaining_ms)
+    expect(row).to_have_attribute("data-status", status)
+    if status == "ready":
+        expect(row.locator(".rec-duration")).to_have_text(re.compile(r"^\d+\.\d s$"))
+    return row
