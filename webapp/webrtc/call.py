@@ -239,7 +239,22 @@ class RtcCall:
         if self.closed:
             return
         self.closed = True
-        live_calls.pop(self.id, None)
+        try:
+            await self._hang_up(flush)
+        finally:
+            # Only now: a call is in the registry until its peer connection has closed, so "no live calls" means
+            # nothing of one is still under way (a test that ended mid-close hung its loop's teardown in aiortc).
+            live_calls.pop(self.id, None)
+        logger.info(
+            "webrtc.call_closed",
+            extra={
+                "call_id": self.id,
+                "downlink_underruns": self.downlink.stats.underruns,
+                "uplink_concealed_ms": self.uplink.concealed_ms,
+            },
+        )
+
+    async def _hang_up(self, flush: bool) -> None:
         self.inbox.put_nowait({"type": "websocket.disconnect", "code": 1000})
         if flush and self.channel is not None:  # let session.closed reach the client first
             with contextlib.suppress(Exception):
@@ -253,14 +268,6 @@ class RtcCall:
                 await asyncio.wait_for(asyncio.shield(self.consumer_task), 5)
         self.downlink.stop()
         await self.pc.close()
-        logger.info(
-            "webrtc.call_closed",
-            extra={
-                "call_id": self.id,
-                "downlink_underruns": self.downlink.stats.underruns,
-                "uplink_concealed_ms": self.uplink.concealed_ms,
-            },
-        )
 
 
 def _event_type(text: str) -> str | None:
