@@ -29,6 +29,11 @@ FLAG_DB = -35.0  # a copy louder than this is enough for the agent to hear (and 
 # a -20 dB copy about 38.
 MIN_PEAK_SIGMAS = 11.0
 MIN_AGENT_RMS = 1e-3  # an agent that never spoke cannot leak
+_NOTHING = {"flagged": False, "leak_db": None, "delay_ms": None, "correlation": 0.0, "peak_sigmas": 0.0}
+# The agent was silent: nothing was measured, and such a window says nothing either way about an echo (a call's
+# consensus leaves it out: webapp/recordings/echo_leak.py). NOT_FOUND: the agent spoke and no echo stood out.
+AGENT_SILENT = _NOTHING | {"agent_silent": True}
+NOT_FOUND = _NOTHING | {"agent_silent": False}
 
 
 class EchoLeakError(ValueError):
@@ -36,8 +41,8 @@ class EchoLeakError(ValueError):
 
 
 def measure_echo(caller: np.ndarray, agent: np.ndarray, rate: int) -> dict[str, Any]:
-    """``{"flagged", "leak_db", "delay_ms", "correlation", "peak_sigmas"}`` of two tracks on one clock (leak
-    and delay None when no echo is found)."""
+    """``{"flagged", "leak_db", "delay_ms", "correlation", "peak_sigmas", "agent_silent"}`` of two tracks on one
+    clock (leak and delay None when no echo is found)."""
     return find_echo(heard=to_analysis_rate(agent, rate), mic=to_analysis_rate(caller, rate))
 
 
@@ -47,9 +52,8 @@ def find_echo(*, heard: np.ndarray, mic: np.ndarray) -> dict[str, Any]:
     x, y = np.asarray(heard, np.float64), np.asarray(mic, np.float64)
     n = min(len(x), len(y))
     x, y = x[:n], y[:n]
-    quiet = {"flagged": False, "leak_db": None, "delay_ms": None, "correlation": 0.0, "peak_sigmas": 0.0}
     if n < 2 or np.sqrt(np.mean(x**2)) < MIN_AGENT_RMS:
-        return quiet
+        return dict(AGENT_SILENT)
     max_lag = min(n - 1, int(MAX_DELAY_S * ANALYSIS_RATE))
     # Lags 0..max_lag only: zero padding to n + max_lag keeps them free of wrap-around, at a fast FFT length.
     size = scipy.fft.next_fast_len(n + max_lag, real=True)
@@ -69,7 +73,7 @@ def find_echo(*, heard: np.ndarray, mic: np.ndarray) -> dict[str, Any]:
     cross = float(np.dot(y[lag:], x[: n - lag]))  # the plain cross-correlation at that lag only: one FFT fewer
     correlation = cross / np.sqrt(max(ex * ey, 1e-20))
     if sigmas < MIN_PEAK_SIGMAS:
-        return {**quiet, "correlation": round(float(correlation), 3), "peak_sigmas": round(sigmas, 1)}
+        return {**NOT_FOUND, "correlation": round(float(correlation), 3), "peak_sigmas": round(sigmas, 1)}
     gain = cross / max(ex, 1e-20)  # least squares: y[t] ~ gain * x[t - lag]
     leak_db = 20 * np.log10(max(abs(float(gain)), 1e-10))
     return {
@@ -78,6 +82,7 @@ def find_echo(*, heard: np.ndarray, mic: np.ndarray) -> dict[str, Any]:
         "delay_ms": round(lag * 1000.0 / ANALYSIS_RATE, 1),
         "correlation": round(float(correlation), 3),
         "peak_sigmas": round(sigmas, 1),
+        "agent_silent": False,
     }
 
 

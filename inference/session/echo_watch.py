@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from inference.audio.echo_leak import ANALYSIS_RATE, MIN_AGENT_RMS, find_echo, to_analysis_rate
+from inference.audio.echo_leak import AGENT_SILENT, ANALYSIS_RATE, MIN_AGENT_RMS, find_echo, to_analysis_rate
 
 WINDOW_S = 4.0  # long enough for a -30 dB echo to stand out of chance peaks (echo_leak.MIN_PEAK_SIGMAS)
 PERIOD_S = 5.0  # one window a call every 5 s: the warning comes within about 5-10 s of the leak starting
@@ -36,7 +36,7 @@ STEADY_AFTER_S = 60.0  # the first minute of a connection is watched every 5 s w
 # is measured up to about 1.5 s after its last instant: 4 s of slack. Half-precision caller audio (its noise
 # floor is far below any echo worth flagging): 8 s at 24 kHz is 768 KB a session, both rings.
 KEEP_S = WINDOW_S + 4.0
-QUIET = {"flagged": False, "leak_db": None, "delay_ms": None, "correlation": 0.0, "peak_sigmas": 0.0, "window_s": WINDOW_S}
+QUIET = AGENT_SILENT | {"window_s": WINDOW_S}
 MAX_ACKS = 256  # at least a window and a half of instants, two a chunk where playback stopped between chunks
 
 
@@ -192,8 +192,10 @@ def _executor() -> ThreadPoolExecutor:
 
 
 def echo_fields(echo: dict[str, Any] | None) -> dict[str, float]:
-    """A window's result as ``session.metrics`` numbers (``echo_flagged`` 0/1; the leak and delay when found)."""
-    if echo is None:
+    """A window's result as ``session.metrics`` numbers (``echo_flagged`` 0/1; the leak and delay when found).
+    A window in which the agent was silent gives none: it is no sign that a leak has gone (the live warning
+    clears after clean windows, webapp/conversations/echo_health.py)."""
+    if echo is None or echo.get("agent_silent"):
         return {}
     fields = {"echo_flagged": float(echo["flagged"]), "echo_peak_sigmas": echo["peak_sigmas"]}
     if echo["leak_db"] is not None:

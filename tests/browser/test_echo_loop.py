@@ -1,14 +1,15 @@
-"""A call with no echo raises no live warning and leaves its recording unflagged, its windows measured.
-
-The looped case (the agent's audio fed back 20 dB down after 60 ms: warned live, flagged within 3 dB / 10 ms)
-passed on its branch but not on main after the WebRTC and replay merges (no warning within 30 s); it is out of
-the suite until that is found (issue 33 stays open).
+"""Acceptance: a caller whose speakers feed the agent back into their microphone is warned live and flagged.
 
 The page's test-only echo loop (``?test_echo_loop=-20,60``, static/call/hooks.js installEchoLoop) feeds the
 agent's audio as played back into the microphone's path 20 dB down after 60 ms, as a speaker heard by the
 microphone would. The server lines up what the caller heard with their microphone from the playback acks
 (inference/session/echo_watch.py), so the delay it finds is the loop's, not the network's. The same call
 without the loop must raise no warning and leave the recording unflagged, with its windows measured.
+
+The agent is the lockstep engine on a tiny random checkpoint, whose audio is its own. The echo engine will not
+do: its audio is the caller's microphone 240 ms late, so the microphone and the agent's audio are one signal
+and the whitened correlation sees that lag, not the loop's (its windows measured 5-13 robust deviations, around
+the threshold of 11, and the test passed or failed with the host's load).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
+from inference.models.moshi.make_checkpoint import make_checkpoint
 from tests.browser.pages import hooks, login, recording_row, start_call, wait_for, wait_for_state
 from tests.live_server import live_server_env, run_live_server
 from webapp.recordings.models import Recording
@@ -23,12 +25,15 @@ from webapp.recordings.models import Recording
 pytestmark = pytest.mark.browser
 
 PROCESSING_TIMEOUT_MS = 60_000
+WARNING_TIMEOUT_MS = 30_000  # a window every 5 s once the acks cover 4 s
 
 
 @pytest.fixture(scope="module")
 def recording_server(django_db_setup, django_db_blocker, tmp_path_factory):
     raw = tmp_path_factory.mktemp("raw-recordings")
-    with run_live_server(django_db_blocker, live_server_env("echo", PARLEY_RECORDINGS_DIR=str(raw))) as server:
+    checkpoint = make_checkpoint("tiny-personaplex", tmp_path_factory.mktemp("echo-loop") / "ckpt", 0)
+    env = live_server_env("personaplex", str(checkpoint), PARLEY_RECORDINGS_DIR=str(raw))
+    with run_live_server(django_db_blocker, env) as server:
         yield server
 
 
@@ -44,6 +49,29 @@ def finish(page, url: str, session_id: str) -> Recording:
     row = recording_row(page, url, session_id, timeout_ms=PROCESSING_TIMEOUT_MS)
     expect(row.locator(".status-badge")).to_have_text("ready", timeout=PROCESSING_TIMEOUT_MS)
     return Recording.objects.get(session_id=session_id)
+
+
+def test_a_call_with_the_echo_loop_is_warned_live_and_flagged_with_its_level_and_delay(
+    recording_server, browser, make_user
+):
+    url = recording_server.url
+    make_user("speakerphone")
+    page = browser.new_context().new_page()
+    login(page, url, "speakerphone")
+    session_id = call(page, url, "&test_echo_loop=-20,60")
+    assert hooks(page)["echoLoop"] == {"db": -20, "ms": 60}
+    wait_for(page, "Boolean(p.statusLines.echo)", timeout_ms=WARNING_TIMEOUT_MS)
+    expect(page.locator("#server-status")).to_contain_text("use headphones")
+    assert hooks(page)["serverStatus"]["code"] == "echo_leak"
+    wait_for(page, "p.playedMs > 14000", timeout_ms=45_000)  # a few more windows for the recording's consensus
+
+    recording = finish(page, url, session_id)
+    echo = recording.echo_leak
+    assert echo["source"] == "live" and echo["flagged"], echo
+    assert echo["leak_db"] == pytest.approx(-20.0, abs=3.0), echo
+    assert echo["delay_ms"] == pytest.approx(60.0, abs=10.0), echo
+    row = page.locator(f'tr[data-recording][data-session="{session_id}"]')
+    expect(row.locator(".echo-flag")).to_be_visible()
 
 
 def test_the_same_call_without_the_loop_raises_no_warning_and_is_not_flagged(recording_server, browser, make_user):

@@ -15,10 +15,12 @@ from typing import Any
 
 from inference import api
 
-# A call is flagged when at least this share of its measured windows was: one chance window among many is
-# not an echo, a speaker that leaks does so whenever the agent talks.
+# A call is flagged when at least this share of its windows in which the agent spoke was: one chance window
+# among many is not an echo, a speaker that leaks does so whenever the agent talks. Windows in which the agent
+# was silent say nothing either way and are left out (a call whose agent paused often would otherwise never
+# reach the share, however loud its leak).
 FLAGGED_SHARE = 1 / 3
-WINDOW_FIELDS = ("t", "flagged", "leak_db", "delay_ms", "peak_sigmas")
+WINDOW_FIELDS = ("t", "flagged", "leak_db", "delay_ms", "peak_sigmas", "agent_silent")
 
 
 def echo_of_call(events: list[dict[str, Any]], caller, agent, rate: int) -> dict[str, Any]:
@@ -26,8 +28,9 @@ def echo_of_call(events: list[dict[str, Any]], caller, agent, rate: int) -> dict
     windows = [{k: event.get(k) for k in WINDOW_FIELDS} for event in events if event.get("k") == "echo"]
     if not windows:
         return api.measure_echo(caller, agent, rate) | {"source": "tracks"}
-    flagged = [w for w in windows if w["flagged"]]
-    is_flagged = len(flagged) >= max(1, FLAGGED_SHARE * len(windows))
+    spoken = [w for w in windows if not _agent_silent(w)]
+    flagged = [w for w in spoken if w["flagged"]]
+    is_flagged = len(flagged) >= max(1, FLAGGED_SHARE * len(spoken))
     found = flagged or [w for w in windows if w["leak_db"] is not None]
     return {
         "flagged": is_flagged,
@@ -37,3 +40,10 @@ def echo_of_call(events: list[dict[str, Any]], caller, agent, rate: int) -> dict
         "windows": windows,
         "flagged_windows": len(flagged),
     }
+
+
+def _agent_silent(window: dict[str, Any]) -> bool:
+    """Recordings made before windows said so: a silent agent's window is the only one measured as nothing."""
+    if window.get("agent_silent") is not None:
+        return bool(window["agent_silent"])
+    return window.get("leak_db") is None and not window.get("peak_sigmas")

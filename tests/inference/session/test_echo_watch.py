@@ -65,6 +65,12 @@ def test_without_a_leak_no_window_is_flagged():
     assert echo_fields(results[0])["echo_flagged"] == 0.0 and "echo_leak_db" not in echo_fields(results[0])
 
 
+def test_a_window_with_the_agent_silent_is_no_clean_window_for_the_live_warning():
+    from inference.session.echo_watch import QUIET
+
+    assert QUIET["agent_silent"] and echo_fields(QUIET) == {}
+
+
 def test_windows_do_not_overlap_and_wait_for_the_acks():
     watch = EchoWatch(RATE, RATE)
     watch.caller(np.zeros(RATE * 5, np.float32))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from inference.audio.echo_leak import EchoLeakError, measure_echo
+from webapp.recordings.echo_leak import echo_of_call
 
 RATE = 24_000
 
@@ -51,6 +52,35 @@ def test_a_silent_agent_or_empty_tracks_are_not_flagged():
     caller, _ = call(None, 0.0)
     assert not measure_echo(caller, np.zeros_like(caller), RATE)["flagged"]
     assert not measure_echo(np.zeros(0, np.int16), np.zeros(0, np.int16), RATE)["flagged"]
+
+
+def test_a_silent_agent_is_marked_so_and_a_missed_echo_is_not():
+    caller, agent = call(None, 0.0)
+    assert measure_echo(caller, np.zeros_like(caller), RATE)["agent_silent"]
+    assert measure_echo(caller, agent, RATE)["agent_silent"] is False
+
+
+def live_window(t: float, *, flagged: bool = False, silent: bool = False) -> dict:
+    found = {"leak_db": -20.5, "delay_ms": 60.0, "peak_sigmas": 40.0} if flagged else {"leak_db": None, "delay_ms": None}
+    return {"k": "echo", "t": t, "flagged": flagged, "peak_sigmas": 0.0 if silent else 5.0, "agent_silent": silent} | found
+
+
+def test_a_calls_echo_counts_only_the_windows_in_which_the_agent_spoke():
+    # 2 of 3 spoken windows flagged; 5 more windows with the agent silent (they said nothing either way).
+    windows = [live_window(0, flagged=True), live_window(5, flagged=True), live_window(10)]
+    windows += [live_window(15 + 5 * i, silent=True) for i in range(5)]
+    echo = echo_of_call(windows, None, None, RATE)
+    assert echo["flagged"] and echo["flagged_windows"] == 2
+    assert (echo["leak_db"], echo["delay_ms"], echo["source"]) == (-20.5, 60.0, "live")
+    # One flagged window among 4 spoken ones is chance, not a leaking speaker.
+    chance = [live_window(0, flagged=True)] + [live_window(5 * i) for i in range(1, 4)]
+    assert not echo_of_call(chance + windows[3:], None, None, RATE)["flagged"]
+
+
+def test_windows_recorded_before_they_named_a_silent_agent_are_read_as_such():
+    old = [{k: v for k, v in w.items() if k != "agent_silent"} for w in [live_window(0, flagged=True)]]
+    old += [{"k": "echo", "t": 5.0 * i, "flagged": False, "leak_db": None, "peak_sigmas": 0.0} for i in range(1, 4)]
+    assert echo_of_call(old, None, None, RATE)["flagged"]
 
 
 def test_bad_tracks_are_a_typed_error():
