@@ -191,6 +191,7 @@ def run(args) -> dict:
     make_speech(speech_path)
     extra = dict(kv.split("=", 1) for kv in args.env)
     extra.setdefault("PARLEY_SLOTS", str(args.slots or args.lines + 8))
+    started = time.perf_counter()
     try:
         with start_topology(
             lines=args.lines,
@@ -204,6 +205,7 @@ def run(args) -> dict:
             uvloop=args.uvloop,
             extra_env=extra,
         ) as topo:
+            start_s = time.perf_counter() - started  # a GPU service's build and warm-up, mostly
             ctx = multiprocessing.get_context("fork")
             queue = ctx.Queue()
             t0 = time.perf_counter() + 2.0
@@ -265,6 +267,7 @@ def run(args) -> dict:
             "nginx": bool(args.nginx or args.daphnes > 1),
             "uvloop_daphne": args.uvloop,
             "env": extra,
+            "started_in_s": round(start_s, 1),
         },
         "callers": {
             "lines": args.lines,

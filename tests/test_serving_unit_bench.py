@@ -60,8 +60,20 @@ def test_units_are_read_against_the_one_second_tick():
     assert units["decision_added_ms"]["p50"] == pytest.approx(9.0, abs=1.0)
     assert units["decision_added_ms"]["max"] == pytest.approx(18.0, abs=0.5)
     assert abs(units["gap_minus_unit_ms"]["p99"]) < 0.5  # the 1 s cadence held
+    assert abs(units["ticks_apart_minus_unit_ms"]["p99"]) < 0.5
     assert units["units_per_call_audio_s"]["p50"] == pytest.approx(1.0, abs=0.01)
     downlink = analyse_downlink(calls)
     assert downlink["audio_s_in"] == 120.0
     assert downlink["downlink_added_ms"]["n"] == 120
     assert "gap_minus_80ms_ms" not in downlink  # listen units send no audio: no per-tick cadence to read
+
+
+def test_a_unit_tick_that_takes_longer_is_not_read_as_delay_of_its_callers():
+    """A speaking tick ends 300 ms after a listening one: the spread within each tick is what the web tier adds,
+    and the late tick shows as ticks further apart."""
+    ticks = 1000.25 + np.arange(30.0) + np.where(np.arange(30) % 2 == 1, 0.3, 0.0)
+    calls = [unit_call(i, ticks, spread_s=0.001 * i, spoken=0) for i in range(8)]
+    units = analyse_units(calls)
+    assert units["decision_added_ms"]["max"] == pytest.approx(7.0, abs=0.5)
+    assert units["ticks_apart_minus_unit_ms"]["p1"] == pytest.approx(-300.0, abs=0.5)
+    assert units["ticks_apart_minus_unit_ms"]["p99"] == pytest.approx(300.0, abs=0.5)
