@@ -104,16 +104,11 @@ def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S)
     }
 
 
-def analyse_downlink(calls: list[CallRecord], period: float = FRAME_S) -> dict:
-    """Agent audio as the callers receive it, any engine. Every tick sends one frame to every live call at
-    once, so per 2 s window the tick grid is the leading edge of the arrivals (mod 80 ms: the end of the
-    widest empty stretch); ``downlink_added`` is each frame's arrival after its tick. The gaps between a
-    call's frames show whether the 80 ms cadence survives."""
-    arrivals = [np.asarray(c.audio_arrivals) for c in calls if len(c.audio_arrivals) > 1]
-    if not arrivals:
-        return {"audio_frames_in": 0}
-    gaps = np.concatenate([np.diff(a) for a in arrivals])
-    t = np.sort(np.concatenate(arrivals))
+def tick_edges(t: np.ndarray, period: float) -> np.ndarray:
+    """Each arrival's delay after its tick, for outputs that every tick sends to every live call at once: per
+    2 s window the tick grid is the leading edge of the arrivals (mod ``period``: the end of the widest empty
+    stretch). Windows with fewer than 50 arrivals are left out."""
+    t = np.sort(t)
     window = np.floor((t - t[0]) / PHASE_WINDOW_S).astype(int)
     added = []
     for part in np.split(t, np.flatnonzero(np.diff(window)) + 1):
@@ -123,12 +118,71 @@ def analyse_downlink(calls: list[CallRecord], period: float = FRAME_S) -> dict:
         spans = np.diff(np.concatenate([m, [m[0] + period]]))
         edge = m[(int(np.argmax(spans)) + 1) % m.size]
         added.append(np.mod(part - edge, period))
-    d = np.concatenate(added) * 1000.0 if added else np.zeros(0)
-    return {
+    return np.concatenate(added) if added else np.zeros(0)
+
+
+def tick_bursts(t: np.ndarray, period: float) -> tuple[np.ndarray, np.ndarray]:
+    """For a slow tick (1 s units): one tick's outputs to every call arrive as one burst, a unit apart. The
+    tick's duration varies with what it computed (speaking units cost more), so a fixed grid would count that as
+    delay: instead each burst (arrivals closer than a quarter period) is its own tick. Returns each arrival's
+    delay after its burst's first arrival, and the bursts' starts."""
+    t = np.sort(t)
+    cut = np.flatnonzero(np.diff(t) > period / 4) + 1
+    bursts = np.split(t, cut)
+    return np.concatenate([b - b[0] for b in bursts]), np.array([b[0] for b in bursts])
+
+
+def analyse_downlink(calls: list[CallRecord]) -> dict:
+    """Agent audio as the callers receive it, any engine. Every tick sends one frame to every live call at
+    once (a unit engine: a speaking unit's whole second), so ``downlink_added`` is each frame's arrival after
+    the arrivals' leading edge (``tick_edges``; a unit engine's: ``tick_bursts``). The gaps between a call's
+    frames show whether the 80 ms cadence survives (a unit engine's listen units send nothing: its cadence is in
+    ``analyse_units``)."""
+    arrivals = [np.asarray(c.audio_arrivals) for c in calls if len(c.audio_arrivals) > 1]
+    if not arrivals:
+        return {"audio_frames_in": 0}
+    period = next(c.period_ms for c in calls if len(c.audio_arrivals) > 1) / 1000.0
+    every_tick = period < 0.5  # a frame per tick and call (echo, lockstep); a unit engine's listen units send none
+    t = np.concatenate(arrivals)
+    d = (tick_edges(t, period) if every_tick else tick_bursts(t, period)[0]) * 1000.0
+    out = {
         "audio_frames_in": int(sum(c.audio_frames_in for c in calls)),
+        "audio_s_in": round(sum(c.audio_samples_in / c.output_rate for c in calls), 1),
         "downlink_added_ms": summary(d, (50, 99, 99.9), digits=2),
-        "gap_minus_80ms_ms": summary((gaps - period) * 1000.0, (50, 99, 99.9), digits=2),
-        "note": "downlink_added wraps at 80 ms: a frame a whole tick late reads as early",
+    }
+    if every_tick:
+        out["note"] = "downlink_added wraps at 80 ms: a frame a whole tick late reads as early"
+        gaps = np.concatenate([np.diff(a) for a in arrivals])
+        out["gap_minus_80ms_ms"] = summary((gaps - period) * 1000.0, (50, 99, 99.9), digits=2)
+    return out
+
+
+def analyse_units(calls: list[CallRecord]) -> dict:
+    """A unit engine's units as the callers saw them: one decision (``response.listen`` / ``.speak``) per unit
+    and call, all of a tick's at once. ``decision_added`` is each decision's arrival after the first of its
+    tick's (``tick_bursts``: the web tier's spread over the calls); ``ticks_apart_minus_unit`` is the bursts'
+    spacing less the unit (the engine's tick as the callers see it: late ticks come further apart); the gaps
+    between one call's decisions minus the unit show whether its 1 s cadence survives; units decided per second
+    of the call's audio show input the engine never turned into a unit (the prepare tick and the unit in flight
+    at the close make it a little under 1)."""
+    timed = [c for c in calls if c.session_id and len(c.decisions_at) > 1]
+    if not timed:
+        return {"units_decided": 0}
+    period = timed[0].period_ms / 1000.0
+    arrivals = [np.asarray(c.decisions_at) for c in timed]
+    gaps = np.concatenate([np.diff(a) for a in arrivals])
+    added, starts = tick_bursts(np.concatenate(arrivals), period)
+    decided = sum(len(c.decisions_at) for c in timed)
+    per_audio_s = [len(c.decisions_at) / (c.sent[c.frames_sent - 1] - c.sent[0] + FRAME_S) for c in timed]
+    return {
+        "unit_ms": round(period * 1000.0, 1),
+        "units_decided": decided,
+        "units_spoken": int(sum(c.units_spoken for c in timed)),
+        "speaking_fraction": round(sum(c.units_spoken for c in timed) / decided, 3),
+        "decision_added_ms": summary(added * 1000.0, (50, 99, 99.9), digits=2),
+        "ticks_apart_minus_unit_ms": summary((np.diff(starts) - period) * 1000.0, (1, 50, 99), digits=2),
+        "gap_minus_unit_ms": summary((gaps - period) * 1000.0, (50, 99, 99.9), digits=2),
+        "units_per_call_audio_s": summary(per_audio_s, (1, 50), digits=3),
     }
 
 
@@ -174,6 +228,7 @@ def engine_tick(calls: list[CallRecord]) -> dict:
     p99 = [c.last_metrics["tick_ms_p99"] for c in calls if "tick_ms_p99" in c.last_metrics]
     late = [c.last_metrics.get("late_ticks", 0) for c in calls if c.last_metrics]
     return {
+        "period_ms": next((c.period_ms for c in calls if c.session_id), None),
         "tick_ms_p50_median_of_calls": round(float(np.median(p50)), 2) if p50 else None,
         "tick_ms_p99_worst_call": round(float(max(p99)), 2) if p99 else None,
         "late_ticks_max": int(max(late)) if late else None,

@@ -8,6 +8,8 @@ the number of calls in progress stays at the number of lines. A call:
   (``duplex.binary_audio``, as the call page does) and sends pcm16 24 kHz speech as binary frames of 80 ms
   on an absolute schedule (frames overdue after a stall go at once, as a browser's buffered audio would);
 - sends ``playback.ack`` every 500 ms with the audio it has "played" (received minus a 120 ms buffer);
+- notes the engine's period and output rate from ``session.created``, and a unit engine's decision per unit
+  (``response.listen`` / ``response.speak``: one per unit, so their arrivals show the unit cadence);
 - ends with ``session.close`` and waits for ``session.closed``.
 
 Every frame carries its index in its first ``MARK_SAMPLES`` samples (a 0.7 ms mark: 8 samples of +v then 8
@@ -45,8 +47,13 @@ class CallRecord:
     planned_s: float
     sent: np.ndarray  # per frame index
     echoed: np.ndarray
-    audio_frames_in: int = 0  # binary audio frames received (one per tick once live)
+    audio_frames_in: int = 0  # binary audio frames received (one per tick once live; a unit's whole second)
+    audio_samples_in: int = 0
     audio_arrivals: list[float] = field(default_factory=list)
+    period_ms: float = 80.0  # the engine's tick (session.created's chunk_period_ms)
+    output_rate: int = 24000
+    decisions_at: list[float] = field(default_factory=list)  # unit engines: arrival of each unit's decision
+    units_spoken: int = 0
     session_id: str = ""
     connected_at: float = 0.0  # the WebSocket opened
     opened_at: float = 0.0  # session.created
@@ -100,6 +107,7 @@ def note_audio(payload: bytes, call: CallRecord, now: float) -> None:
     """An agent audio frame: count it, and with the echo engine match the marks in it to their frames."""
     samples = np.frombuffer(payload, dtype="<i2").astype(np.int32)
     call.audio_frames_in += 1
+    call.audio_samples_in += samples.size
     call.audio_arrivals.append(now)
     joined = np.concatenate([call.tail, samples]) if call.tail.size else samples
     call.tail = joined[-(MARK_SAMPLES - 1) :]
@@ -130,6 +138,9 @@ async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng
                     call.queued = True
                 if event["type"] == "session.created":
                     call.session_id = event["session"]["id"]
+                    caps = (event["session"].get("duplex") or {}).get("capabilities") or {}
+                    call.period_ms = float(caps.get("chunk_period_ms") or call.period_ms)
+                    call.output_rate = int(caps.get("output_rate") or call.output_rate)
                     call.opened_at = time.perf_counter()
                     break
                 if event["type"] == "error":
@@ -155,6 +166,9 @@ async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng
                             call.counters[name] = max(call.counters.get(name, 0), int(values.get(name, 0)))
                         call.in_wait_ms_max = max(call.in_wait_ms_max, float(values.get("in_wait_ms_max", 0.0)))
                         call.out_wait_ms_max = max(call.out_wait_ms_max, float(values.get("out_wait_ms_max", 0.0)))
+                    elif kind in ("response.listen", "response.speak"):
+                        call.decisions_at.append(now)
+                        call.units_spoken += kind == "response.speak"
                     elif kind == "error":
                         code = event["error"]["code"]
                         call.errors[code] = call.errors.get(code, 0) + 1
@@ -176,7 +190,8 @@ async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng
                 await ws.send(payloads[k])
                 if loop.time() >= next_ack:
                     next_ack += ACK_EVERY_S
-                    played = max(0.0, call.audio_frames_in * FRAME_S * 1000.0 - PLAYOUT_BUFFER_MS)
+                    received_ms = call.audio_samples_in * 1000.0 / call.output_rate
+                    played = max(0.0, received_ms - PLAYOUT_BUFFER_MS)
                     await ws.send(json.dumps({"type": "playback.ack", "played_ms": played}))
             await asyncio.sleep(8 * FRAME_S)  # the last echoes are still in flight
             await ws.send(json.dumps({"type": "session.close"}))

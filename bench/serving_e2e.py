@@ -20,12 +20,15 @@ What it reports (JSON in ``bench/results/<what>-<hardware>-<commit>.json``, thro
   processes' logs;
 - recordings complete: finished, with a duration within 5 % of the call's audio;
 - calls per CPU core per process kind (daphne, service, nginx, load generator) over the hold, and the
-  engine's own tick (``session.metrics``) in the same run; RSS per kind (and GPU memory) every 10 s.
+  engine's own tick (``session.metrics``) in the same run; RSS per kind (and GPU memory) every 10 s;
+- a unit engine (1 s units): its units as the callers saw them (``analyse_units``: decisions per unit, their
+  spread after the tick, the 1 s cadence, the speaking fraction) in place of the echo's frame analysis.
 
 Usage (loopback only)::
 
     .venv/bin/python bench/serving_e2e.py --lines 200 --seconds 60 --what echo-1daphne --hardware 2core
     python3 bench/serving_e2e.py --engine lockstep --services 1 --daphnes 4 --lines 229 ...
+    python3 bench/serving_e2e.py --gpu-service unit --services 1 --slots 64 --lines 64 ...  # MiniCPM-o 4.5 shapes
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from bench.serving_analysis import (  # noqa: E402
     analyse_downlink,
     analyse_echoes,
     analyse_recordings,
+    analyse_units,
     engine_tick,
     service_counters,
 )
@@ -122,6 +126,7 @@ def _generator(args_dict: dict, lines: list[int], keys: list[str], url: str, t0:
     asyncio.run(main())
     for c in calls:
         c.audio_arrivals = np.asarray(c.audio_arrivals, dtype=np.float64)
+        c.decisions_at = np.asarray(c.decisions_at, dtype=np.float64)
         c.tail = np.zeros(0, dtype=np.int32)
     out.put(calls)
 
@@ -158,11 +163,26 @@ def _percentiles(values: list[float]) -> dict[str, float] | None:
     return {"n": len(values), "p50": round(float(p50), 2), "p99": round(float(p99), 2), "max": round(max(values), 2)}
 
 
+# --gpu-service -> (the engine it serves, bench/serving_gpu_service.py's arguments)
+GPU_SERVICES = {
+    "gpu": ("lockstep", []),
+    "tiny": ("lockstep", ["--tiny"]),
+    "unit": ("unit", ["--engine", "unit"]),
+    "unit-tiny": ("unit", ["--engine", "unit", "--tiny"]),
+}
+
+
 def service_command(args) -> list[str] | None:
     if not args.gpu_service:
         return None
-    command = [sys.executable, str(ROOT / "bench" / "serving_gpu_service.py")]
-    return [*command, "--tiny"] if args.gpu_service == "tiny" else command
+    extra = GPU_SERVICES[args.gpu_service][1]
+    if args.gpu_service.startswith("unit"):
+        extra = [*extra, "--vocoder", args.vocoder]
+    return [sys.executable, str(ROOT / "bench" / "serving_gpu_service.py"), *extra]
+
+
+def on_gpu(args) -> bool:
+    return args.gpu_service in ("gpu", "unit")
 
 
 def run(args) -> dict:
@@ -171,6 +191,7 @@ def run(args) -> dict:
     make_speech(speech_path)
     extra = dict(kv.split("=", 1) for kv in args.env)
     extra.setdefault("PARLEY_SLOTS", str(args.slots or args.lines + 8))
+    started = time.perf_counter()
     try:
         with start_topology(
             lines=args.lines,
@@ -184,6 +205,7 @@ def run(args) -> dict:
             uvloop=args.uvloop,
             extra_env=extra,
         ) as topo:
+            start_s = time.perf_counter() - started  # a GPU service's build and warm-up, mostly
             ctx = multiprocessing.get_context("fork")
             queue = ctx.Queue()
             t0 = time.perf_counter() + 2.0
@@ -233,16 +255,19 @@ def run(args) -> dict:
     return {
         "bench": "serving_e2e",
         "what": args.what,
-        "hardware": results_io.hardware(gpu=args.gpu_service == "gpu"),
+        "hardware": results_io.hardware(gpu=on_gpu(args)),
         "commit": results_io.commit(),
         "command": " ".join(sys.argv),
         "topology": {
             "engine": args.engine,
+            "gpu_service": args.gpu_service or None,
+            **({"vocoder": args.vocoder} if args.engine == "unit" else {}),
             "daphnes": args.daphnes,
             "services": args.services or "in daphne",
             "nginx": bool(args.nginx or args.daphnes > 1),
             "uvloop_daphne": args.uvloop,
             "env": extra,
+            "started_in_s": round(start_s, 1),
         },
         "callers": {
             "lines": args.lines,
@@ -264,6 +289,7 @@ def run(args) -> dict:
             "python": platform.python_version(),
         },
         **({"frames": analyse_echoes(calls, args.delay_frames)} if args.engine == "echo" else {}),
+        **({"units": analyse_units(calls)} if args.engine == "unit" else {}),
         "downlink": analyse_downlink(calls),
         "errors": errors,
         "internal_error": errors.get("internal_error", 0),
@@ -292,7 +318,7 @@ def headline(result: dict) -> str:
         f"{result['recordings']['raw_complete']}/{result['recordings']['raw_sampled']}, rendered "
         f"{result['recordings']['rendered_status']}; downlink added {result['downlink'].get('downlink_added_ms')}; "
         f"service {result['service_counters']}; engine tick "
-        f"{result['engine_tick']}; {cpu}"
+        f"{result['engine_tick']}; {cpu}" + (f"; units {result['units']}" if "units" in result else "")
     )
 
 
@@ -309,10 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--uvloop", action="store_true", help="daphne on uvloop")
     p.add_argument(
         "--gpu-service",
-        choices=("", "gpu", "tiny"),
+        choices=("", *GPU_SERVICES),
         default="",
-        help="--services 1 runs bench/serving_gpu_service.py (gpu: 7B shape on CUDA; tiny: the tiny checkpoint on CPU)",
+        help="--services 1 runs bench/serving_gpu_service.py (gpu: lockstep 7B shape on CUDA; tiny: its tiny "
+        "checkpoint on CPU; unit: MiniCPM-o 4.5 shapes on CUDA; unit-tiny: its tiny checkpoint on CPU)",
     )
+    p.add_argument("--vocoder", choices=("none", "token2wav"), default="none", help="the unit engine's vocoder")
     p.add_argument("--gen-uvloop", action="store_true", help="the load generator on uvloop")
     p.add_argument("--engine", default="echo")
     p.add_argument("--slots", type=int, default=0, help="PARLEY_SLOTS (default lines + 8)")
@@ -331,9 +359,14 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["BENCH_HARDWARE"] = args.hardware  # results_io names the file with it
     if not 1 <= args.lines <= 400 or not 1 <= args.seconds <= 3600:
         p.error("--lines must be in 1..400 and --seconds in 1..3600")
+    if args.gpu_service:
+        served = GPU_SERVICES[args.gpu_service][0]
+        if args.services != 1 or args.engine not in ("echo", served):  # echo: --engine left at its default
+            p.error(f"--gpu-service {args.gpu_service} serves the {served} engine with --services 1")
+        args.engine = served
     result = run(args)
     print(headline(result), flush=True)
-    out = results_io.write_result(result, args.what, gpu=args.gpu_service == "gpu", out=args.out_dir)
+    out = results_io.write_result(result, args.what, gpu=on_gpu(args), out=args.out_dir)
     print(f"wrote {out}")
     return 0
 
