@@ -1,0 +1,14 @@
+# Sourced on the GPU host (bash): the carried web stack on PYTHONPATH, nginx on PATH, the code at COMMIT in
+# $LOADPATH_SRC, BENCH_COMMIT for results_io. The device image has python3 3.12 + torch, no Django/daphne/nginx.
+L=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SITE=${LOADPATH_SITE:-/tmp/site}          # overridable for a local dry run
+export LOADPATH_SRC=${LOADPATH_SRC:-/tmp/loadpath-src}
+if [ ! -e "$SITE/django" ] && [ ! -e "$SITE/av" ]; then
+    mkdir -p "$SITE" && tar -xJf "$L/webstack.tar.xz" -C "$SITE" || return 1
+fi
+if [ ! -e "$LOADPATH_SRC/manage.py" ]; then
+    mkdir -p "$LOADPATH_SRC" && tar -xJf "$L/src.tar.xz" -C "$LOADPATH_SRC" || return 1
+fi
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+export PATH="$L/bin:$PATH" LD_LIBRARY_PATH="$L/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export BENCH_COMMIT=$(cat "$L/COMMIT") PYTHONUNBUFFERED=1 SPEECH="$L/speech.npy"
