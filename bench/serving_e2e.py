@@ -45,6 +45,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from queue import Empty
 
 import numpy as np
 
@@ -132,6 +133,37 @@ def _generator(args_dict: dict, lines: list[int], keys: list[str], url: str, t0:
 
 
 # ---- the run --------------------------------------------------------------------------------------
+
+
+def collect_calls(queue, procs: list, *, deadline: float, poll_s: float = 5.0) -> list[CallRecord]:
+    """Every load generator's calls. One that died without reporting (an import missing on a device, killed for
+    memory) ends the wait with an error naming its exit code, instead of the run waiting out its deadline: on
+    the GPU host that was a whole 10-minute command gone with nothing to show."""
+    calls: list[CallRecord] = []
+    reported = 0
+    while reported < len(procs):
+        try:
+            calls.extend(queue.get(timeout=poll_s))
+            reported += 1
+            continue
+        except Empty:
+            pass
+        dead = [p for p in procs if not p.is_alive()]
+        if len(dead) > reported:  # a generator's results are in the pipe before it exits: one more look
+            try:
+                calls.extend(queue.get(timeout=poll_s))
+                reported += 1
+                continue
+            except Empty:
+                codes = sorted(p.exitcode for p in dead)
+                missing = len(dead) - reported
+                message = (
+                    f"{missing} load generator(s) died without reporting (exit codes of those that ended: {codes})"
+                )
+                raise RuntimeError(message) from None
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"{len(procs) - reported} load generator(s) did not report in time")
+    return calls
 
 
 class Sampler(threading.Thread):
@@ -227,9 +259,7 @@ def run(args) -> dict:
             time.sleep(max(0.0, until - time.perf_counter()))
             cpu_end = {kind: cpu_seconds(p) for kind, p in pids.items()}
             wall = time.perf_counter() - wall_start
-            calls: list[CallRecord] = []
-            for _ in procs:
-                calls.extend(queue.get(timeout=args.ramp_s + args.seconds + 600))
+            calls = collect_calls(queue, procs, deadline=time.perf_counter() + 600)
             for p in procs:
                 p.join(30)
             sampler.stop.set()
