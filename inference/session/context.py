@@ -20,8 +20,9 @@ from inference.recording.policy import RecordingPolicy
 from inference.recording.recorder import SessionRecording
 from inference.session.outbox import Outbox
 from inference.slots.chats import ChatListener
+from inference.slots.delivery import SlotListener
 from inference.slots.pool import Applicant
-from inference.slots.worker import SlotCounters, SlotListener, WorkerStats
+from inference.slots.worker import SlotCounters, WorkerStats
 
 
 class SlotDriver(Protocol):

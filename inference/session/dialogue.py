@@ -8,9 +8,11 @@ The session knows its collaborators only through the narrow interfaces of ``infe
 (one ``SessionContext`` per service): the engine worker as a ``SlotDriver``, the slot pool as an
 ``Admission``, and the service as a ``forget`` callback. It imports neither the service, the pool nor the
 handle. What its Metrics say is ``inference.session.metrics``; its stream positions (the mouth-to-ear pair
-in Metrics) are ``inference.session.stream_positions``. Two collaborators own the rest: its recording
-(``inference.session.recording.SessionRecorder``) and its turn-based modes, half-duplex and chat
-(``inference.turns.session_modes.TurnModes``, which sees the session as a ``ModesHost``).
+in Metrics) are ``inference.session.stream_positions``. Collaborators own the rest: its recording
+(``inference.session.recording.SessionRecorder``), its turn-based modes, half-duplex and chat
+(``inference.turns.session_modes.TurnModes``, which sees the session as a ``ModesHost``), its engine
+output on the way to the connection (``inference.session.tick_output.TickOutput``) and its once-a-second
+housekeeping: idle watchdog, echo window, Metrics (``inference.session.housekeeping.Housekeeping``).
 
 States: ``queued`` -> ``admitted`` (slot reserved) -> ``prefilling`` (slot opened at the first audio)
 -> ``live`` -> ``closed``. Paused (by the user) and detached (no connection) are flags on top of
@@ -22,20 +24,17 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 
 from inference import image_header
 from inference.contracts import (
-    AudioOut,
     ChatMessage,
     Closed,
     CloseReason,
-    Decision,
     ErrorEvent,
-    Metrics,
     Mode,
     ParleyError,
     Paused,
@@ -45,19 +44,19 @@ from inference.contracts import (
     Replaced,
     Resumed,
     SessionEvent,
-    TextOut,
     TurnDetection,
     VoiceRef,
 )
 from inference.engines.base import SlotConfig, SlotOutput, SlotTurn
 from inference.session.context import Admission, Attachment, SessionContext, SessionTimeouts, SlotDriver
-from inference.session.echo_watch import EchoWatch, echo_fields
+from inference.session.echo_watch import EchoWatch
+from inference.session.housekeeping import Housekeeping
 from inference.session.input_audio import InputAudio
-from inference.session.metrics import session_metrics
 from inference.session.named_timers import NamedTimers
 from inference.session.output_jitter import OutputJitter
 from inference.session.recording import SessionRecorder
 from inference.session.stream_positions import StreamPositions
+from inference.session.tick_output import TickOutput
 from inference.turns.session_modes import TurnModes
 
 logger = logging.getLogger(__name__)
@@ -65,7 +64,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["Admission", "Attachment", "DialogueSession", "SessionContext", "SessionTimeouts", "SlotDriver"]
 
 State = Literal["queued", "admitted", "prefilling", "live", "closed"]
-METRICS_PERIOD_S = 1.0
 
 
 class DialogueSession:
@@ -106,17 +104,19 @@ class DialogueSession:
         self.created_at = time.monotonic()
         self.admitted_at: float | None = None
         self.last_activity = self.created_at
-        self.unit = 0
         self.input = InputAudio(self.caps.input_rate)
         self.dropped_out = 0  # outbound audio dropped by full outboxes
         self.played_ms = 0.0
-        self.sent_audio_ms = 0.0
         self._positions = StreamPositions(self.caps.input_rate)  # lets session.metrics name one tick exactly
         self.echo = EchoWatch(self.caps.input_rate, self.caps.output_rate)  # the caller's speakers into their mic?
-        jitter_ms, jitter_s = context.test_output_jitter_ms, context.test_output_jitter_s
-        self._jitter = OutputJitter(self.loop, jitter_ms, jitter_s) if jitter_ms > 0 else None
         self._timers = NamedTimers(self.loop)
         self.modes = TurnModes(self, self.caps, self.loop, self._admission, self._worker, self.recorder)
+        jitter_ms, jitter_s = context.test_output_jitter_ms, context.test_output_jitter_s
+        jitter = OutputJitter(self.loop, jitter_ms, jitter_s) if jitter_ms > 0 else None
+        self.output = TickOutput(self.caps.output_rate, self._positions, self.echo, self.emit, self.modes, jitter)
+        self._housekeeping = Housekeeping(
+            self, self._worker, self._timers, self._timeouts, self._positions, self.output, self.caps.chunk_period_ms
+        )
 
     # ---- connections --------------------------------------------------------------------------
 
@@ -140,7 +140,7 @@ class DialogueSession:
         if self.user_paused:
             handle.outbox.put(Paused())
         self._apply_freeze()
-        self._schedule_metrics()
+        self._housekeeping.schedule()
 
     def detach(self, handle: Attachment) -> None:
         """The connection dropped: keep the session paused for the grace period (queued: leave the queue)."""
@@ -167,7 +167,7 @@ class DialogueSession:
         self._timers.start("max_duration", self._timeouts.max_session_s, self.close, "max_duration")
         if self.attachment is not None:
             self.attachment.outbox.put(self._ready_event(resumed=False))
-            self._schedule_metrics()
+            self._housekeeping.schedule()
 
     def queue_position(self, position: int, queue_length: int, estimated_wait_s: float) -> None:
         if self.attachment is not None:
@@ -256,7 +256,7 @@ class DialogueSession:
         self.epoch += 1
         # What the caller had not heard yet when the agent was cut off (from the last playback ack).
         self.recorder.event(
-            "epoch", epoch=self.epoch, unplayed_ms=round(max(0.0, self.sent_audio_ms - self.played_ms), 1)
+            "epoch", epoch=self.epoch, unplayed_ms=round(max(0.0, self.output.sent_audio_ms - self.played_ms), 1)
         )
         if self.attachment is not None:
             self.attachment.outbox.drop_epoch_before(self.epoch)
@@ -279,7 +279,7 @@ class DialogueSession:
         self.played_ms = float(played_ms)
         for mic_at, played_at in heard:
             self.echo.ack(input_samples=mic_at, client_rate=self._positions.input_rate, output_samples=played_at)
-        self.recorder.event("ack", played_ms=self.played_ms, sent_ms=round(self.sent_audio_ms, 1))
+        self.recorder.event("ack", played_ms=self.played_ms, sent_ms=round(self.output.sent_audio_ms, 1))
 
     def close(self, reason: CloseReason) -> None:
         """End the session: tell the connection, leave the queue or free the slot (once cleanup is confirmed)."""
@@ -287,8 +287,7 @@ class DialogueSession:
             return
         held_s = time.monotonic() - self.admitted_at if self.admitted_at is not None else 0.0
         self.state = "closed"
-        if self._jitter is not None:
-            self._jitter.cancel()
+        self.output.cancel()
         self._timers.cancel_all()
         self.recorder.finish(reason)
         self.modes.closed()
@@ -310,28 +309,7 @@ class DialogueSession:
         elif self.state == "prefilling":
             self.state = "live"
             self.emit(Prefill(progress=1.0, done=True))
-        if pcm16:
-            self.sent_audio_ms += 1000.0 * len(pcm16) / 2 / self.caps.output_rate
-            self._send_output(self._send_audio, pcm16, heard_position, self.epoch)
-        if output.text:
-            self._send_output(self.emit, TextOut(output.text, self.epoch))
-        if output.decision is not None:
-            self._send_output(self.emit, Decision(output.decision, self.unit, output.end_of_turn))
-            self.unit += 1
-        if self.modes.turns is not None:  # half-duplex: after the unit's output, in its order
-            self._send_output(self.modes.turns.on_output, output)
-
-    def _send_output(self, send: Callable[..., None], *args: object) -> None:
-        """A tick's output goes to the connection at once (or, under test-only jitter, later and in order)."""
-        if self._jitter is None:
-            send(*args)
-        else:
-            self._jitter.send(lambda: send(*args))
-
-    def _send_audio(self, pcm16: bytes, heard_position: int | None, epoch: int) -> None:
-        self._positions.sent(len(pcm16) // 2, heard_position)
-        self.echo.agent(pcm16)
-        self.emit(AudioOut(pcm16, epoch))
+        self.output.send(output, pcm16, heard_position, self.epoch)
 
     def slot_failed(self, message: str) -> None:
         if self.state == "closed":
@@ -416,27 +394,7 @@ class DialogueSession:
             return "paused"
         return "live" if self.state == "live" else "prefilling"
 
-    def metrics(self) -> dict[str, float]:
-        stats = self._worker.stats()
-        counters = self._worker.take_slot_counters(self.slot) if self.slot is not None else None
-        outbox = self.attachment.outbox if self.attachment is not None else None
-        values = session_metrics(
-            stats,
-            counters,
-            outbox,
-            period_ms=self.caps.chunk_period_ms,
-            dropped=self._dropped(),
-            sent_audio_ms=self.sent_audio_ms,
-            played_ms=self.played_ms,
-        )
-        return values | self._positions.heard_fields()
-
     # ---- internals ----------------------------------------------------------------------------
-
-    def _dropped(self) -> int:
-        """Input dropped here plus outbound audio dropped by this and earlier connections' outboxes."""
-        current = self.attachment.outbox.dropped_audio if self.attachment is not None else 0
-        return self.input.dropped + self.dropped_out + current
 
     def _ready_event(self, *, resumed: bool) -> Ready:
         return Ready(
@@ -475,22 +433,3 @@ class DialogueSession:
         """To the connection, if one is attached (the modes' events too)."""
         if self.attachment is not None:
             self.attachment.outbox.put(event)
-
-    def _schedule_metrics(self) -> None:
-        if "metrics" not in self._timers and self.state != "closed":
-            self._timers.start("metrics", METRICS_PERIOD_S, self._housekeeping)
-
-    def _housekeeping(self) -> None:
-        """About once a second: Metrics to the connection, and the idle watchdog."""
-        self._timers.cancel("metrics")  # it fired: forget its handle
-        if self.state == "closed" or self.attachment is None:
-            return
-        if not self.user_paused and time.monotonic() - self.last_activity > self._timeouts.idle_timeout_s:
-            self.close("idle_timeout")
-            return
-        if self.audio_started and not self.user_paused:
-            echo = self.echo.measure_if_due()  # a few ms every few seconds, between frames, off the tick's thread
-            if echo is not None:
-                self.recorder.event("echo", **echo)  # the recording's per-call echo and its course over time
-            self.emit(Metrics(self.metrics() | echo_fields(echo)))
-        self._schedule_metrics()

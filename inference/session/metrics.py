@@ -1,7 +1,7 @@
 """What a session's once-a-second ``Metrics`` event says: the worker's tick timings and the slot's counters.
 
-Kept apart from ``inference.session.dialogue`` so that the session owns state and timers, and this module owns
-the names and units of the numbers a client sees (docs/protocol.md lists them).
+Kept apart from ``inference.session.housekeeping``, which gathers the inputs once a second, so that this module
+owns the names and units of the numbers a client sees (docs/protocol.md lists them).
 """
 
 from __future__ import annotations

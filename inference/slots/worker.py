@@ -7,8 +7,9 @@ confirmations through ``loop.call_soon_threadsafe``.
 Every tick: run queued commands, take one frame from each live slot's inbox, a tick-aligned framer
 (``inference.audio.framing``: the frame ends with the audio that arrived just before the tick;
 silence and an underrun when nothing came; frozen slots are left out of the step), ``engine.step``,
-hand the outputs to the listeners at once, each with the input position its tick had heard. A tick that overruns its deadline is counted as late; the clock does not burst to
-catch up.
+hand the outputs to the recordings and to the listeners at once, each with the input position its tick had
+heard (``inference.slots.delivery``). A tick that overruns its deadline is counted as late; the clock does
+not burst to catch up.
 """
 
 from __future__ import annotations
@@ -20,15 +21,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from inference.audio.framing import TickAlignedFramer
-from inference.audio.pcm import encode_pcm16_many
 from inference.engines.base import ChatRequest, Engine, SlotConfig, SlotInput, SlotOutput, SlotTurn
-from inference.recording.recorder import record_steps
 from inference.slots.chats import ChatJobs, ChatListener
+from inference.slots.delivery import SlotListener, hand_off, post_to
 from inference.slots.timing import TimingRing
 
 if TYPE_CHECKING:
@@ -38,13 +38,6 @@ logger = logging.getLogger(__name__)
 
 CLOSE_ATTEMPTS = 3
 CHAT_SHARE = 0.5  # of each tick, chat replies may take this much beside duplex calls (all of it when none)
-
-
-class SlotListener(Protocol):
-    """The asyncio-side owner of a slot; its methods are called on its own event loop."""
-
-    def slot_output(self, output: SlotOutput, pcm16: bytes, heard_position: int | None) -> None: ...
-    def slot_failed(self, message: str) -> None: ...
 
 
 @dataclass
@@ -282,8 +275,6 @@ class EngineWorker:
                     self._fail(s, f"engine step failed: {type(exc).__name__}: {exc}")
             return True
         step_ms = (time.perf_counter() - started) * 1000.0
-        deliveries: dict[asyncio.AbstractEventLoop, list[tuple[Callable[..., None], tuple]]] = {}
-        recorded: list[tuple[Any, ...]] = []
         ready: list[tuple[WorkerSlot, SlotOutput]] = []
         for s in open_slots:
             out = outputs.get(s.index)
@@ -297,29 +288,7 @@ class EngineWorker:
                     out = SlotOutput(audio=np.zeros(0, dtype=np.float32), progress=1.0)
             if out is not None:
                 ready.append((s, out))
-        # one conversion for the whole tick (per slot it was the worker's largest cost at 128 sessions)
-        audible = [out.audio for _, out in ready if out.audio.size]
-        encoded = iter(encode_pcm16_many(audible))
-        for s, out in ready:
-            pcm16 = next(encoded) if out.audio.size else b""
-            if pcm16:
-                s.frames_out += 1
-            if s.recording is not None and s.index in inputs:
-                arrived = s.heard_position is not None  # None: no caller audio came in time for this step
-                caller = inputs[s.index].audio if arrived else None
-                frame = inputs[s.index].image  # the camera frame the engine saw with this step, if any
-                recorded.append(s.recording.step_item(caller, pcm16, out, step_ms, frame))
-            if s.listener is not None and s.loop is not None:
-                heard = s.heard_position if s.index in inputs else None
-                deliveries.setdefault(s.loop, []).append((s.listener.slot_output, (out, pcm16, heard)))
-        # One wake-up per event loop per tick, not one per slot.
-        for loop, calls in deliveries.items():
-            if not self._post_to(loop, _deliver, calls):
-                for s in open_slots:
-                    if s.loop is loop:
-                        s.listener = None  # its loop is gone; nobody will read these slots again
-        if recorded:
-            record_steps(recorded)
+        hand_off(open_slots, ready, inputs, step_ms)
         self.ticks += 1
         self.tick_ms.add((time.perf_counter() - started) * 1000.0)
         return True
@@ -365,7 +334,7 @@ class EngineWorker:
 
     def _cmd_close(self, s: WorkerSlot, on_closed: Callable[[], None], loop) -> None:
         self.chats.stop(s.index)
-        s.pending_close.append(lambda: self._post_to(loop, on_closed))
+        s.pending_close.append(lambda: post_to(loop, on_closed))
         s.close_attempts = 0
         self._close_now(s)
 
@@ -433,16 +402,8 @@ class EngineWorker:
 
     def _post(self, s: WorkerSlot, method: str, *args: Any) -> None:
         if s.listener is not None and s.loop is not None:
-            if not self._post_to(s.loop, getattr(s.listener, method), *args):
+            if not post_to(s.loop, getattr(s.listener, method), *args):
                 s.listener = None  # its loop is gone; nobody will read this slot again
-
-    @staticmethod
-    def _post_to(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> bool:
-        try:
-            loop.call_soon_threadsafe(fn, *args)
-            return True
-        except RuntimeError:  # the loop was closed (e.g. a finished test); drop the message
-            return False
 
     def _shutdown_slots(self) -> None:
         for s in self.slots:
@@ -452,9 +413,3 @@ class EngineWorker:
                 except Exception:  # noqa: BLE001
                     logger.exception("engine.close_slot(%d) failed at shutdown", s.index)
                 s.opened = False
-
-
-def _deliver(calls: list[tuple[Callable[..., None], tuple]]) -> None:
-    """Runs on a session loop: hand one tick's outputs to their listeners."""
-    for fn, args in calls:
-        fn(*args)

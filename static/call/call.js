@@ -8,14 +8,16 @@
 // Audio never passes through this thread: the socket lives in a Worker (transport.js), which the mic
 // worklet feeds and which feeds the player worklet, each over a MessagePort. This thread handles the
 // events, the state and the drawing.
-// The DOM is ui.js's, server events are server-events.js's, and the test hooks (hooks.js) are
-// a one-way window onto all of it.
+// The DOM is ui.js's, server events are server-events.js's, the figures figures.js's, the camera
+// camera.js's, and the test hooks (hooks.js) are a one-way window onto all of it.
 
 import { countEvent, hooks, installEchoLoop, installTap, pushBounded } from "./hooks.js";
 import { JitterPlayer, WIRE_RATE } from "./player.js";
 import { LatencyMeter } from "./latency.js";
 import { bindChat, handleChatEvent } from "./chat.js";
+import { stopCamera, toggleCamera } from "./camera.js";
 import { CAN_PICK_SPEAKER, fillDevicePicker, microphoneProblem } from "./devices.js";
+import { describeStart, fmt, refreshFigures } from "./figures.js";
 import { applyMode, chosenMode, handleModeEvent } from "./modes.js";
 import { handleServerEvent, noteAgentAudio } from "./server-events.js";
 import { Transport } from "./transport.js";
@@ -75,7 +77,7 @@ export class Call {
     this.transport = null; // the socket, in its Worker (transport.js)
     this.player = null;
     this.mic = null; // {stream, source, node}
-    this.camera = null; // {stream, video, timer}
+    this.camera = null; // {stream, video, timer} (camera.js)
     this.state = "idle";
     this.receivedSumSquares = 0;
     this.receivedSamples = 0;
@@ -142,7 +144,7 @@ export class Call {
     this.lastSentAt = null;
     if (rtc.ok) this.connectRtc();
     else this.connect(rtc.why);
-    this.figuresTimer = setInterval(() => this.refreshFigures(), 500);
+    this.figuresTimer = setInterval(() => refreshFigures(this), 500);
   }
 
   async makeJitterPlayer() {
@@ -232,26 +234,6 @@ export class Call {
     this.send({ type: "response.force_listen" });
   }
 
-  async toggleCamera() {
-    if (this.camera) {
-      this.stopCamera();
-      return;
-    }
-    try {
-      const stream = await navigator.mediaDevices.getUserMedia({ video: { width: 640, height: 480 } });
-      const video = this.ui.cameraPreview();
-      video.srcObject = stream;
-      await video.play();
-      const canvas = document.createElement("canvas");
-      // One frame per second is what the omni engines consume; more would only queue up.
-      const timer = setInterval(() => this.sendCameraFrame(video, canvas), 1000);
-      this.camera = { stream, video, timer };
-      this.ui.setCameraOn(true);
-    } catch (err) {
-      this.ui.notice(`Camera unavailable: ${err.message}`, "error");
-    }
-  }
-
   // ---- audio in ------------------------------------------------------------------------------
 
   async openMicrophone() {
@@ -305,22 +287,6 @@ export class Call {
       this.ui.setFigures({ first_audio: fmt(hooks.firstAudioMs) });
       this.ui.setFigureDetail("first_audio", describeStart(hooks.startTimeline));
     }
-  }
-
-  sendCameraFrame(video, canvas) {
-    if (this.state !== "live" || !video.videoWidth) return;
-    canvas.width = video.videoWidth;
-    canvas.height = video.videoHeight;
-    canvas.getContext("2d").drawImage(video, 0, 0);
-    canvas.toBlob(
-      async (blob) => {
-        if (!blob) return;
-        const image = new Uint8Array(await blob.arrayBuffer()).toBase64();
-        if (this.send({ type: "input_image.append", image })) hooks.imagesSent++;
-      },
-      "image/jpeg",
-      0.8,
-    );
   }
 
   // ---- socket --------------------------------------------------------------------------------
@@ -456,7 +422,7 @@ export class Call {
   // ---- teardown ------------------------------------------------------------------------------
 
   teardown(state, detail) {
-    this.stopCamera();
+    stopCamera(this);
     if (this.mic) {
       this.mic.stream.getTracks().forEach((track) => track.stop());
       this.mic.source.disconnect();
@@ -466,7 +432,7 @@ export class Call {
     this.player?.flush();
     this.ui.stopDrawing();
     clearInterval(this.figuresTimer);
-    this.refreshFigures();
+    refreshFigures(this);
     this.transport?.close(1000);
     this.transport = null;
     this.player?.close();
@@ -482,85 +448,6 @@ export class Call {
     this.teardown("failed", "");
     this.ui.notice(message, "error");
   }
-
-  stopCamera() {
-    if (!this.camera) return;
-    clearInterval(this.camera.timer);
-    this.camera.stream.getTracks().forEach((track) => track.stop());
-    this.camera = null;
-    this.ui.setCameraOn(false);
-  }
-
-  // ---- figures -------------------------------------------------------------------------------
-
-  refreshFigures() {
-    // Over WebRTC the browser's own stack has the downlink's figures (read now, shown at the next refresh).
-    this.transport?.stats?.().then((figures) => {
-      this.player?.update?.(figures);
-      if (figures?.packetsReceived !== undefined) {
-        hooks.audioChunksReceived = figures.packetsReceived;
-        hooks.receivedRms = figures.rms;
-        hooks.rtc = figures;
-      }
-    });
-    const player = this.player;
-    if (player) {
-      hooks.playedRms = player.playedRms;
-      hooks.playedMs = player.stats.playedMs;
-      hooks.bufferMs = player.depthMs;
-      hooks.underruns = player.stats.underruns;
-      hooks.overruns = player.stats.overruns;
-      hooks.jitter = {
-        targetMs: player.targetMs,
-        grows: player.stats.grows,
-        shrinks: player.stats.shrinks,
-        slipDroppedMs: player.stats.slipDroppedMs, // dropped because the audio clock fell behind the wall
-      };
-    }
-    if (this.ctx) {
-      // The audio clock against the page's: a starved audio thread makes contextMs fall behind performanceMs.
-      hooks.audioClock = { contextMs: this.ctx.currentTime * 1000, performanceMs: performance.now() };
-    }
-    const m = hooks.metrics ?? {};
-    const mouthToEar = this.meter?.measure(m) ?? null;
-    hooks.mouthToEarMs = mouthToEar;
-    hooks.latencyParts = this.meter?.parts ?? null;
-    this.ui.setFigures({
-      tick_p50: fmt(m.tick_ms_p50),
-      tick_p99: fmt(m.tick_ms_p99),
-      lag: fmt(m.lag_ms),
-      frames_in: m.frames_in,
-      frames_out: m.frames_out,
-      dropped: m.dropped_frames,
-      buffer: fmt(hooks.bufferMs),
-      underruns: hooks.underruns,
-      overruns: hooks.overruns,
-      mouth_to_ear: fmt(mouthToEar),
-      frames_sent: hooks.framesSent,
-      chunks_received: hooks.audioChunksReceived,
-    });
-    if (this.ctx) this.ui.pushLatency({ mouthToEar, depth: hooks.bufferMs, tickP99: m.tick_ms_p99 });
-  }
-}
-
-/** The start's steps, in the order they happened: "microphone 29 ms · connected 81 ms · ...". */
-function describeStart(timeline) {
-  const names = {
-    microphone: "microphone",
-    socket_open: "socket open",
-    session_created: "session created",
-    first_chunk_received: "first agent audio received",
-    first_sound: "heard",
-  };
-  return Object.entries(names)
-    .filter(([step]) => Number.isFinite(timeline[step]))
-    .map(([step, name]) => `${name} ${timeline[step]} ms`)
-    .join(" · ");
-}
-
-function fmt(ms) {
-  if (!Number.isFinite(ms)) return null;
-  return ms < 10 ? `${ms.toFixed(1)} ms` : `${Math.round(ms)} ms`; // sub-ms ticks of small engines still show
 }
 
 // ---- wiring -------------------------------------------------------------------------------------
@@ -574,7 +461,7 @@ ui.bind({
   stop: () => call.stop(),
   cancel: () => call.cancel(),
   forceListen: () => call.forceListen(),
-  camera: () => call.toggleCamera(),
+  camera: () => toggleCamera(call),
 });
 ui.bindPersonaPresets(params);
 bindTransportPicker(params);
