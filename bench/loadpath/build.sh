@@ -57,5 +57,5 @@ git -C "$ROOT" rev-parse --short=7 HEAD > "$DEST/COMMIT"
 git -C "$ROOT" archive --format=tar HEAD bench deploy inference webapp templates static manage.py pyproject.toml \
     tests/__init__.py tests/cluster tests/services.py \
     tests/data/personaplex/ckpt/{config.json,tokenizer.model,mimi_config.json} | xz -9 > "$DEST/src.tar.xz"
-cp "$ROOT"/bench/loadpath/{env.sh,run.sh,soak.sh,two_cores.sh} "$DEST/"
+cp "$ROOT"/bench/loadpath/{env.sh,run.sh,soak.sh,two_cores.sh,unit.sh} "$DEST/"
 du -sh "$DEST"/*
