@@ -1,8 +1,10 @@
 """The two audio paths of a WebRTC call: the caller's Opus track in, the agent's Opus track out.
 
 Inside, audio is what the WebSocket carries: pcm16 mono at the engine's rate (24 kHz). aiortc decodes
-the caller's Opus at 48 kHz and encodes ours from any rate (its encoder resamples to 48 kHz itself),
-so only the way in is resampled here.
+the caller's Opus at 48 kHz, and its encoder takes any rate but resamples into 20 ms frames through a
+FIFO: the resampler's filter delay leaves each 24 kHz frame a few samples short of a whole 48 kHz frame,
+so every packet went out one frame (20 ms) after its audio was taken. Both ways are resampled here, and
+the agent's frames reach the encoder at 48 kHz, whole (``WholeFrameResampler``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 logger = logging.getLogger(__name__)
 
 RATE = 24_000  # the engine's rate (EngineCapabilities.input_rate / output_rate of every engine today)
+OPUS_RATE = 48_000
 FRAME_MS = 20  # one Opus packet
 FRAME_SAMPLES = RATE * FRAME_MS // 1000
 FRAME_BYTES = FRAME_SAMPLES * 2
@@ -43,8 +46,40 @@ class DownlinkStats:
     dropped_ms: int = 0  # dropped from the oldest beyond MAX_QUEUED_MS
 
 
+class WholeFrameResampler:
+    """Frames in, mono pcm16 of the same duration out at ``rate``, with nothing held back.
+
+    A resampler's output trails its input by its filter delay (well under a millisecond), so each output
+    falls a few samples short of its frame and cutting whole frames from it waits for the next one (20 ms).
+    Here the first output is padded in front by that much instead, and every frame out carries the frame
+    that came in with it."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self._resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
+        self._pending = bytearray()
+
+    def resample(self, frame: av.AudioFrame) -> bytes:
+        for out in self._resampler.resample(frame):
+            self._pending += bytes(out.planes[0])[: out.samples * 2]
+        want = frame.samples * self.rate // frame.sample_rate * 2
+        if len(self._pending) < want:
+            self._pending[:0] = bytes(want - len(self._pending))
+        piece = bytes(self._pending[:want])
+        del self._pending[:want]
+        return piece
+
+
+def pcm16_frame(pcm16: bytes, rate: int, pts: int) -> av.AudioFrame:
+    """A mono pcm16 ``av.AudioFrame`` with its time stamp."""
+    frame = av.AudioFrame(format="s16", layout="mono", samples=len(pcm16) // 2)
+    frame.planes[0].update(pcm16)
+    frame.sample_rate, frame.pts, frame.time_base = rate, pts, fractions.Fraction(1, rate)
+    return frame
+
+
 class AgentAudioTrack(MediaStreamTrack):
-    """Outgoing audio: 20 ms frames of 24 kHz pcm16 on the wall clock, from a queue the session fills."""
+    """Outgoing audio: 20 ms frames on the wall clock (48 kHz pcm16) from a 24 kHz queue the session fills."""
 
     kind = "audio"
 
@@ -55,7 +90,7 @@ class AgentAudioTrack(MediaStreamTrack):
         self._resume_at = 0.0
         self._next_at: float | None = None
         self._pts = 0
-        self._time_base = fractions.Fraction(1, RATE)
+        self._upsampler = WholeFrameResampler(OPUS_RATE)
         self.stats = DownlinkStats()
 
     def push(self, pcm16: bytes) -> None:
@@ -85,9 +120,8 @@ class AgentAudioTrack(MediaStreamTrack):
         else:
             await asyncio.sleep(max(0.0, self._next_at - now))
         self._next_at += FRAME_MS / 1000
-        frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
-        frame.planes[0].update(self._take())
-        frame.sample_rate, frame.pts, frame.time_base = RATE, self._pts, self._time_base
+        pcm = self._upsampler.resample(pcm16_frame(self._take(), RATE, self._pts))
+        frame = pcm16_frame(pcm, OPUS_RATE, self._pts * (OPUS_RATE // RATE))
         self._pts += FRAME_SAMPLES
         return frame
 
@@ -120,7 +154,7 @@ async def pump_caller_audio(
     track: MediaStreamTrack, deliver: Callable[[bytes], Awaitable[None]], stats: UplinkStats
 ) -> None:
     """Decode the caller's track into 24 kHz mono pcm16 and hand each piece to ``deliver`` until it ends."""
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
+    resampler = WholeFrameResampler(RATE)  # each 20 ms packet stays one piece of the session's stream
     expected_pts: int | None = None  # in the decoded frames' time base (1/sample_rate)
     while True:
         try:
@@ -137,6 +171,6 @@ async def pump_caller_audio(
         if frame.pts is not None:
             expected_pts = frame.pts + frame.samples
         stats.received_ms += frame.samples * 1000 // rate
-        pcm = b"".join(bytes(out.planes[0])[: out.samples * 2] for out in resampler.resample(frame))
+        pcm = resampler.resample(frame)
         if pcm:
             await deliver(pcm)
