@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import av
+import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,12 @@ START_SLACK_MS = 30
 # oldest: an 80 ms chunk plus the slack is all that ever needs to wait, and what waits beyond it would stay
 # on as delay for the rest of the call (the unit engine's 1 s units are pushed as they come, in 80 ms pieces).
 MAX_QUEUED_MS = 200
+# What stood in the queue at every push of a window (about 1 s of 80 ms chunks) beyond one frame is a backlog
+# that the steady flow keeps for good (a stall let chunks pile up, or a burst came at the start): it is dropped,
+# from the oldest, as soon as that audio is quiet (as the input framer does: never the agent's words).
+STANDING_WINDOW_PUSHES = 12
+STANDING_KEEP_MS = FRAME_MS
+QUIET_RMS = 0.01  # inference.audio.framing's threshold: -40 dBFS
 # The caller's stream is kept in time: a gap in its RTP timestamps (lost packets) shorter than this is
 # filled with silence; a longer one is a pause of the sender, not lost audio.
 MAX_CONCEALED_GAP_MS = 500
@@ -44,6 +51,7 @@ class DownlinkStats:
     sent_ms: int = 0  # agent audio sent (the silence sent while none waited is not counted): playback.ack
     underruns: int = 0  # the buffer ran dry while the agent was sending
     dropped_ms: int = 0  # dropped from the oldest beyond MAX_QUEUED_MS
+    trimmed_ms: int = 0  # standing backlog dropped while quiet
 
 
 class WholeFrameResampler:
@@ -91,6 +99,9 @@ class AgentAudioTrack(MediaStreamTrack):
         self._next_at: float | None = None
         self._pts = 0
         self._upsampler = WholeFrameResampler(OPUS_RATE)
+        self._window_pushes = 0
+        self._window_min = 1 << 62  # the least queued (bytes) at a push of this window while playing
+        self._waiting_trim = 0  # bytes the last window found standing, dropped when they are quiet
         self.stats = DownlinkStats()
 
     def push(self, pcm16: bytes) -> None:
@@ -99,6 +110,8 @@ class AgentAudioTrack(MediaStreamTrack):
             return
         if not self._pending and not self._playing:
             self._resume_at = time.monotonic() + START_SLACK_MS / 1000
+        if self._playing:
+            self._watch_standing()
         self._pending += pcm16
         excess = len(self._pending) - MAX_QUEUED_MS * RATE * 2 // 1000
         if excess > 0:
@@ -110,6 +123,30 @@ class AgentAudioTrack(MediaStreamTrack):
         """Barge-in or pause: what waits is not heard."""
         self._pending.clear()
         self._playing = False
+        self._new_window()
+
+    def _watch_standing(self) -> None:
+        self._window_min = min(self._window_min, len(self._pending))
+        self._window_pushes += 1
+        if self._window_pushes >= STANDING_WINDOW_PUSHES:
+            keep = STANDING_KEEP_MS * RATE * 2 // 1000
+            standing = self._window_min - keep
+            self._new_window()
+            self._waiting_trim = max(0, standing - standing % 2)
+
+    def _new_window(self) -> None:
+        self._window_pushes, self._window_min, self._waiting_trim = 0, 1 << 62, 0
+
+    def _trim_when_quiet(self) -> None:
+        trim = min(self._waiting_trim, len(self._pending) - FRAME_BYTES)
+        trim -= trim % 2
+        if trim <= 0:
+            return
+        head = np.frombuffer(self._pending, "<i2", count=trim // 2).astype(np.float32)
+        if float(np.dot(head, head)) < (QUIET_RMS * 32767) ** 2 * len(head):
+            del self._pending[:trim]
+            self.stats.trimmed_ms += trim * 1000 // (RATE * 2)
+            self._waiting_trim = 0
 
     async def recv(self) -> av.AudioFrame:
         if self.readyState != "live":
@@ -128,11 +165,14 @@ class AgentAudioTrack(MediaStreamTrack):
     def _take(self) -> bytes:
         if not self._playing and self._pending and time.monotonic() >= self._resume_at:
             self._playing = True
+        if self._waiting_trim and self._playing:
+            self._trim_when_quiet()
         if not self._playing:
             return bytes(FRAME_BYTES)
         if len(self._pending) < FRAME_BYTES:
             self.stats.underruns += 1
             self._playing = False
+            self._new_window()
             piece = bytes(self._pending) + bytes(FRAME_BYTES - len(self._pending))
             self.stats.sent_ms += len(self._pending) * 1000 // (RATE * 2)
             self._pending.clear()
