@@ -10,6 +10,7 @@ the agent's frames reach the encoder at 48 kHz, whole (``WholeFrameResampler``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fractions
 import logging
 import time
@@ -102,6 +103,7 @@ class AgentAudioTrack(MediaStreamTrack):
         self._window_pushes = 0
         self._window_min = 1 << 62  # the least queued (bytes) at a push of this window while playing
         self._waiting_trim = 0  # bytes the last window found standing, dropped when they are quiet
+        self._audio_arrived = asyncio.Event()
         self.stats = DownlinkStats()
 
     def push(self, pcm16: bytes) -> None:
@@ -113,6 +115,7 @@ class AgentAudioTrack(MediaStreamTrack):
         if self._playing:
             self._watch_standing()
         self._pending += pcm16
+        self._audio_arrived.set()
         excess = len(self._pending) - MAX_QUEUED_MS * RATE * 2 // 1000
         if excess > 0:
             excess += excess % 2
@@ -151,6 +154,8 @@ class AgentAudioTrack(MediaStreamTrack):
     async def recv(self) -> av.AudioFrame:
         if self.readyState != "live":
             raise MediaStreamError
+        if self._next_at is None:
+            await self._first_audio()
         now = time.monotonic()
         if self._next_at is None or now - self._next_at > 0.2:  # first frame, or the loop stalled: re-anchor
             self._next_at = now
@@ -161,6 +166,21 @@ class AgentAudioTrack(MediaStreamTrack):
         frame = pcm16_frame(pcm, OPUS_RATE, self._pts * (OPUS_RATE // RATE))
         self._pts += FRAME_SAMPLES
         return frame
+
+    async def _first_audio(self) -> None:
+        """The stream starts with the agent's first audio, not with the connection.
+
+        A receiver's jitter buffer sets its playout delay from the first packets. The first frames of a call came
+        out 35-55 ms late (the call's own start holds the event loop: the consumer, the session, the first
+        encode), the next ones on time, and the caller's playout, anchored on the late ones, stayed that much
+        behind for the rest of the call (impairment bench at 7aa6a2c: the first packet heard 80 ms behind the
+        stream's steady pace). Silence sent before anything was said carried nothing."""
+        while not self._pending and self.readyState == "live":
+            self._audio_arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._audio_arrived.wait(), 0.25)
+        if self.readyState != "live":
+            raise MediaStreamError
 
     def _take(self) -> bytes:
         if not self._playing and self._pending and time.monotonic() >= self._resume_at:
