@@ -252,18 +252,35 @@ def analyse(call: dict) -> dict:
     }
 
 
-async def run_condition(label: str, port: int, key: str, seconds: float, host: str) -> dict:
+def keep_call(trace: Path | None, label: str, transport: str, call: dict) -> None:
+    """With ``--trace``: the caller's side of the call (send and arrival times on the server trace's clock)."""
+    if trace is None:
+        return
+    record = {
+        "k": "call",
+        "label": label,
+        "transport": transport,
+        "sent_at": call["sent_at"],
+        "heard": [(at, len(pcm), pts, round(float(np.abs(pcm).max(initial=0)), 3)) for at, pcm, pts in call["heard"]],
+    }
+    with open(trace.with_suffix(".calls.jsonl"), "a") as out:
+        out.write(json.dumps(record) + "\n")
+
+
+async def run_condition(label: str, port: int, key: str, seconds: float, host: str, trace: Path | None) -> dict:
     delay, jitter, loss = CONDITIONS[label]
     sig = caller_signal(seconds)
     results = {}
     udp = UdpRelay(Impairment(delay, jitter, loss, seed=2))
     call = await webrtc_call(port, key, sig, seconds, udp, host)
+    keep_call(trace, label, "webrtc", call)
     results["webrtc"] = {**analyse(call), "relay": vars(udp.counts)}
     await asyncio.sleep(1.5)  # the session's slot is free again
     tcp = TcpRelay(Impairment(delay, jitter, loss, seed=1), ("127.0.0.1", port))
     relay_port = await tcp.start()
     call = await websocket_call(relay_port, key, sig, seconds)
     tcp.close()
+    keep_call(trace, label, "websocket", call)
     results["websocket"] = {**analyse(call), "relay": vars(tcp.counts)}
     await asyncio.sleep(1.5)
     return results
@@ -281,7 +298,7 @@ async def main_async(args, port: int, key: str) -> dict:
     # Warm-up, not kept: the first call of a fresh server loads the engine.
     await websocket_call(port, key, caller_signal(3), 3)
     await asyncio.sleep(1.5)
-    return {label: await run_condition(label, port, key, args.seconds, host) for label in args.conditions}
+    return {label: await run_condition(label, port, key, args.seconds, host, args.trace) for label in args.conditions}
 
 
 def main() -> None:
@@ -289,9 +306,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=list(CONDITIONS))
     parser.add_argument("--out", default=None, help="a folder for the result instead of bench/results")
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        help="record the server's audio path here (bench/trace_daphne.py) and each call's caller side next to it",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        env = server_env(SimpleNamespace(engine="echo", warm_start="off", jitter_ms=0, trace=None), Path(tmp))
+        env = server_env(SimpleNamespace(engine="echo", warm_start="off", jitter_ms=0, trace=args.trace), Path(tmp))
         # Not recorded: post-processing runs eagerly in the web process (make run's default) and would hold the
         # thread the next call's database lookups wait on.
         env["PARLEY_RECORD"] = "off"

@@ -298,3 +298,24 @@ def test_a_client_of_whole_80_ms_frames_loses_no_speech_to_the_alignment():
     framer = TickAlignedFramer(N, RATE, clock=lambda: clock[0])
     pushed, taken = eighty_ms_caller(framer, clock, tone, 10 * WINDOW_TICKS)
     assert framer.dropped == 0 and taken + framer.pending == pushed
+
+
+def test_a_loud_backlog_goes_in_a_pause_that_falls_between_two_window_ends():
+    framer = TickAlignedFramer(N, RATE)
+    takes = 0
+    for _ in range(5):
+        framer.push(tone(N))
+        framer.take()
+        takes += 1
+    framer.push(tone(2 * N))  # a burst of speech: two frames beyond the tick's needs
+    while takes < 2 * WINDOW_TICKS:  # a whole window sees the backlog standing; its end finds it loud
+        framer.push(tone(N))
+        framer.take()
+        takes += 1
+    assert framer.dropped == 0 and framer.pending >= 2 * N
+    for audio in [np.zeros(N, dtype=np.float32)] * 3 + [tone(N)] * (WINDOW_TICKS - 4):  # a 240 ms pause, then speech
+        framer.push(audio)
+        framer.take()
+    # the next window's end is still a tick away (and would find speech at the head): the pause took the backlog
+    assert framer.pending <= framer.margin + N // 8 + 1
+    assert framer.dropped >= 2 * N - framer.margin - N // 8 - 1

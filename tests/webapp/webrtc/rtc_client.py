@@ -6,7 +6,6 @@ Used by the WebRTC endpoint tests and by bench/impairment.py.
 from __future__ import annotations
 
 import asyncio
-import fractions
 import json
 import time
 from dataclasses import dataclass, field
@@ -18,14 +17,16 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from webapp.webrtc.jitter import release_on_arrival
+from webapp.webrtc.tracks import OPUS_RATE, WholeFrameResampler, pcm16_frame
 
 RATE = 24_000
 FRAME_SAMPLES = 480  # 20 ms
 
 
 class ArrayMicrophone(MediaStreamTrack):
-    """Sends ``signal`` (float32 at 24 kHz, looped) in real time, 20 ms a frame; ``sent_at`` keeps each
-    frame's send time by its first sample's index, for mouth-to-ear."""
+    """Sends ``signal`` (float32 at 24 kHz, looped) in real time, 20 ms a frame at 48 kHz as a browser's
+    microphone does (at 24 kHz, aiortc's encoder would send each frame 20 ms late: webapp/webrtc/tracks.py);
+    ``sent_at`` keeps each frame's send time by its first sample's index, for mouth-to-ear."""
 
     kind = "audio"
 
@@ -36,6 +37,7 @@ class ArrayMicrophone(MediaStreamTrack):
         self.start: float | None = None
         self.frames = 0
         self.sent_at: list[float] = []  # when each frame left (time.monotonic())
+        self.upsampler = WholeFrameResampler(OPUS_RATE)
 
     async def recv(self) -> av.AudioFrame:
         if self.readyState != "live":
@@ -45,9 +47,8 @@ class ArrayMicrophone(MediaStreamTrack):
         due = self.start + self.frames * FRAME_SAMPLES / RATE
         await asyncio.sleep(max(0.0, due - time.monotonic()))
         index = np.arange(self.position, self.position + FRAME_SAMPLES) % len(self.pcm)
-        frame = av.AudioFrame.from_ndarray(self.pcm[index].reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate, frame.pts = RATE, self.frames * FRAME_SAMPLES
-        frame.time_base = fractions.Fraction(1, RATE)
+        pcm = self.upsampler.resample(pcm16_frame(self.pcm[index].tobytes(), RATE, self.frames * FRAME_SAMPLES))
+        frame = pcm16_frame(pcm, OPUS_RATE, self.frames * FRAME_SAMPLES * (OPUS_RATE // RATE))
         self.position = (self.position + FRAME_SAMPLES) % len(self.pcm)
         self.frames += 1
         self.sent_at.append(time.monotonic())
@@ -93,17 +94,16 @@ class RtcCaller:
 
 
 async def _listen(track: MediaStreamTrack, caller: RtcCaller) -> None:
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
+    resampler = WholeFrameResampler(RATE)  # each packet's 20 ms stays one piece, as a browser plays it
     while True:
         try:
             frame = await track.recv()
         except MediaStreamError:
             return
         media_s = float(frame.pts * frame.time_base) if frame.pts is not None else None
-        for out in resampler.resample(frame):
-            pcm = out.to_ndarray().reshape(-1).astype(np.float32) / 32767
-            caller.heard.append((time.monotonic(), pcm))
-            caller.heard_pts.append(media_s)
+        pcm = np.frombuffer(resampler.resample(frame), "<i2").astype(np.float32) / 32767
+        caller.heard.append((time.monotonic(), pcm))
+        caller.heard_pts.append(media_s)
 
 
 async def rtc_offer(microphone: MediaStreamTrack, ice_servers=None) -> tuple[RtcCaller, str]:
