@@ -142,7 +142,7 @@ class EchoWatch:
     def _counted(self, result: dict[str, Any]) -> dict[str, Any]:
         # Only windows in which the agent spoke say anything about an echo: a silent one keeps the streak as is,
         # so a call that starts quietly is still watched every 5 s once the agent talks.
-        if result is not QUIET:
+        if not result.get("agent_silent"):
             self._clean_streak = 0 if result.get("flagged") else self._clean_streak + 1
         return result
 
