@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from inference import embedded
+from inference.audio.framing import QUIET_RMS  # noqa: F401  (the web tier's WebRTC track trims by the same level)
 from inference.contracts import (
     ChatMessage,
     Mode,

@@ -21,6 +21,8 @@ import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from inference.api import QUIET_RMS  # the input framer's: only audio this quiet is ever trimmed
+
 logger = logging.getLogger(__name__)
 
 RATE = 24_000  # the engine's rate (EngineCapabilities.input_rate / output_rate of every engine today)
@@ -41,7 +43,6 @@ MAX_QUEUED_MS = 200
 # from the oldest, as soon as that audio is quiet (as the input framer does: never the agent's words).
 STANDING_WINDOW_PUSHES = 12
 STANDING_KEEP_MS = FRAME_MS
-QUIET_RMS = 0.01  # inference.audio.framing's threshold: -40 dBFS
 # The caller's stream is kept in time: a gap in its RTP timestamps (lost packets) shorter than this is
 # filled with silence; a longer one is a pause of the sender, not lost audio.
 MAX_CONCEALED_GAP_MS = 500
