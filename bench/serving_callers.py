@@ -143,8 +143,8 @@ async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng
                     call.output_rate = int(caps.get("output_rate") or call.output_rate)
                     call.opened_at = time.perf_counter()
                     break
-                if event["type"] == "error":
-                    call.failed = event["error"]["code"]
+                if event["type"] == "error":  # refused: the code, and the message that says by what
+                    call.failed = f'{event["error"]["code"]}: {event["error"].get("message", "")}'[:200]
                     return
             fmt = {"type": "audio/pcm", "rate": 24000}
             update = {"audio": {"input": {"format": fmt}}, "duplex": {"binary_audio": True}}

@@ -44,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from queue import Empty
 
@@ -308,7 +309,7 @@ def run(args) -> dict:
             "gen_procs": args.gen_procs,
             "calls": len(calls),
             "calls_failed": len(failed),
-            "failures": sorted(set(failed))[:10],
+            "failures": dict(Counter(failed).most_common(10)),  # how many calls failed each way
             "calls_queued": sum(c.queued for c in calls),  # made to wait for admission (slots, memory, time)
             "admission_wait_s": _percentiles([c.opened_at - c.connected_at for c in calls if c.queued and c.opened_at]),
         },
