@@ -15,7 +15,11 @@ it is on the per-frame path (bench/echo_watch_cost.py measures both).
 from __future__ import annotations
 
 import functools
+import logging
+import os
+import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -38,6 +42,16 @@ STEADY_AFTER_S = 60.0  # the first minute of a connection is watched every 5 s w
 KEEP_S = WINDOW_S + 4.0
 QUIET = AGENT_SILENT | {"window_s": WINDOW_S}
 MAX_ACKS = 256  # at least a window and a half of instants, two a chunk where playback stopped between chunks
+# The process's echo thread spends at most this share of a core, averaged over BUDGET_SPAN_S; a window that comes
+# due while it is spent waits another PERIOD_S (counted in ``deferred``). The watch shares the process with the
+# callers' frames (a web process) or the engine's tick loop (a service): at 200 calls in their first minute it
+# wants ~0.5 core, which on a 2-core host took the frames' CPU (bench/notes/serving-e2e.md). 0.15 core keeps
+# every call watched every 5 s up to ~55 calls, and 229 calls in their steady state (30 s between clean windows).
+CORES_ENV = "PARLEY_ECHO_WATCH_CORES"
+DEFAULT_CORES = 0.15
+BUDGET_SPAN_S = 10.0
+
+logger = logging.getLogger(__name__)
 
 
 class _Ring:
@@ -82,6 +96,7 @@ class EchoWatch:
         self.input_rate, self.output_rate = input_rate, output_rate
         self.cost_s = 0.0  # time spent measuring, for the bench (bench/echo_watch_cost.py)
         self.windows = 0
+        self.deferred = 0  # windows put off because the process's echo budget was spent
         self.attached()
 
     def attached(self) -> None:
@@ -122,6 +137,10 @@ class EchoWatch:
             finished, self._pending = self._counted(self._pending.result()), None
         now = time.monotonic()
         if self._pending is None and now >= self._next_at and len(self._acks) >= 2:
+            if not inline and not budget().admits():
+                self._next_at = now + PERIOD_S
+                self.deferred += 1
+                return finished
             window = self._latest_window()
             if window is not None:
                 self._next_at = now + self.period_s()
@@ -151,7 +170,9 @@ class EchoWatch:
         try:
             return _measure(*window)
         finally:
-            self.cost_s += time.thread_time() - started
+            cost = time.thread_time() - started
+            self.cost_s += cost
+            budget().spend(cost)
 
     def _latest_window(self) -> tuple[Any, ...] | None:
         """What one window's measurement needs, copied: (mic, agent, where the agent stood at each instant, ...)."""
@@ -182,6 +203,47 @@ def _measure(mic: np.ndarray, mic_rate: int, agent: np.ndarray, agent_rate: int,
     agent_8k = to_analysis_rate(agent, agent_rate)
     heard = np.interp(heard_at * (ANALYSIS_RATE / agent_rate), np.arange(len(agent_8k)), agent_8k)
     return find_echo(heard=heard, mic=to_analysis_rate(mic, mic_rate)) | {"window_s": WINDOW_S}
+
+
+class EchoBudget:
+    """The CPU the process's echo windows may take: ``cores`` of a core over the last ``span_s`` seconds.
+
+    Under load the watch is what gives way (windows come less often), not the callers' frames or the tick.
+    """
+
+    def __init__(self, cores: float, span_s: float = BUDGET_SPAN_S, clock=time.monotonic):
+        self.cores, self.span_s, self._clock = cores, span_s, clock
+        self._spent: deque[tuple[float, float]] = deque()  # (when, CPU seconds) of the windows measured
+        self._lock = threading.Lock()  # spent on the echo thread, read on the event loop
+        self.limited = False
+
+    def spend(self, cpu_s: float) -> None:
+        with self._lock:
+            self._spent.append((self._clock(), cpu_s))
+
+    def admits(self) -> bool:
+        """Whether another window may be measured now."""
+        if self.cores <= 0:
+            return False
+        with self._lock:
+            horizon = self._clock() - self.span_s
+            while self._spent and self._spent[0][0] < horizon:
+                self._spent.popleft()
+            used = sum(cost for _, cost in self._spent) / self.span_s
+        over = used >= self.cores
+        if over != self.limited:
+            self.limited = over
+            (logger.warning if over else logger.info)(
+                "echo_watch.budget_spent" if over else "echo_watch.budget_ok",
+                extra={"cores_used": round(used, 3), "cores_allowed": self.cores},
+            )
+        return not over
+
+
+@functools.cache
+def budget() -> EchoBudget:
+    """The process's echo budget (``PARLEY_ECHO_WATCH_CORES``, default ``DEFAULT_CORES``; 0 turns the watch off)."""
+    return EchoBudget(float(os.environ.get(CORES_ENV) or DEFAULT_CORES))
 
 
 @functools.cache

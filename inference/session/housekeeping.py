@@ -121,5 +121,6 @@ class Housekeeping:
             echo = host.echo.measure_if_due()  # a few ms every few seconds, between frames, off the tick's thread
             if echo is not None:
                 host.recorder.event("echo", **echo)  # the recording's per-call echo and its course over time
-            host.emit(Metrics(self.metrics() | echo_fields(echo)))
+            deferred = {"echo_windows_deferred": float(host.echo.deferred)} if host.echo.deferred else {}
+            host.emit(Metrics(self.metrics() | echo_fields(echo) | deferred))
         self.schedule()

@@ -151,3 +151,38 @@ def test_the_period_backs_off_after_three_clean_windows_and_returns_on_an_echo()
     for _ in range(5):
         watch._counted(QUIET)  # the agent silent: nothing learnt, the period stays
     assert watch.period_s() == PERIOD_S
+
+
+def test_the_process_budget_admits_windows_until_its_share_of_a_core_is_spent_then_again_as_it_ages():
+    now = [100.0]
+    budget = echo_watch.EchoBudget(0.1, span_s=10.0, clock=lambda: now[0])
+    assert budget.admits()
+    budget.spend(0.6)
+    assert budget.admits() and not budget.limited  # 0.06 core over the last 10 s
+    budget.spend(0.4)
+    assert not budget.admits() and budget.limited  # 0.1 core: spent
+    now[0] += 10.5  # both windows are older than the span
+    assert budget.admits() and not budget.limited
+    assert not echo_watch.EchoBudget(0.0).admits()  # 0 turns the watch off
+
+
+def test_a_due_window_waits_while_the_budget_is_spent_and_is_counted(monkeypatch):
+    spent = echo_watch.EchoBudget(0.1, span_s=10.0)
+    spent.spend(5.0)
+    monkeypatch.setattr(echo_watch, "budget", lambda: spent)
+    watch = EchoWatch(RATE, RATE)
+    watch.caller(voice(5.0, 2).astype(np.float32))
+    watch.agent((voice(5.0, 1) * 32767).astype(np.int16).tobytes())
+    watch.ack(input_samples=RATE, client_rate=RATE, output_samples=0)
+    watch.ack(input_samples=RATE * 5, client_rate=RATE, output_samples=RATE * 4)
+    watch._next_at = 0
+    assert watch.measure_if_due() is None and watch._pending is None  # nothing handed to the echo thread
+    assert watch.deferred == 1 and watch.windows == 0
+    assert watch._next_at > 0  # put off by a period, not retried on every housekeeping pass
+    fresh = echo_watch.EchoBudget(0.1, span_s=10.0)
+    monkeypatch.setattr(echo_watch, "budget", lambda: fresh)
+    watch._next_at = 0
+    assert watch.measure_if_due() is None
+    watch._pending.result(timeout=30)
+    assert watch.measure_if_due() is not None and watch.windows == 1
+    assert fresh._spent and fresh._spent[0][1] > 0  # the window's CPU was charged to the budget

@@ -139,9 +139,21 @@ async def test_one_slow_tick_does_not_stop_admission():
     loop = asyncio.get_running_loop()
     worker = TimedWorker(slots=3)
     pool = SlotPool(worker, queue_max=2, loop=loop, tick_budget=0.9)
-    worker.ticks_took(30.0, count=TIME_WINDOW_TICKS - 1)
-    worker.ticks_took(400.0, count=1)  # a collection, a prefill: the median stays at 30 ms
+    worker.ticks_took(30.0, count=TIME_WINDOW_TICKS - 2)
+    worker.ticks_took(400.0, count=2)  # a collection, a prefill: the 90th percentile stays at 30 ms
     caller = Applicant()
     pool.request(caller)
     assert caller.slot == 0
+    pool.stop()
+
+
+async def test_a_tail_of_late_ticks_stops_admission_though_the_median_keeps_time():
+    loop = asyncio.get_running_loop()
+    worker = TimedWorker(slots=3)
+    pool = SlotPool(worker, queue_max=2, loop=loop, tick_budget=0.9)
+    worker.ticks_took(60.0, count=TIME_WINDOW_TICKS - 5)
+    worker.ticks_took(90.0, count=5)  # a fifth of the ticks late: those frames would be lost
+    caller = Applicant()
+    pool.request(caller)
+    assert caller.slot is None and pool.time_limited
     pool.stop()
