@@ -144,7 +144,7 @@ async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng
                     call.opened_at = time.perf_counter()
                     break
                 if event["type"] == "error":  # refused: the code, and the message that says by what
-                    call.failed = f'{event["error"]["code"]}: {event["error"].get("message", "")}'[:200]
+                    call.failed = f"{event['error']['code']}: {event['error'].get('message', '')}"[:200]
                     return
             fmt = {"type": "audio/pcm", "rate": 24000}
             update = {"audio": {"input": {"format": fmt}}, "duplex": {"binary_audio": True}}
