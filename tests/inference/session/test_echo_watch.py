@@ -48,6 +48,17 @@ def simulate(watch: EchoWatch, *, leak_db: float | None, delay_ms: float, playou
     return results
 
 
+def watch_with_a_window_due() -> EchoWatch:
+    """A watch holding 5 s of both streams, acked, with a window due now."""
+    watch = EchoWatch(RATE, RATE)
+    watch.caller(voice(5.0, 2).astype(np.float32))
+    watch.agent((voice(5.0, 1) * 32767).astype(np.int16).tobytes())
+    watch.ack(input_samples=RATE, client_rate=RATE, output_samples=0)
+    watch.ack(input_samples=RATE * 5, client_rate=RATE, output_samples=RATE * 4)
+    watch._next_at = 0
+    return watch
+
+
 @pytest.mark.parametrize("playout_ms", [120.0, 430.0])
 def test_a_leak_of_minus_20_db_after_60_ms_is_found_whatever_the_playout_delay(playout_ms):
     results = simulate(EchoWatch(RATE, RATE), leak_db=-20.0, delay_ms=60.0, playout_ms=playout_ms)
@@ -111,12 +122,7 @@ def test_the_ring_keeps_the_latest_samples_by_position():
 
 
 def test_off_the_loop_a_window_is_measured_on_the_echo_thread_and_reported_by_a_later_call():
-    watch = EchoWatch(RATE, RATE)
-    watch.caller(voice(5.0, 2).astype(np.float32))
-    watch.agent((voice(5.0, 1) * 32767).astype(np.int16).tobytes())
-    watch.ack(input_samples=RATE, client_rate=RATE, output_samples=0)
-    watch.ack(input_samples=RATE * 5, client_rate=RATE, output_samples=RATE * 4)
-    watch._next_at = 0
+    watch = watch_with_a_window_due()
     assert watch.measure_if_due() is None  # handed to the thread: nothing to report yet
     watch._pending.result(timeout=30)
     result = watch.measure_if_due()
@@ -170,12 +176,7 @@ def test_a_due_window_waits_while_the_budget_is_spent_and_is_counted(monkeypatch
     spent = echo_watch.EchoBudget(0.1, span_s=10.0)
     spent.spend(5.0)
     monkeypatch.setattr(echo_watch, "budget", lambda: spent)
-    watch = EchoWatch(RATE, RATE)
-    watch.caller(voice(5.0, 2).astype(np.float32))
-    watch.agent((voice(5.0, 1) * 32767).astype(np.int16).tobytes())
-    watch.ack(input_samples=RATE, client_rate=RATE, output_samples=0)
-    watch.ack(input_samples=RATE * 5, client_rate=RATE, output_samples=RATE * 4)
-    watch._next_at = 0
+    watch = watch_with_a_window_due()
     assert watch.measure_if_due() is None and watch._pending is None  # nothing handed to the echo thread
     assert watch.deferred == 1 and watch.windows == 0
     assert watch._next_at > 0  # put off by a period, not retried on every housekeeping pass
