@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 
-from bench.serving_callers import FRAME_S, CallRecord
+from bench.serving_callers import COUNTERS, FRAME_S, CallRecord
 from bench.serving_topology import render_recordings
 from bench.stats import summary
 
@@ -54,7 +54,7 @@ def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S)
             continue
         n = c.frames_sent
         sent = c.sent[:n]
-        countable = np.arange(n) < n - (delay + 2)
+        countable = (np.arange(n) < n - (delay + 2)) & ~np.isnan(sent)  # held back while preparing: not sent
         # generator lateness: sent vs the call's own schedule (its first frame + k * 80 ms)
         due = sent[0] + np.arange(n) * period if n else sent
         in_time = countable & (sent - due <= SENT_IN_TIME_S)
@@ -173,7 +173,7 @@ def analyse_units(calls: list[CallRecord]) -> dict:
     gaps = np.concatenate([np.diff(a) for a in arrivals])
     added, starts = tick_bursts(np.concatenate(arrivals), period)
     decided = sum(len(c.decisions_at) for c in timed)
-    per_audio_s = [len(c.decisions_at) / (c.sent[c.frames_sent - 1] - c.sent[0] + FRAME_S) for c in timed]
+    per_audio_s = [len(c.decisions_at) / call_audio_s(c) for c in timed]
     return {
         "unit_ms": round(period * 1000.0, 1),
         "units_decided": decided,
@@ -201,7 +201,7 @@ def analyse_recordings(calls: list[CallRecord], topo, sample: int, render: int, 
         except Exception as exc:  # noqa: BLE001 - a recording that cannot be read is counted as incomplete
             problems.append(f"{c.session_id}: {type(exc).__name__}: {exc}"[:200])
             continue
-        audio_s = c.sent[c.frames_sent - 1] - c.sent[0] + FRAME_S
+        audio_s = call_audio_s(c)
         ratio = rec.duration_s / audio_s
         ratios.append(ratio)
         finished += rec.finished
@@ -235,11 +235,20 @@ def engine_tick(calls: list[CallRecord]) -> dict:
     }
 
 
+def call_audio_s(c: CallRecord) -> float:
+    """The call's audio timeline: its first frame sent to its last (frames held back in between included)."""
+    sent = c.sent[: c.frames_sent]
+    return float(np.nanmax(sent) - sent[0] + FRAME_S)
+
+
 def service_counters(calls: list[CallRecord]) -> dict:
-    """The service's own counts (each call's last ``session.metrics``, cumulative per slot): input trimmed by
-    the framer (standing depth), ticks that found no new input (underruns), frames dropped in all."""
-    out = {name: int(sum(c.counters.get(name, 0) for c in calls)) for name in ("trimmed_frames", "underruns")}
-    out["dropped_frames"] = int(sum(c.counters.get("dropped_frames", 0) for c in calls))
+    """The service's own counts (each call's last ``session.metrics``, cumulative per slot): frames dropped in
+    all, of which quiet audio trimmed by the framer (standing depth) and audio sent while the model prepared;
+    ticks that found no new input (underruns). ``lost_live_frames`` is the rest of the drops: audio the
+    model should have heard. ``frames_held_preparing`` is the callers' side: frames not sent while preparing."""
+    out = {name: int(sum(c.counters.get(name, 0) for c in calls)) for name in COUNTERS}
+    out["lost_live_frames"] = out["dropped_frames"] - out["trimmed_frames"] - out["prefill_dropped_frames"]
+    out["frames_held_preparing"] = int(sum(c.frames_held for c in calls))
     out["in_wait_ms_max_worst_call"] = round(max((c.in_wait_ms_max for c in calls), default=0.0), 1)
     out["out_wait_ms_max_worst_call"] = round(max((c.out_wait_ms_max for c in calls), default=0.0), 1)
     return out

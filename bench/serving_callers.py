@@ -7,6 +7,8 @@ the number of calls in progress stays at the number of lines. A call:
 - connects with its own API key, waits for ``session.created``, turns on binary audio both ways
   (``duplex.binary_audio``, as the call page does) and sends pcm16 24 kHz speech as binary frames of 80 ms
   on an absolute schedule (frames overdue after a stall go at once, as a browser's buffered audio would);
+  like the call page, it sends no audio while the model prepares (from a ``session.prefill`` not ``done`` until
+  one that is, or until the agent's audio comes): those frames are counted as held back, not sent;
 - sends ``playback.ack`` every 500 ms with the audio it has "played" (received minus a 120 ms buffer);
 - notes the engine's period and output rate from ``session.created``, and a unit engine's decision per unit
   (``response.listen`` / ``response.speak``: one per unit, so their arrivals show the unit cadence);
@@ -37,6 +39,9 @@ MARK_MOD = 4000
 ACK_EVERY_S = 0.5
 PLAYOUT_BUFFER_MS = 120.0
 AUDIO_KIND = b"\x01"
+# The service's input counters in session.metrics (cumulative per call): every frame lost, of which quiet
+# standing-queue trims and audio discarded while the model prepared; ticks that found no input.
+COUNTERS = ("dropped_frames", "trimmed_frames", "prefill_dropped_frames", "underruns")
 
 
 @dataclass
@@ -66,7 +71,8 @@ class CallRecord:
     counters: dict[str, int] = field(default_factory=dict)  # the service's drop counters over the call
     in_wait_ms_max: float = 0.0
     out_wait_ms_max: float = 0.0
-    frames_sent: int = 0
+    frames_sent: int = 0  # frames due so far (the index after the newest), held back ones included
+    frames_held: int = 0  # not sent: due while the model prepared (session.prefill), as the call page holds them
     tail: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))  # a mark may straddle chunks
 
 
@@ -127,6 +133,7 @@ async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng
     frames = max(1, int(call.planned_s / FRAME_S))
     payloads = marked_frames(speech, frames, rng.randrange(len(speech)))
     closed = asyncio.Event()
+    preparing = False  # between a session.prefill not done and the model's readiness: the uplink is held
     try:
         async with connect(
             url, additional_headers={"Authorization": f"Bearer {key}"}, max_size=2**22, open_timeout=60
@@ -151,18 +158,22 @@ async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng
             await ws.send(json.dumps({"type": "session.update", "session": update}))
 
             async def receive() -> None:
+                nonlocal preparing
                 async for message in ws:
                     now = time.perf_counter()
                     if isinstance(message, bytes):
                         if message[:1] == AUDIO_KIND:
+                            preparing = False  # the agent's audio means the prefill is over (as the call page)
                             note_audio(message[1:], call, now)
                         continue
                     event = json.loads(message)
                     kind = event["type"]
-                    if kind == "session.metrics":
+                    if kind == "session.prefill":
+                        preparing = not event.get("done")
+                    elif kind == "session.metrics":
                         values = event.get("metrics") or {}
                         call.last_metrics = values
-                        for name in ("trimmed_frames", "underruns", "dropped_frames"):  # the slot's, cumulative
+                        for name in COUNTERS:  # the slot's, cumulative
                             call.counters[name] = max(call.counters.get(name, 0), int(values.get(name, 0)))
                         call.in_wait_ms_max = max(call.in_wait_ms_max, float(values.get("in_wait_ms_max", 0.0)))
                         call.out_wait_ms_max = max(call.out_wait_ms_max, float(values.get("out_wait_ms_max", 0.0)))
@@ -185,9 +196,12 @@ async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng
                 delay = due - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                call.sent[k] = time.perf_counter()
                 call.frames_sent = k + 1
-                await ws.send(payloads[k])
+                if preparing:
+                    call.frames_held += 1
+                else:
+                    call.sent[k] = time.perf_counter()
+                    await ws.send(payloads[k])
                 if loop.time() >= next_ack:
                     next_ack += ACK_EVERY_S
                     received_ms = call.audio_samples_in * 1000.0 / call.output_rate

@@ -206,10 +206,14 @@ class TickAlignedFramer:
             self.dropped = self.short_frames = 0
 
     def keep_newest(self, samples: int) -> int:
-        """Drop all but the newest ``samples`` (a slot in prefill takes none); returns how many were dropped."""
+        """Drop all but the newest ``samples`` (a slot in prefill takes none); returns how many were dropped.
+
+        Not counted in ``dropped``: the caller counts these itself (the worker's ``dropped_in``, audio spoken
+        while the model was not yet listening), and the same samples must not show twice in the metrics.
+        """
         with self._lock:
             excess = max(0, self._size - samples)
-            self._drop(excess)
+            self._discard(excess)
             return excess
 
     # ---- internals (lock held) ----------------------------------------------------------------------
@@ -218,11 +222,14 @@ class TickAlignedFramer:
         return int(round(ms * self._per_ms))
 
     def _drop(self, count: int) -> None:
-        if count <= 0:
-            return
-        self._start = (self._start + count) % len(self._buffer)
-        self._size -= count
-        self.dropped += count
+        if count > 0:
+            self._discard(count)
+            self.dropped += count
+
+    def _discard(self, count: int) -> None:
+        if count > 0:
+            self._start = (self._start + count) % len(self._buffer)
+            self._size -= count
 
     def _quiet(self, count: int) -> bool:
         """Whether the oldest ``count`` buffered samples are quiet enough to trim (always, without a threshold)."""

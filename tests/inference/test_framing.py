@@ -160,7 +160,9 @@ def test_realign_and_clear_start_the_stream_afresh():
     assert framer.pending == 0
     assert framer.take() is None
     framer.push(ramp(4 * N, N))
+    cleared = framer.dropped
     assert framer.keep_newest(N // 2) == N // 2
+    assert framer.dropped == cleared  # the worker counts a prefill's discards (dropped_in); twice would double them
     assert framer.take() is None
     framer.push(ramp(5 * N, N))
     taken = framer.take()

@@ -69,9 +69,10 @@ class ServerHealth:
 
         if self.last is None:  # the first report's counters cover the time before this socket: no baseline
             return float(metrics.get("out_lag_ms", 0) or 0) >= LAG_MS
-        # Standing-queue trims are the caller's network bunching audio up, not the server falling behind.
+        # Standing-queue trims are the caller's network bunching audio up, and a prefill's discards the model not
+        # listening yet (the call page sends nothing then): neither is the server falling behind.
         return (
-            rose("dropped_frames") - rose("trimmed_frames") > 0
+            rose("dropped_frames") - rose("trimmed_frames") - rose("prefill_dropped_frames") > 0
             or rose("late_ticks") >= LATE_TICKS_PER_REPORT
             or float(metrics.get("out_lag_ms", 0) or 0) >= LAG_MS
         )

@@ -237,6 +237,7 @@ async def test_first_audio_survives_without_prefill_but_not_a_long_prefill(worke
     await rec.wait_for(lambda: len(rec.texts) >= 2)
     echoed = [round(float(o.audio[0]) * 100) for o, pcm in rec.outputs if pcm]
     assert echoed[0] == 4 and slow.slots[0].dropped_in == 3
+    assert slow.peek_slot_counters(0).trimmed == 0  # the prefill's discards are dropped_in only, not trims too
 
 
 class StepLog(EchoEngine):

@@ -29,6 +29,10 @@ def test_late_ticks_and_queued_audio_warn_but_network_trims_and_a_stray_late_tic
     assert other.update(report(out_lag_ms=800.0)).code == "server_behind"  # audio queued up, from the first report
     caller = ServerHealth()  # a standing queue of the caller's own speech is not the server falling behind
     assert caller.update(report(lag_ms=800.0)) is None
+    preparing = ServerHealth()  # audio spoken while the model prepared was discarded: not the server behind
+    preparing.update(report())
+    assert preparing.update(report(dropped_frames=3, prefill_dropped_frames=3)) is None
+    assert preparing.update(report(dropped_frames=5, prefill_dropped_frames=3)).code == "server_behind"
 
 
 def test_a_good_report_in_a_bad_stretch_does_not_clear_the_warning():
