@@ -55,7 +55,7 @@ cp -L "$(ldd /usr/sbin/nginx | awk '/libpcre2-8/ {print $3}')" "$DEST/lib/libpcr
 # The code at HEAD (the device gets the sending checkout's working tree, uncommitted edits included).
 git -C "$ROOT" rev-parse --short=7 HEAD > "$DEST/COMMIT"
 git -C "$ROOT" archive --format=tar HEAD bench deploy inference webapp templates static manage.py pyproject.toml \
-    tests/__init__.py tests/cluster tests/services.py tests/data/minicpmo45 \
+    tests/__init__.py tests/cluster tests/services.py \
     tests/data/personaplex/ckpt/{config.json,tokenizer.model,mimi_config.json} | xz -9 > "$DEST/src.tar.xz"
 cp "$ROOT"/bench/loadpath/{env.sh,run.sh,soak.sh,two_cores.sh,unit.sh} "$DEST/"
 du -sh "$DEST"/*

@@ -5,6 +5,9 @@
 # bench/notes/serving-e2e.md, section 3, says what it reads.
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 vocoder=${VOCODER:-none}
+# The engine's tokenizer is in the checkout the device got, beside this folder; the code runs from LOADPATH_SRC.
+source "$(dirname "$0")/env.sh" || exit 1
+mkdir -p "$LOADPATH_SRC/tests/data" && cp -r "$(dirname "$0")/../tests/data/minicpmo45" "$LOADPATH_SRC/tests/data/"
 exec bash "$(dirname "$0")/run.sh" unit --hardware h200 --services 1 --gpu-service unit --vocoder "$vocoder" \
     --slots "${SLOTS:-64}" --lines "${SLOTS:-64}" --daphnes 2 --gen-procs 2 --gen-uvloop --ramp-s 30 \
     --seconds "${HOLD_S:-180}" --what "serving-e2e-unit-${SLOTS:-64}-2daphne-vocoder-$vocoder" \
