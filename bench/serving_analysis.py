@@ -223,6 +223,16 @@ def analyse_recordings(calls: list[CallRecord], topo, sample: int, render: int, 
     }
 
 
+def calls_held(calls: list[CallRecord], start: float, end: float, step_s: float = 10.0) -> dict:
+    """Calls in progress (admitted and not yet closed) every ``step_s`` over [start, end] (perf_counter, which
+    every process of the run shares): when admission refuses, fewer calls are held than there are lines."""
+    opened = np.array([c.opened_at for c in calls if c.opened_at], dtype=float)
+    closed = np.array([c.closed_at or end for c in calls if c.opened_at], dtype=float)
+    times = np.arange(start, end + 1e-9, step_s)
+    held = [int(((opened <= t) & (closed > t)).sum()) for t in times]
+    return {"step_s": step_s, "timeline": held, "mean": round(float(np.mean(held)), 1) if held else None}
+
+
 def engine_tick(calls: list[CallRecord]) -> dict:
     p50 = [c.last_metrics["tick_ms_p50"] for c in calls if "tick_ms_p50" in c.last_metrics]
     p99 = [c.last_metrics["tick_ms_p99"] for c in calls if "tick_ms_p99" in c.last_metrics]

@@ -58,6 +58,7 @@ from bench.serving_analysis import (  # noqa: E402
     analyse_echoes,
     analyse_recordings,
     analyse_units,
+    calls_held,
     engine_tick,
     service_counters,
 )
@@ -257,6 +258,9 @@ def run(args) -> dict:
             time.sleep(max(0.0, hold_from - time.perf_counter()))
             cpu_start = {kind: cpu_seconds(p) for kind, p in pids.items()}
             wall_start = time.perf_counter()
+            if args.profile_s:  # the service's threads in the hold's middle, where the calls are oldest but one
+                time.sleep(max(0.0, args.seconds / 2 - args.profile_s / 2))
+                profile_service(pids, args.profile_s, Path(args.out_dir or ".") / f"{args.what}-service-profile.txt")
             time.sleep(max(0.0, until - time.perf_counter()))
             cpu_end = {kind: cpu_seconds(p) for kind, p in pids.items()}
             wall = time.perf_counter() - wall_start
@@ -269,6 +273,7 @@ def run(args) -> dict:
             logs = error_lines(var_dir)
     finally:
         shutil.rmtree(var_dir, ignore_errors=True)
+    held = calls_held(calls, wall_start, wall_start + wall)  # what the CPU over the hold carried
     cpu = {}
     for kind in cpu_start:
         busy = cpu_end[kind] - cpu_start[kind]
@@ -276,7 +281,7 @@ def run(args) -> dict:
         cpu[kind] = {
             "processes": len(pids[kind]),
             "cores_busy": round(cores, 3),
-            "calls_per_core": round(args.lines / cores, 1) if cores > 0 else None,
+            "calls_per_core": round(held["mean"] / cores, 1) if cores > 0 and held["mean"] else None,
         }
     errors: dict[str, int] = {}
     for c in calls:
@@ -311,6 +316,7 @@ def run(args) -> dict:
             "calls_failed": len(failed),
             "failures": dict(Counter(failed).most_common(10)),  # how many calls failed each way
             "calls_queued": sum(c.queued for c in calls),  # made to wait for admission (slots, memory, time)
+            "held_over_hold": held,
             "admission_wait_s": _percentiles([c.opened_at - c.connected_at for c in calls if c.queued and c.opened_at]),
         },
         "host": {
@@ -340,7 +346,8 @@ def headline(result: dict) -> str:
         f"{k} {v['cores_busy']} cores ({v['calls_per_core']}/core)" for k, v in result["cpu_over_hold"].items()
     )
     return (
-        f"{result['what']}: {result['callers']['lines']} lines, {result['callers']['calls']} calls "
+        f"{result['what']}: {result['callers']['lines']} lines, {result['callers']['held_over_hold']['mean']} calls "
+        f"held on average over the hold, {result['callers']['calls']} calls "
         f"({result['callers']['calls_failed']} failed, {result['callers']['calls_queued']} queued: wait "
         f"{result['callers']['admission_wait_s']} s); lost in time {f.get('frames_lost_sent_in_time')} of "
         f"{f.get('frames_sent_in_time')} (generator late {f.get('frames_sent_late_by_generator')}); server-added "
@@ -353,10 +360,24 @@ def headline(result: dict) -> str:
     )
 
 
+def profile_service(pids: dict[str, list[int]], seconds: float, out: Path) -> None:
+    """py-spy's raw stacks of every service thread for ``seconds``, without pausing it (a paused tick would be
+    late); wants py-spy on PATH (the GPU carry has it) and ptrace; says why when it cannot."""
+    service = pids.get("service")
+    if not service or shutil.which("py-spy") is None:
+        print("profile: no service process or no py-spy on PATH", flush=True)
+        return
+    command = ["py-spy", "record", "--nonblocking", "--threads", "--rate", "100", "--format", "raw"]
+    command += ["--duration", str(int(seconds)), "--output", str(out), "--pid", str(service[0])]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
+    print(f"profile: {out if done.returncode == 0 else done.stderr.strip()[-300:]}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lines", type=int, default=20, help="callers in progress at once (caller lines)")
     p.add_argument("--seconds", type=float, default=30.0, help="the hold after the ramp")
+    p.add_argument("--profile-s", type=float, default=0.0, help="py-spy the service this long mid-hold (0: no)")
     p.add_argument("--ramp-s", type=float, default=30.0)
     p.add_argument("--mean-call-s", type=float, default=180.0, help="the call mix: exponential, this mean")
     p.add_argument("--max-call-s", type=float, default=600.0)

@@ -9,6 +9,9 @@ fi
 if [ ! -e "$LOADPATH_SRC/manage.py" ]; then
     mkdir -p "$LOADPATH_SRC" && tar -xJf "$L/src.tar.xz" -C "$LOADPATH_SRC" || return 1
 fi
+if [ -e "$L/py-spy.xz" ] && [ ! -x "$SITE/bin/py-spy" ]; then
+    mkdir -p "$SITE/bin" && xz -dc "$L/py-spy.xz" > "$SITE/bin/py-spy" && chmod +x "$SITE/bin/py-spy"
+fi
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-export PATH="$L/bin:$PATH" LD_LIBRARY_PATH="$L/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$L/bin:$SITE/bin:$PATH" LD_LIBRARY_PATH="$L/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export BENCH_COMMIT=$(cat "$L/COMMIT") PYTHONUNBUFFERED=1 SPEECH="$L/speech.npy"
