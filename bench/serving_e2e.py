@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
+import json
 import multiprocessing
 import os
 import platform
@@ -260,7 +262,7 @@ def run(args) -> dict:
             wall_start = time.perf_counter()
             if args.profile_s:  # the service's threads in the hold's middle, where the calls are oldest but one
                 time.sleep(max(0.0, args.seconds / 2 - args.profile_s / 2))
-                profile_service(pids, args.profile_s, Path(args.out_dir or ".") / f"{args.what}-service-profile.txt")
+                profile_service(pids, args.profile_s, Path(args.out_dir or ".") / f"{args.what}-service-profile.jsonl.gz")
             time.sleep(max(0.0, until - time.perf_counter()))
             cpu_end = {kind: cpu_seconds(p) for kind, p in pids.items()}
             wall = time.perf_counter() - wall_start
@@ -361,16 +363,27 @@ def headline(result: dict) -> str:
 
 
 def profile_service(pids: dict[str, list[int]], seconds: float, out: Path) -> None:
-    """py-spy's raw stacks of every service thread for ``seconds``, without pausing it (a paused tick would be
-    late); wants py-spy on PATH (the GPU carry has it) and ptrace; says why when it cannot."""
+    """py-spy's stacks of every service thread for ``seconds``, without pausing it (a paused tick would be late),
+    written to ``out`` (.jsonl.gz) one stack a line with its sample count; wants py-spy on PATH (the GPU carry
+    has it) and ptrace, and says why when it cannot."""
     service = pids.get("service")
     if not service or shutil.which("py-spy") is None:
         print("profile: no service process or no py-spy on PATH", flush=True)
         return
+    raw = out.with_suffix(".raw")
     command = ["py-spy", "record", "--nonblocking", "--threads", "--rate", "100", "--format", "raw"]
-    command += ["--duration", str(int(seconds)), "--output", str(out), "--pid", str(service[0])]
+    command += ["--duration", str(int(seconds)), "--output", str(raw), "--pid", str(service[0])]
     done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
-    print(f"profile: {out if done.returncode == 0 else done.stderr.strip()[-300:]}", flush=True)
+    if done.returncode != 0:
+        print(f"profile: {done.stderr.strip()[-300:]}", flush=True)
+        return
+    with gzip.open(out, "wt") as lines:
+        for line in raw.read_text().splitlines():  # "thread (tid): name;frame;frame... samples"
+            stack, _, samples = line.rpartition(" ")
+            thread, *frames = stack.split(";")
+            lines.write(json.dumps({"thread": thread, "stack": frames, "samples": int(samples)}) + "\n")
+    raw.unlink()
+    print(f"profile: {out}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
