@@ -47,7 +47,7 @@ def tick_grid(sends: np.ndarray, ticks_at_most: np.ndarray, period: float) -> tu
 
 def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S) -> dict:
     sends, recvs = [], []
-    lost_in_time, sent_in_time, sent_late = 0, 0, 0
+    lost_in_time, sent_in_time, sent_late, unheard_preparing = 0, 0, 0, 0
     per_call_lost = []
     for c in calls:
         if not c.session_id:
@@ -59,7 +59,11 @@ def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S)
         due = sent[0] + np.arange(n) * period if n else sent
         in_time = countable & (sent - due <= SENT_IN_TIME_S)
         echoed = ~np.isnan(c.echoed[:n])
-        lost = in_time & ~echoed
+        # Sent before the first session.prefill reached the caller, while the model was already preparing:
+        # the service discards these (its prefill_dropped_frames), the model was not listening yet.
+        preparing = in_time & ~echoed & (sent < c.prefill_noticed_at) if c.prefill_noticed_at else in_time & False
+        unheard_preparing += int(preparing.sum())
+        lost = in_time & ~echoed & ~preparing
         lost_in_time += int(lost.sum())
         sent_in_time += int(in_time.sum())
         sent_late += int((countable & ~in_time).sum())
@@ -91,6 +95,7 @@ def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S)
         "frames_sent_in_time": sent_in_time,
         "frames_sent_late_by_generator": sent_late,
         "frames_lost_sent_in_time": lost_in_time,
+        "frames_unheard_sent_before_prefill_notice": unheard_preparing,
         "calls_with_lost_frames": int(sum(1 for x in per_call_lost if x)),
         "worst_call_lost": max(per_call_lost, default=0),
         "frames_echoed": int(s.size),
@@ -226,8 +231,8 @@ def analyse_recordings(calls: list[CallRecord], topo, sample: int, render: int, 
 def calls_held(calls: list[CallRecord], start: float, end: float, step_s: float = 10.0) -> dict:
     """Calls in progress (admitted and not yet closed) every ``step_s`` over [start, end] (perf_counter, which
     every process of the run shares): when admission refuses, fewer calls are held than there are lines."""
-    opened = np.array([c.opened_at for c in calls if c.opened_at], dtype=float)
-    closed = np.array([c.closed_at or end for c in calls if c.opened_at], dtype=float)
+    opened = np.array([c.opened_at for c in calls if c.session_id], dtype=float)
+    closed = np.array([c.closed_at or end for c in calls if c.session_id], dtype=float)  # 0: still open
     times = np.arange(start, end + 1e-9, step_s)
     held = [int(((opened <= t) & (closed > t)).sum()) for t in times]
     return {"step_s": step_s, "timeline": held, "mean": round(float(np.mean(held)), 1) if held else None}

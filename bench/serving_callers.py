@@ -73,6 +73,7 @@ class CallRecord:
     out_wait_ms_max: float = 0.0
     frames_sent: int = 0  # frames due so far (the index after the newest), held back ones included
     frames_held: int = 0  # not sent: due while the model prepared (session.prefill), as the call page holds them
+    prefill_noticed_at: float = 0.0  # the first session.prefill (not done) arrived
     tail: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))  # a mark may straddle chunks
 
 
@@ -170,6 +171,7 @@ async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng
                     kind = event["type"]
                     if kind == "session.prefill":
                         preparing = not event.get("done")
+                        call.prefill_noticed_at = call.prefill_noticed_at or (now if preparing else 0.0)
                     elif kind == "session.metrics":
                         values = event.get("metrics") or {}
                         call.last_metrics = values

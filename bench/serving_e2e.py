@@ -262,7 +262,9 @@ def run(args) -> dict:
             wall_start = time.perf_counter()
             if args.profile_s:  # the service's threads in the hold's middle, where the calls are oldest but one
                 time.sleep(max(0.0, args.seconds / 2 - args.profile_s / 2))
-                profile_service(pids, args.profile_s, Path(args.out_dir or ".") / f"{args.what}-service-profile.jsonl.gz")
+                profile_service(
+                    pids, args.profile_s, Path(args.out_dir or ".") / f"{args.what}-service-profile.jsonl.gz"
+                )
             time.sleep(max(0.0, until - time.perf_counter()))
             cpu_end = {kind: cpu_seconds(p) for kind, p in pids.items()}
             wall = time.perf_counter() - wall_start

@@ -116,6 +116,7 @@ class TickAlignedFramer:
         self._window_short = False
         self._window_lead = float("inf")  # smallest lead of the newest piece over the window's takes (s)
         self.dropped = 0  # samples lost: overflow, alignment and standing-depth trims
+        self.stale_dropped = 0  # samples from before a realign (a prefill, a pause) that its first take dropped
         self.short_frames = 0
         self._waiting_trim = 0  # samples the last window found standing, dropped when they are quiet
         self._trim_keeps = 0  # the depth that trim leaves
@@ -162,7 +163,9 @@ class TickAlignedFramer:
             elif self._mode == "realign":
                 if self._size < n:
                     return None  # a resumed stream begins with a whole frame, as the client sent it
-                self._drop(max(0, self._size - n - self.margin) // n * n)  # audio from before is late
+                stale = max(0, self._size - n - self.margin) // n * n  # audio from before the (re)start is late
+                self._discard(stale)
+                self.stale_dropped += stale
                 self._mode = "aligned"
                 frame = self._pop_padded(n)
                 short = False
@@ -203,7 +206,7 @@ class TickAlignedFramer:
             self._mode = "fresh"
             self.margin = self._samples(START_MARGIN_MS)
             self._new_window()
-            self.dropped = self.short_frames = 0
+            self.dropped = self.stale_dropped = self.short_frames = 0
 
     def keep_newest(self, samples: int) -> int:
         """Drop all but the newest ``samples`` (a slot in prefill takes none); returns how many were dropped.
@@ -215,6 +218,17 @@ class TickAlignedFramer:
             excess = max(0, self._size - samples)
             self._discard(excess)
             return excess
+
+    def drop_if_stale(self, age_s: float) -> int:
+        """Drop everything when the newest audio arrived more than ``age_s`` ago (a prefill's end: a caller
+        that held its audio meanwhile left only what it sent before, which would stand as latency); returns
+        how many samples were dropped. Uncounted in ``dropped``, as ``keep_newest``."""
+        with self._lock:
+            if self._size == 0 or not self._pushes or self._clock() - self._pushes[-1][1] <= age_s:
+                return 0
+            stale = self._size
+            self._discard(stale)
+            return stale
 
     # ---- internals (lock held) ----------------------------------------------------------------------
 

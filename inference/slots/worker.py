@@ -60,7 +60,7 @@ class WorkerSlot:
     frames_in: int = 0
     frames_out: int = 0
     underruns: int = 0
-    dropped_in: int = 0  # input discarded while prefilling (all but the newest chunk)
+    dropped_in: int = 0  # input discarded while prefilling (all but the newest chunk; the framer counts the rest)
     heard_position: int | None = None  # input stream position the current tick's frame ends at (None: underrun)
     max_in_wait_s: float = 0.0  # longest wait of a chunk in the inbox; read and reset by take_slot_counters
     close_attempts: int = 0
@@ -199,8 +199,10 @@ class EngineWorker:
         """A copy of ``slot``'s counters that resets nothing (the operations console reads it twice a second)."""
         s = self.slots[slot]
         trimmed = round(s.inbox.dropped / self._frame)  # alignment and standing-queue trims, in frames
+        # what the first take after a prefill (or a pause) found from before it: discarded like the prefill's
+        dropped_in = s.dropped_in + round(s.inbox.stale_dropped / self._frame)
         depth = round(s.inbox.pending / self._frame, 2)
-        return SlotCounters(s.frames_in, s.frames_out, s.underruns, s.dropped_in, trimmed, depth, s.max_in_wait_s)
+        return SlotCounters(s.frames_in, s.frames_out, s.underruns, dropped_in, trimmed, depth, s.max_in_wait_s)
 
     def stats(self) -> WorkerStats:
         # Every session reads these for its once-a-second metrics: a few hundred reads a second of the
@@ -283,6 +285,10 @@ class EngineWorker:
             elif s.prefilling:
                 s.prefilling = False  # prefill done: the slot takes input from the next tick
                 if s.prefill_reported:  # ... after a real prefill, from the newest audio, in phase with the tick
+                    # A caller that held its audio while the model prepared (the call page does) left only
+                    # audio from before the prefill: gone too, or the first frame the model hears is a second
+                    # old and stands as latency until a trim.
+                    s.dropped_in += -(-s.inbox.drop_if_stale(self.period_s) // self._frame)
                     s.inbox.realign()
                 if out is None:
                     out = SlotOutput(audio=np.zeros(0, dtype=np.float32), progress=1.0)

@@ -50,7 +50,7 @@ def test_after_realign_the_first_take_drops_the_older_backlog_in_whole_frames():
     assert taken.end_position == 2 * N  # one whole frame dropped: the rest fits a frame and the margin
     np.testing.assert_array_equal(positions(taken.audio), np.arange(N, 2 * N))
     assert framer.pending == N
-    assert framer.dropped == N
+    assert (framer.stale_dropped, framer.dropped) == (N, 0)  # from before the restart: not a trim of live audio
     pushed = 3 * N
     for _ in range(WINDOW_TICKS):  # steady input: within a window the standing part beyond the margin goes
         framer.push(ramp(pushed, N))
@@ -150,6 +150,17 @@ def test_a_standing_backlog_is_trimmed_within_a_window():
         pushed += N
         taken = framer.take()
     assert pushed - taken.end_position <= framer.margin + N // 8 + 1
+
+
+def test_a_prefills_end_drops_what_a_holding_caller_sent_before_it_and_keeps_a_fresh_frame():
+    now = [0.0]
+    framer = TickAlignedFramer(N, RATE, clock=lambda: now[0])
+    framer.push(ramp(0, N))  # the first frame opens the slot; the caller then holds its audio until the prefill ends
+    now[0] = 1.0
+    assert framer.drop_if_stale(0.08) == N and framer.pending == 0 and framer.dropped == 0
+    framer.push(ramp(N, N))  # a caller that never held: its newest frame is fresh and stays
+    now[0] = 1.05
+    assert framer.drop_if_stale(0.08) == 0 and framer.pending == N
 
 
 def test_realign_and_clear_start_the_stream_afresh():

@@ -1,0 +1,75 @@
+"""The serving bench's callers and what it reads from them: audio held while the model prepares (as the call page
+holds its microphone), the service's input counters split into lost live frames, trims and prefill discards,
+and the calls held over the hold."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from bench.serving_analysis import analyse_echoes, calls_held, service_counters
+from bench.serving_callers import CallRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def call(opened_at: float, closed_at: float, **counters: int) -> CallRecord:
+    c = CallRecord(0, 1.0, np.full(4, np.nan), np.full(4, np.nan), session_id="s", opened_at=opened_at)
+    c.closed_at, c.counters = closed_at, dict(counters)
+    return c
+
+
+def test_calls_held_counts_the_calls_open_at_each_step():
+    calls = [call(0.0, 25.0), call(5.0, 100.0), call(12.0, 15.0), call(1.0, 0.0)]  # the last still open at the end
+    calls.append(CallRecord(0, 1.0, np.zeros(1), np.zeros(1)))  # refused: no session, never held
+    held = calls_held(calls, start=0.0, end=30.0, step_s=10.0)
+    assert held["timeline"] == [1, 3, 3, 1] and held["mean"] == 2.0  # at the end, what is still open counts no more
+
+
+def test_lost_live_frames_are_the_drops_less_trims_and_prefill_discards():
+    calls = [call(0, 1, dropped_frames=9, trimmed_frames=4, prefill_dropped_frames=2, underruns=5)]
+    calls.append(call(0, 1, dropped_frames=3, trimmed_frames=3))
+    calls[1].frames_held = 11
+    out = service_counters(calls)
+    assert (out["dropped_frames"], out["trimmed_frames"], out["prefill_dropped_frames"]) == (12, 7, 2)
+    assert out["lost_live_frames"] == 3 and out["frames_held_preparing"] == 11 and out["underruns"] == 5
+
+
+def test_frames_held_back_are_neither_sent_late_nor_lost():
+    c = call(0.0, 1.0)
+    n = 20
+    c.sent = 100.0 + np.arange(n) * 0.08
+    c.echoed = c.sent + 0.03
+    c.echoed[1] = np.nan  # sent before the caller heard of the prefill: the service discarded it
+    c.prefill_noticed_at = c.sent[1] + 0.01
+    c.sent[2:7] = c.echoed[2:7] = np.nan  # held while the model prepared
+    c.echoed[12] = np.nan  # lost while live
+    c.frames_sent = n
+    frames = analyse_echoes([c], delay=0)
+    assert frames["frames_sent_late_by_generator"] == 0 and frames["frames_sent_in_time"] == n - 2 - 5
+    assert frames["frames_unheard_sent_before_prefill_notice"] == 1 and frames["frames_lost_sent_in_time"] == 1
+
+
+def test_callers_hold_their_audio_while_the_model_prepares_and_lose_none_after(tmp_path):
+    # A real daphne and service, echo engine with 12 ticks (~1 s) of simulated prefill per call.
+    run = subprocess.run(
+        [sys.executable, "bench/serving_e2e.py", "--lines", "2", "--ramp-s", "1", "--seconds", "6",
+         "--daphnes", "1", "--services", "1", "--env", "PARLEY_ECHO_PREFILL_TICKS=12", "--recordings-sample", "0",
+         "--out-dir", str(tmp_path), "--what", "prefill-hold"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    result = json.loads(next(tmp_path.glob("prefill-hold-*.json")).read_text())
+    calls = result["callers"]["calls"]
+    assert result["callers"]["calls_failed"] == 0 and calls >= 2
+    counters = result["service_counters"]
+    # Most of each prefill's ~12 frames are held by the caller; what was in flight before the first
+    # session.prefill reached it (a frame or two) is what the service discards, counted once.
+    assert counters["frames_held_preparing"] >= 6 * calls
+    assert counters["prefill_dropped_frames"] <= 3 * calls
+    assert counters["lost_live_frames"] == 0
+    assert result["frames"]["frames_lost_sent_in_time"] == 0 and result["internal_error"] == 0
