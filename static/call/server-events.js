@@ -115,7 +115,8 @@ const HANDLERS = {
     // session's persona, which is what the user wants, so this is only worth a quiet note.
     const quiet = ["persona_update_unsupported", "voice_update_unsupported", "session_not_ready"].includes(err.code);
     call.ui.notice(quiet ? `Note: ${err.message}` : `Error (${err.code}): ${err.message}`, quiet ? "info" : "error");
-    if (err.code === "resource_exhausted") call.teardown("failed", "All slots are busy and the queue is full.");
+    // The server says what is full (slots, the model's memory, or its compute time): that is the caller's answer.
+    if (err.code === "resource_exhausted") call.teardown("failed", `The server cannot take the call now: ${err.message}`);
   },
 };
 

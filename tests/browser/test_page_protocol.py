@@ -176,11 +176,16 @@ def test_full_queue_fails_the_call_with_a_clear_message(channels_live_server, pa
     server.sends(
         {
             "type": "error",
-            "error": {"type": "rate_limit_error", "code": "resource_exhausted", "message": "All slots are busy."},
+            "error": {
+                "type": "rate_limit_error",
+                "code": "resource_exhausted",
+                "message": "the engine is at its compute capacity and the queue is full; try again later",
+            },
         },
     )
     wait_for_state(page, "failed")
-    expect(page.locator("#call-state-detail")).to_contain_text("queue is full")
+    # the server's reason, not a guess that all slots are busy
+    expect(page.locator("#call-state-detail")).to_contain_text("cannot take the call now: the engine is at its compute")
     expect(page.locator("#start")).to_be_enabled()  # the user can try again
 
 
