@@ -61,7 +61,8 @@ def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S)
         echoed = ~np.isnan(c.echoed[:n])
         # Sent before the first session.prefill reached the caller, while the model was already preparing:
         # the service discards these (its prefill_dropped_frames), the model was not listening yet.
-        preparing = in_time & ~echoed & (sent < c.prefill_noticed_at) if c.prefill_noticed_at else in_time & False
+        # (No prefill: prefill_noticed_at is 0.0, before every send.)
+        preparing = in_time & ~echoed & (sent < c.prefill_noticed_at)
         unheard_preparing += int(preparing.sum())
         lost = in_time & ~echoed & ~preparing
         lost_in_time += int(lost.sum())

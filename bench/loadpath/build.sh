@@ -50,7 +50,7 @@ cp -r "$ROOT/bench/loadpath/av_stub/av" "$site/av"
 mkdir -p "$DEST/bin" "$DEST/lib"
 tar -cf - -C "$site" . | xz -T2 -9 > "$DEST/webstack.tar.xz"
 cp /usr/sbin/nginx "$DEST/bin/nginx"
-# py-spy for serving_e2e.py --profile-s: the static binary of its wheel (8 MB; xz, 2.9 MB; env.sh unpacks it)
+# py-spy for serving_e2e.py --profile-s: the static binary of its wheel (8 MB; 2.0 MB as xz; env.sh unpacks it)
 "$PY312" -m pip download -q -d "$WORK/pyspy" --no-deps --only-binary=:all: py-spy==0.4.3
 unzip -q -p "$WORK"/pyspy/py_spy-*.whl 'py_spy-*.data/scripts/py-spy' | xz -T2 -9 > "$DEST/py-spy.xz"
 cp -L "$(ldd /usr/sbin/nginx | awk '/libpcre2-8/ {print $3}')" "$DEST/lib/libpcre2-8.so.0"

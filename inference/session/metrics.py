@@ -45,7 +45,7 @@ def session_metrics(
         "underruns": counters.underruns,
         "dropped_frames": dropped + counters.dropped_in + counters.trimmed,
         "trimmed_frames": counters.trimmed,
-        "prefill_dropped_frames": counters.dropped_in,  # spoken while the model was preparing, not yet listening
+        "prefill_dropped_frames": counters.dropped_in,  # from before the model listened (a prefill, a resume)
         "input_queue_frames": counters.inbox_depth,
         "lag_ms": (counters.inbox_depth + queued_out) * period_ms,
         "out_lag_ms": queued_out * period_ms,  # the agent's audio the server has made and not yet sent

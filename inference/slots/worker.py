@@ -60,7 +60,7 @@ class WorkerSlot:
     frames_in: int = 0
     frames_out: int = 0
     underruns: int = 0
-    dropped_in: int = 0  # input discarded while prefilling (all but the newest chunk; the framer counts the rest)
+    dropped_in: int = 0  # input discarded around a prefill: all but the newest frame during it, stale audio at its end
     heard_position: int | None = None  # input stream position the current tick's frame ends at (None: underrun)
     max_in_wait_s: float = 0.0  # longest wait of a chunk in the inbox; read and reset by take_slot_counters
     close_attempts: int = 0
