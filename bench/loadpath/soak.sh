@@ -1,8 +1,10 @@
 #!/bin/bash
-# Issue 31's GPU soak: the lockstep service (paged KV) at 80 % of its 229-caller capacity, nginx + 4 daphne,
-# ramp 30 s + hold 450 s (8 minutes of calls). About 580 s of command: run with timeout_s 600.
+# Issue 31's GPU soak: the lockstep service (paged KV) behind nginx + 4 daphne, ${LINES:-183} caller lines (183 is
+# 80 % of the 229 slots the KV pool admits; 229 lets time admission find the engine's own limit), ramp 30 s + hold
+# ${HOLD_S:-450} s (8 minutes of calls). About 580 s of command: run with timeout_s 600.
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+lines=${LINES:-183}
 exec bash "$(dirname "$0")/run.sh" soak --hardware h200 --engine lockstep --services 1 --gpu-service gpu \
     --env PARLEY_SLOTS=320 --env PARLEY_KV_PAGE_FRAMES=128 --env PARLEY_KV_MEAN_CALL_S=180 \
-    --lines 183 --daphnes 4 --gen-procs 4 --gen-uvloop --ramp-s 30 --seconds "${HOLD_S:-450}" \
-    --what "serving-e2e-lockstep-paged-183-4daphne-soak8min" --recordings-sample 24 --render-sample 3
+    --lines "$lines" --daphnes 4 --gen-procs 4 --gen-uvloop --ramp-s 30 --seconds "${HOLD_S:-450}" \
+    --what "serving-e2e-lockstep-paged-$lines-4daphne-soak8min" --recordings-sample 24 --render-sample 3
