@@ -12,7 +12,8 @@ the number of calls in progress stays at the number of lines. A call:
 - sends ``playback.ack`` every 500 ms with the audio it has "played" (received minus a 120 ms buffer);
 - notes the engine's period and output rate from ``session.created``, and a unit engine's decision per unit
   (``response.listen`` / ``response.speak``: one per unit, so their arrivals show the unit cadence);
-- ends with ``session.close`` and waits for ``session.closed``.
+- ends with ``session.close`` and waits for ``session.closed``; a refused call's line backs off (1, 2, 4 ... 16 s,
+  with jitter) before it calls again, as "try again later" asks of a client.
 
 Every frame carries its index in its first ``MARK_SAMPLES`` samples (a 0.7 ms mark: 8 samples of +v then 8
 of -v; the rest is speech), so with the echo engine each echo is matched to the frame it echoes. The mark
@@ -39,6 +40,7 @@ MARK_MOD = 4000
 ACK_EVERY_S = 0.5
 PLAYOUT_BUFFER_MS = 120.0
 AUDIO_KIND = b"\x01"
+RETRY_MAX_S = 16.0  # a refused line waits 1, 2, 4 ... s (times 0.5-1.5) before it calls again
 # The service's input counters in session.metrics (cumulative per call): every frame lost, of which quiet
 # standing-queue trims and audio discarded while the model prepared; ticks that found no input.
 COUNTERS = ("dropped_frames", "trimmed_frames", "prefill_dropped_frames", "underruns")
@@ -237,6 +239,7 @@ async def caller_line(
     """Calls back to back from ``start_after_s`` until ``until`` (perf_counter), lengths from the mix."""
     rng = random.Random(seed)
     await asyncio.sleep(start_after_s)
+    refused_in_a_row = 0
     while (left := until - time.perf_counter()) > 2.0:
         planned = min(rng.expovariate(1.0 / mean_call_s), max_call_s, left)
         planned = max(planned, 1.0)
@@ -244,5 +247,6 @@ async def caller_line(
         call = CallRecord(line, planned, np.full(frames, np.nan), np.full(frames, np.nan))
         calls.append(call)
         await one_call(url, key, call, speech, rng)
-        if call.failed:
-            await asyncio.sleep(1.0)  # a refused call retries after a second, not in a tight loop
+        refused_in_a_row = refused_in_a_row + 1 if call.failed else 0
+        if call.failed:  # tries again later, backing off as a client should ("try again later"), with jitter
+            await asyncio.sleep(min(RETRY_MAX_S, 2.0 ** (refused_in_a_row - 1)) * rng.uniform(0.5, 1.5))

@@ -171,11 +171,13 @@ def collect_calls(queue, procs: list, *, deadline: float, poll_s: float = 5.0) -
 
 
 class Sampler(threading.Thread):
-    """RSS per process kind and GPU memory every ``every_s`` while the callers run."""
+    """RSS per process kind and GPU memory every ``every_s`` while the callers run, and with a separate service
+    what its engine held and how it ticked (so a run that goes wrong shows when, beside the calls held)."""
 
-    def __init__(self, pids: dict[str, list[int]], every_s: float = 10.0):
+    def __init__(self, pids: dict[str, list[int]], every_s: float = 10.0, service: str | None = None):
         super().__init__(daemon=True)
         self.pids, self.every_s, self.rows, self.stop = pids, every_s, [], threading.Event()
+        self.service = service
 
     def run(self) -> None:
         start = time.perf_counter()
@@ -189,7 +191,27 @@ class Sampler(threading.Thread):
                     text=True,
                 ).stdout.split()
                 row["gpu_mem_mib"] = int(out[0]) if out else None
+            if self.service:
+                row |= service_row(self.service)
             self.rows.append(row)
+
+
+def service_row(address: str) -> dict:
+    """The service's slots in use, queue, late ticks so far, and the 90th percentile of its last 25 ticks (the
+    window time admission judges)."""
+    from inference.transport.client import remote_status
+
+    try:
+        status = asyncio.run(asyncio.wait_for(remote_status(address), 5.0))
+    except Exception as exc:  # noqa: BLE001 - a missed sample is noted, the run goes on
+        return {"service_status_error": f"{type(exc).__name__}: {exc}"[:120]}
+    recent = list(status.recent_tick_ms[-25:])
+    return {
+        "slots_used": status.slots_used,
+        "queue_length": status.queue_length,
+        "late_ticks": status.late_ticks,
+        "tick_ms_p90_last25": round(float(np.percentile(recent, 90)), 1) if recent else None,
+    }
 
 
 def _percentiles(values: list[float]) -> dict[str, float] | None:
@@ -227,6 +249,8 @@ def run(args) -> dict:
     make_speech(speech_path)
     extra = dict(kv.split("=", 1) for kv in args.env)
     extra.setdefault("PARLEY_SLOTS", str(args.slots or args.lines + 8))
+    # A deployment's queue (the transport benches' environment turns it off): at the limit callers wait in it
+    extra.setdefault("PARLEY_QUEUE_MAX", str(args.queue_max))
     started = time.perf_counter()
     try:
         with start_topology(
@@ -255,7 +279,10 @@ def run(args) -> dict:
                 p.start()
                 procs.append(p)
             pids = dict(topo.pids) | {"load generator": [p.pid for p in procs]}
-            sampler = Sampler(pids)
+            service = topo.env.get("PARLEY_INFERENCE_URL")
+            if service:  # the sampler's status calls prove the token as the web tier does
+                os.environ["PARLEY_INFERENCE_TOKEN"] = topo.env["PARLEY_INFERENCE_TOKEN"]
+            sampler = Sampler(pids, service=service)
             sampler.start()
             time.sleep(max(0.0, hold_from - time.perf_counter()))
             cpu_start = {kind: cpu_seconds(p) for kind, p in pids.items()}
@@ -411,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gen-uvloop", action="store_true", help="the load generator on uvloop")
     p.add_argument("--engine", default="echo")
     p.add_argument("--slots", type=int, default=0, help="PARLEY_SLOTS (default lines + 8)")
+    p.add_argument("--queue-max", type=int, default=8, help="PARLEY_QUEUE_MAX (the service's default: 8)")
     p.add_argument("--delay-frames", type=int, default=3)
     p.add_argument("--gen-procs", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)

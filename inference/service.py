@@ -157,12 +157,15 @@ class InferenceService:
             handle = LocalHandle(session, self.config.output_queue_frames)
             session.attach(handle, takeover=True)
             return handle
+        chat = request.mode == "chat" and "chat" in self.capabilities.modes
+        if not chat:
+            self.pool.refuse_if_full()  # a refusal builds no session: at the limit refusals come by the dozen
         session = DialogueSession(
             self._session_context, request.user_key, request.persona, request.voice, record=request.record
         )
         handle = LocalHandle(session, self.config.output_queue_frames)
         session.attachment = handle  # Ready or Queued from the pool goes to this handle
-        if request.mode == "chat" and "chat" in self.capabilities.modes:
+        if chat:
             session.admit_for_chat()  # no slot to wait for: each response takes one
         else:
             self.pool.request(session)  # raises resource_exhausted before anything is registered

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from inference.contracts import ParleyError
-from inference.slots.pool import TIME_WINDOW_TICKS, SlotPool
+from inference.slots.pool import PACE_MIN_SEEN, TIME_WINDOW_TICKS, UNSEEN_WINDOWS, SlotPool
 from inference.slots.timing import TimingRing
 
 
@@ -156,4 +156,45 @@ async def test_a_tail_of_late_ticks_stops_admission_though_the_median_keeps_time
     caller = Applicant()
     pool.request(caller)
     assert caller.slot is None and pool.time_limited
+    pool.stop()
+
+
+class Clock:
+    """The service's loop with a clock the test moves (the pool reads ``time()`` and schedules its pass)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop, self.now = loop, 1000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def call_later(self, delay, callback, *args):
+        return self.loop.call_later(delay, callback, *args)
+
+
+async def test_callers_let_in_at_the_limit_are_paced_until_the_ticks_show_what_they_cost():
+    clock = Clock(asyncio.get_running_loop())
+    worker = TimedWorker(slots=64)
+    pool = SlotPool(worker, queue_max=4, loop=clock, tick_budget=0.8)  # 64 ms of the 80 ms period
+    worker.ticks_took(40.0)
+    live = [Applicant() for _ in range(20)]
+    for caller in live:  # too few sessions yet for a session's share to mean anything: the window alone decides
+        pool.request(caller)
+    assert all(c.slot is not None for c in live) and PACE_MIN_SEEN <= 20
+    clock.now += UNSEEN_WINDOWS * TIME_WINDOW_TICKS * worker.period_s + 0.1  # the 20 are in the ticks now
+    # 40 ms over 20 sessions: 2 ms each; 24 ms left of the budget: 12 more, charged before the ticks show them
+    burst = [Applicant() for _ in range(17)]
+    for caller in burst[:16]:
+        pool.request(caller)
+    assert sum(c.slot is not None for c in burst) == 12 and pool.time_paced and not pool.time_limited
+    assert [c.positions for c in burst[12:16]] == [[1], [2], [3], [4]]
+    with pytest.raises(ParleyError, match="compute capacity") as refused:  # the queue is full
+        pool.request(burst[16])
+    assert refused.value.code == "resource_exhausted"
+    with pytest.raises(ParleyError, match="compute capacity"):  # the service's check before it builds a session
+        pool.refuse_if_full()
+    clock.now += UNSEEN_WINDOWS * TIME_WINDOW_TICKS * worker.period_s + 0.1
+    worker.ticks_took(50.0)  # the 12 cost what was charged: 32 sessions at 50 ms, 14 ms left: 8 more
+    pool._periodic()
+    assert all(c.slot is not None for c in burst[12:16]) and not pool.time_paced
     pool.stop()
