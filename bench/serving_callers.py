@@ -65,6 +65,7 @@ class CallRecord:
     connected_at: float = 0.0  # the WebSocket opened
     opened_at: float = 0.0  # session.created
     queued: bool = False  # a session.queued came first: the service made the caller wait for admission
+    gave_up_queued: bool = False  # still queued when the run ended: hung up (not a failure)
     closed_at: float = 0.0  # session.closed (or the socket's end)
     errors: dict[str, int] = field(default_factory=dict)
     failed: str = ""
@@ -130,7 +131,11 @@ def note_audio(payload: bytes, call: CallRecord, now: float) -> None:
             call.echoed[k] = now
 
 
-async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng: random.Random) -> None:
+async def one_call(
+    url: str, key: str, call: CallRecord, speech: np.ndarray, rng: random.Random, until: float = float("inf")
+) -> None:
+    """One call; a caller still queued at ``until`` (perf_counter, the run's end) hangs up, and one admitted late
+    sends no frame due after it (a queue wait must not stretch the run)."""
     from websockets.asyncio.client import connect
 
     frames = max(1, int(call.planned_s / FRAME_S))
@@ -143,7 +148,15 @@ async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng
         ) as ws:
             call.connected_at = time.perf_counter()
             while True:
-                event = json.loads(await asyncio.wait_for(ws.recv(), 60))
+                try:
+                    raw = await asyncio.wait_for(ws.recv(), min(60.0, max(0.1, until - time.perf_counter())))
+                except TimeoutError:
+                    if call.queued and time.perf_counter() >= until:
+                        call.gave_up_queued = True
+                        call.closed_at = time.perf_counter()
+                        return
+                    raise
+                event = json.loads(raw)
                 if event["type"] == "session.queued":
                     call.queued = True
                 if event["type"] == "session.created":
@@ -194,6 +207,7 @@ async def one_call(url: str, key: str, call: CallRecord, speech: np.ndarray, rng
             receiver = asyncio.create_task(receive())
             loop = asyncio.get_running_loop()
             start = loop.time() + 0.02
+            frames = min(frames, max(0, int((until - time.perf_counter()) / FRAME_S)))  # admitted late: to the end
             next_ack = start + ACK_EVERY_S
             for k in range(frames):
                 due = start + k * FRAME_S
@@ -246,7 +260,7 @@ async def caller_line(
         frames = max(1, int(planned / FRAME_S))
         call = CallRecord(line, planned, np.full(frames, np.nan), np.full(frames, np.nan))
         calls.append(call)
-        await one_call(url, key, call, speech, rng)
+        await one_call(url, key, call, speech, rng, until)
         refused_in_a_row = refused_in_a_row + 1 if call.failed else 0
         if call.failed:  # tries again later, backing off as a client should ("try again later"), with jitter
             await asyncio.sleep(min(RETRY_MAX_S, 2.0 ** (refused_in_a_row - 1)) * rng.uniform(0.5, 1.5))

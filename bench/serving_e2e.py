@@ -347,6 +347,7 @@ def run(args) -> dict:
             "calls_failed": len(failed),
             "failures": dict(Counter(failed).most_common(10)),  # how many calls failed each way
             "calls_queued": sum(c.queued for c in calls),  # made to wait for admission (slots, memory, time)
+            "calls_gave_up_queued": sum(c.gave_up_queued for c in calls),  # still waiting when the run ended
             "held_over_hold": held,
             "admission_wait_s": _percentiles([c.opened_at - c.connected_at for c in calls if c.queued and c.opened_at]),
         },
