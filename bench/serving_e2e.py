@@ -197,19 +197,20 @@ class Sampler(threading.Thread):
 
 
 def service_row(address: str) -> dict:
-    """The service's slots in use, queue, late ticks so far, and the 90th percentile of its last 25 ticks (the
-    window time admission judges)."""
-    from inference.transport.client import remote_status
+    """The service's sessions in slots and their mean age (a live call's cost grows with its context), its queue,
+    and the 90th percentile of its last 25 ticks (the window time admission judges)."""
+    from inference.transport.client import remote_occupancy
 
     try:
-        status = asyncio.run(asyncio.wait_for(remote_status(address), 5.0))
+        (snapshot,) = asyncio.run(asyncio.wait_for(remote_occupancy(address), 5.0))
     except Exception as exc:  # noqa: BLE001 - a missed sample is noted, the run goes on
         return {"service_status_error": f"{type(exc).__name__}: {exc}"[:120]}
-    recent = list(status.recent_tick_ms[-25:])
+    held = [s.age_s for s in snapshot.slots if s.state not in ("free", "closing")]
+    recent = list(snapshot.recent_tick_ms[-25:])
     return {
-        "slots_used": status.slots_used,
-        "queue_length": status.queue_length,
-        "late_ticks": status.late_ticks,
+        "slots_held": len(held),
+        "slots_mean_age_s": round(float(np.mean(held)), 1) if held else None,
+        "queue_length": snapshot.queue_length,
         "tick_ms_p90_last25": round(float(np.percentile(recent, 90)), 1) if recent else None,
     }
 

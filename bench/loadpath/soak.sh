@@ -7,4 +7,4 @@ lines=${LINES:-183}
 exec bash "$(dirname "$0")/run.sh" soak --hardware h200 --engine lockstep --services 1 --gpu-service gpu \
     --env PARLEY_SLOTS=320 --env PARLEY_KV_PAGE_FRAMES=128 --env PARLEY_KV_MEAN_CALL_S=180 \
     --lines "$lines" --daphnes 4 --gen-procs 4 --gen-uvloop --ramp-s 30 --seconds "${HOLD_S:-450}" \
-    --what "serving-e2e-lockstep-paged-$lines-4daphne-soak8min" --recordings-sample 24 --render-sample 3
+    --what "serving-e2e-lockstep-paged-$lines-4daphne-hold${HOLD_S:-450}s" --recordings-sample 24 --render-sample 3
