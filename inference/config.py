@@ -69,6 +69,8 @@ class InferenceConfig:
         test_echo_slow_tick_ms: test-only: the echo engine's tick takes at least this long (0 = as fast as it
             can), to show an engine that cannot keep up: late ticks, queued and dropped frames, and the
             caller told "the server is behind".
+        test_echo_slot_cost_ms: test-only: each tick takes this much longer per open slot, as a GPU's tick grows
+            with its calls, so time admission's limit can be reached on any machine.
         test_echo_slow_for_s: test-only: ... for the first N seconds after a slot opens (0 = always), so the
             same call also shows the recovery.
         input_queue_frames: bounded per-session inbox (engine chunks); overflow drops the oldest.
@@ -111,6 +113,7 @@ class InferenceConfig:
     echo_prefill_ticks: int = 0
     test_echo_slow_tick_ms: float = 0.0
     test_echo_slow_for_s: float = 0.0
+    test_echo_slot_cost_ms: float = 0.0
     input_queue_frames: int = 16
     output_queue_frames: int = 64
     test_output_jitter_ms: float = 0.0
@@ -137,8 +140,8 @@ class InferenceConfig:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.echo_delay_frames < 0 or self.echo_prefill_ticks < 0:
             raise ConfigError("echo_delay_frames and echo_prefill_ticks must be >= 0")
-        if self.test_echo_slow_tick_ms < 0 or self.test_echo_slow_for_s < 0:
-            raise ConfigError("test_echo_slow_tick_ms and test_echo_slow_for_s must be >= 0")
+        if self.test_echo_slow_tick_ms < 0 or self.test_echo_slow_for_s < 0 or self.test_echo_slot_cost_ms < 0:
+            raise ConfigError("test_echo_slow_tick_ms, test_echo_slow_for_s and test_echo_slot_cost_ms must be >= 0")
         if self.test_output_jitter_ms < 0 or self.test_output_jitter_s < 0:
             raise ConfigError("test_output_jitter_ms and test_output_jitter_s must be >= 0")
         if self.input_queue_frames < 1 or self.output_queue_frames < 1:

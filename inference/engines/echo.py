@@ -47,6 +47,7 @@ class EchoEngine(Engine):
         prefill_ticks: ticks of simulated prefill after ``open_slot`` (0 = ready at once).
         slow_tick_ms: test-only: each tick takes at least this long (an engine that cannot keep up).
         slow_for_s: test-only: ... only during the first N seconds after the latest ``open_slot`` (0 = always).
+        slot_cost_ms: test-only: each tick takes this much longer per open slot (a tick that grows with its calls).
         chunk_period_ms: the engine clock.
         rate: input and output sample rate (Hz).
     """
@@ -61,11 +62,13 @@ class EchoEngine(Engine):
         rate: int = 24_000,
         slow_tick_ms: float = 0.0,
         slow_for_s: float = 0.0,
+        slot_cost_ms: float = 0.0,
     ):
         if num_slots < 1 or delay_frames < 0 or prefill_ticks < 0:
             raise ValueError("num_slots >= 1, delay_frames >= 0 and prefill_ticks >= 0 are required")
         self.num_slots = num_slots
         self.slow_tick_s, self.slow_for_s = slow_tick_ms / 1000.0, slow_for_s
+        self.slot_cost_s = slot_cost_ms / 1000.0
         self._opened_at = time.monotonic()
         self.delay_frames = delay_frames
         self.prefill_ticks = prefill_ticks
@@ -91,6 +94,7 @@ class EchoEngine(Engine):
             prefill_ticks=config.echo_prefill_ticks,
             slow_tick_ms=config.test_echo_slow_tick_ms,
             slow_for_s=config.test_echo_slow_for_s,
+            slot_cost_ms=config.test_echo_slot_cost_ms,
         )
 
     def warmup(self, progress: ProgressFn | None = None) -> None:
@@ -123,6 +127,8 @@ class EchoEngine(Engine):
         """Advance prefilling slots, echo the live ones; slots absent from ``inputs`` stay frozen."""
         if self.slow_tick_s and (not self.slow_for_s or time.monotonic() - self._opened_at < self.slow_for_s):
             time.sleep(self.slow_tick_s)  # the test hook: a tick that takes longer than the clock allows
+        if self.slot_cost_s and self._slots:
+            time.sleep(self.slot_cost_s * len(self._slots))  # the test hook: a tick that grows with its calls
         outputs: dict[int, SlotOutput] = {}
         for slot, state in self._slots.items():
             if state.prefill_left > 0:
