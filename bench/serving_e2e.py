@@ -281,7 +281,7 @@ def run(args) -> dict:
                 procs.append(p)
             pids = dict(topo.pids) | {"load generator": [p.pid for p in procs]}
             service = topo.env.get("PARLEY_INFERENCE_URL")
-            if service:  # the sampler's status calls prove the token as the web tier does
+            if service:  # the sampler's occupancy calls prove the token as the web tier does
                 os.environ["PARLEY_INFERENCE_TOKEN"] = topo.env["PARLEY_INFERENCE_TOKEN"]
             sampler = Sampler(pids, service=service)
             sampler.start()
