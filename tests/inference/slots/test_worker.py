@@ -50,8 +50,8 @@ def chunk(value: float) -> np.ndarray:
 def worker_factory():
     workers: list[EngineWorker] = []
 
-    def make(engine) -> EngineWorker:
-        worker = EngineWorker(engine, inbox_frames=4)
+    def make(engine, inbox_frames: int = 4) -> EngineWorker:
+        worker = EngineWorker(engine, inbox_frames=inbox_frames)
         workers.append(worker)
         worker.start()
         return worker
@@ -201,7 +201,9 @@ async def test_overrunning_ticks_are_counted_late_without_a_catch_up_burst(worke
 
 
 async def test_a_standing_input_queue_is_trimmed_to_cut_latency(worker_factory):
-    worker = worker_factory(EchoEngine(1, delay_frames=0))
+    # The service's inbox (16 frames), not the other tests' 4: on a loaded 2-core CI machine a 240 ms stall of the
+    # worker thread overflowed 4 frames, and overflow is counted with the trims this test is about.
+    worker = worker_factory(EchoEngine(1, delay_frames=0), inbox_frames=16)
     rec = Recorder()
     worker.open(0, SlotConfig(), rec, asyncio.get_running_loop())
     await rec_ready(rec)
