@@ -1,7 +1,7 @@
 """Conversation lifecycle writes, session.update resolution and account checks (keyword-only, typed).
 
 Called by the consumer through ``database_sync_to_async`` at session edges, on ``session.update`` and
-every ``PARLEY_ACCOUNT_CHECK_S`` of a live call, never per frame. Every refusal and fault leaves here
+every ``PARLEY_ACCOUNT_CHECK_S`` for a process's live calls, never per frame. Every refusal and fault leaves here
 typed, as a ``ParleyError`` whose code the protocol names, so that the consumer only translates:
 ``persona_not_found`` / ``voice_not_found`` (with the param), ``AccountInactive``, and ``ServiceFault``
 for a database fault or an unexpected one (``internal_error``; the fault is logged whole here).
@@ -157,10 +157,18 @@ def session_update_choices(*, user_id: object, persona_id: object | None, voice:
         return SessionChoices(persona=persona, voice=choice)
 
 
-def account_check(*, user_id: object) -> None:
-    """Raise ``AccountInactive`` once the user is deactivated or deleted (``ServiceFault`` if unknown now)."""
+ACTIVE_IDS_PER_QUERY = 500  # under every backend's limit on a statement's parameters (SQLite's was 999)
+
+
+def active_user_ids(*, user_ids: list[object]) -> set[object]:
+    """Those of ``user_ids`` whose users exist and are active: every live call's check in one read a period
+    (``ServiceFault`` if the database cannot say now)."""
+    active: set[object] = set()
     with database_faults("account_check"):
-        _active_user(user_id)
+        for i in range(0, len(user_ids), ACTIVE_IDS_PER_QUERY):
+            chunk = user_ids[i : i + ACTIVE_IDS_PER_QUERY]
+            active.update(get_user_model().objects.filter(pk__in=chunk, is_active=True).values_list("pk", flat=True))
+    return active
 
 
 def _active_user(user_id: object) -> AbstractBaseUser:

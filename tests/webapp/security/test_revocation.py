@@ -100,6 +100,47 @@ async def test_an_active_user_keeps_the_call_through_account_checks(alice, setti
     await peer.close()
 
 
+async def test_one_read_a_period_checks_every_live_call_of_the_process(settings, django_user_model, monkeypatch):
+    """Three calls of two users: one database read a period for all of them, and only the calls of the user
+    deactivated end."""
+    from webapp.conversations import services
+    from webapp.conversations.account_watch import watch_account
+
+    settings.PARLEY_ACCOUNT_CHECK_S = 0.1
+    reads: list[list[object]] = []
+    real_read = services.active_user_ids
+
+    def counted_read(*, user_ids):
+        reads.append(sorted(user_ids))
+        return real_read(user_ids=user_ids)
+
+    monkeypatch.setattr(services, "active_user_ids", counted_read)
+    make_user = database_sync_to_async(django_user_model.objects.create_user)
+    stays, leaves = await make_user(username="stays"), await make_user(username="leaves")
+    ended: list[str] = []
+
+    def watch(name: str, user) -> asyncio.Task:
+        async def on_inactive() -> None:
+            ended.append(name)
+
+        return asyncio.create_task(watch_account(user_id=user.pk, ended=lambda: False, on_inactive=on_inactive))
+
+    calls = [watch("stays", stays), watch("leaves-1", leaves), watch("leaves-2", leaves)]
+    await asyncio.sleep(0.35)
+    assert 2 <= len(reads) <= 4  # one read a period, not one a call
+    assert all(read == sorted([stays.pk, leaves.pk]) for read in reads)
+    await database_sync_to_async(deactivate_without_signal)(leaves)
+    await asyncio.wait_for(asyncio.gather(calls[1], calls[2]), timeout=2.0)
+    assert sorted(ended) == ["leaves-1", "leaves-2"]
+    reads.clear()
+    await asyncio.sleep(0.25)
+    assert reads and all(read == [stays.pk] for read in reads)  # the ended calls are no longer read
+    assert not calls[0].done()
+    calls[0].cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await calls[0]
+
+
 @pytest.fixture(scope="module")
 def checking_server(django_db_setup, django_db_blocker):
     """A real daphne whose calls re-read their user every 0.3 s (the setting is forked into the server)."""
