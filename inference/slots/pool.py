@@ -25,12 +25,20 @@ TIME_WINDOW_TICKS = 25  # the ticks (2 s of a lockstep engine) whose 90th percen
 # The median let the H200 admit until half its ticks took 72 ms, and then a quarter of one call's ticks came
 # late (more than 80 ms) and the calls lost frames (bench/notes/serving-e2e.md, the 8-minute soak).
 TIME_RANK = 22
+TIME_MIN_TICKS = 5  # fewer ticks than this say nothing yet; from here on their 90th percentile is judged
 # A session admitted this recently (in windows of TIME_WINDOW_TICKS) is not in the window's ticks yet, or only in a
-# few of them: its prefill and first frames. Two windows cover both.
+# few of them: its prefill and first frames. Two windows cover both: 4 s at 80 ms. At most UNSEEN_MAX_S: two
+# windows of a 1 s unit engine are 50 s, and a new session shows in its ticks within its first units.
 UNSEEN_WINDOWS = 2
+UNSEEN_MAX_S = 8.0
 # Below this many sessions past that age the tick is mostly the engine's fixed cost, so a session's share of it
-# says nothing of what one more would add; admission then goes by the window alone (a ramp from empty).
+# overstates what one more would add; admission then goes by the window alone (a ramp from empty) while the window
+# is under PACE_ALONE_SHARE of the budget. Past it the pace applies to the unseen beyond the first (with none seen
+# yet: one unseen session at a time). Without that an engine whose budget holds fewer than PACE_MIN_SEEN sessions
+# was never paced: the unit engine with its vocoder, 1 s ticks and room for about 12, let 63 in during a 30 s
+# ramp (bench/notes/serving-e2e.md).
 PACE_MIN_SEEN = 16
+PACE_ALONE_SHARE = 0.75
 DEFAULT_SESSION_S = 120.0  # wait estimate before any session has finished
 
 
@@ -185,12 +193,12 @@ class SlotPool(Generic[A]):
         what a seen session costs on average (the tail over the seen sessions: more than the marginal cost,
         since the tail holds the engine's fixed cost too), and one more is let in only if the window's tail
         plus those charges stays within the budget. The queue's periodic pass lets the next one in once the
-        engine has shown what the last ones cost.
+        engine has shown what the last ones cost. While fewer than ``PACE_MIN_SEEN`` sessions are seen the pace
+        applies only past ``PACE_ALONE_SHARE`` of the budget, and to the unseen beyond the first.
         """
         if self.tick_budget <= 0:
             return True
-        recent = self.worker.tick_ms.recent(TIME_WINDOW_TICKS)
-        tail = sorted(recent)[TIME_RANK] if len(recent) == TIME_WINDOW_TICKS else 0.0
+        tail = _tail_ms(self.worker.tick_ms.recent(TIME_WINDOW_TICKS))
         budget_ms = self.tick_budget * self.worker.period_s * 1000.0
         over = tail > budget_ms
         if over != self.time_limited:
@@ -203,10 +211,15 @@ class SlotPool(Generic[A]):
         if over:
             self.time_paced = False
             return False
-        unseen_after = self.loop.time() - UNSEEN_WINDOWS * TIME_WINDOW_TICKS * self.worker.period_s
+        unseen_after = self.loop.time() - min(UNSEEN_WINDOWS * TIME_WINDOW_TICKS * self.worker.period_s, UNSEEN_MAX_S)
         unseen = sum(1 for at in self._admitted_at.values() if at > unseen_after)
         seen = len(self._admitted_at) - unseen
-        self.time_paced = seen >= PACE_MIN_SEEN and tail + (unseen + 1) * tail / seen > budget_ms
+        if seen >= PACE_MIN_SEEN:
+            self.time_paced = tail + (unseen + 1) * tail / seen > budget_ms
+        elif tail > PACE_ALONE_SHARE * budget_ms:  # a few seen: their share overstates one more, so one always may
+            self.time_paced = unseen > 0 and (not seen or tail + (unseen + 1) * tail / seen > budget_ms)
+        else:
+            self.time_paced = False
         return not self.time_paced
 
     def _assign(self, slot: int, session: A) -> None:
@@ -235,3 +248,10 @@ class SlotPool(Generic[A]):
         self._admit_queued()
         if self.queue:
             self._notify_positions(force_ids={id(s) for s in self.queue})
+
+
+def _tail_ms(recent: tuple[float, ...]) -> float:
+    """The window's 90th percentile (the 23rd of 25 ticks; of fewer, the same share), 0 while too few to say."""
+    if len(recent) < TIME_MIN_TICKS:
+        return 0.0
+    return sorted(recent)[(len(recent) * (TIME_RANK + 1)) // TIME_WINDOW_TICKS - 1]

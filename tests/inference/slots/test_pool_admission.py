@@ -13,7 +13,15 @@ from types import SimpleNamespace
 import pytest
 
 from inference.contracts import ParleyError
-from inference.slots.pool import PACE_MIN_SEEN, TIME_WINDOW_TICKS, UNSEEN_WINDOWS, SlotPool
+from inference.slots.pool import (
+    PACE_ALONE_SHARE,
+    PACE_MIN_SEEN,
+    TIME_MIN_TICKS,
+    TIME_WINDOW_TICKS,
+    UNSEEN_MAX_S,
+    UNSEEN_WINDOWS,
+    SlotPool,
+)
 from inference.slots.timing import TimingRing
 
 
@@ -112,9 +120,9 @@ class TimedWorker(Worker):
 
 
 async def test_an_engine_over_its_tick_budget_queues_new_callers_until_it_keeps_time_again():
-    loop = asyncio.get_running_loop()
+    clock = Clock(asyncio.get_running_loop())
     worker = TimedWorker(slots=4)
-    pool = SlotPool(worker, queue_max=2, loop=loop, tick_budget=0.9)  # 72 ms of the 80 ms period
+    pool = SlotPool(worker, queue_max=2, loop=clock, tick_budget=0.9)  # 72 ms of the 80 ms period
     first, second, third, fourth = Applicant(), Applicant(), Applicant(), Applicant()
     worker.ticks_took(40.0, count=5)
     pool.request(first)  # too few ticks yet to judge the engine's time: admitted
@@ -129,9 +137,13 @@ async def test_an_engine_over_its_tick_budget_queues_new_callers_until_it_keeps_
     with pytest.raises(ParleyError) as refused:  # the queue is full: the refusal names the compute limit
         pool.request(fourth)
     assert refused.value.code == "resource_exhausted" and "compute capacity" in refused.value.message
-    worker.ticks_took(60.0)  # the engine keeps time again: the queue gets in on the periodic pass
+    worker.ticks_took(60.0)  # the engine keeps time again, with the first call in its ticks by now:
+    clock.now += UNSEEN_MAX_S  # the queue gets in on the periodic passes,
     pool._periodic()
-    assert (second.slot, third.slot) == (1, 2) and not pool.time_limited
+    assert (second.slot, third.slot) == (1, None) and not pool.time_limited
+    clock.now += UNSEEN_MAX_S  # one at a time: few calls are in the ticks, and the tick is near the budget
+    pool._periodic()
+    assert third.slot == 2
     pool.stop()
 
 
@@ -176,12 +188,13 @@ async def test_callers_let_in_at_the_limit_are_paced_until_the_ticks_show_what_t
     clock = Clock(asyncio.get_running_loop())
     worker = TimedWorker(slots=64)
     pool = SlotPool(worker, queue_max=4, loop=clock, tick_budget=0.8)  # 64 ms of the 80 ms period
-    worker.ticks_took(40.0)
+    worker.ticks_took(20.0)
     live = [Applicant() for _ in range(20)]
     for caller in live:  # too few sessions yet for a session's share to mean anything: the window alone decides
         pool.request(caller)
     assert all(c.slot is not None for c in live) and PACE_MIN_SEEN <= 20
     clock.now += UNSEEN_WINDOWS * TIME_WINDOW_TICKS * worker.period_s + 0.1  # the 20 are in the ticks now
+    worker.ticks_took(40.0)
     # 40 ms over 20 sessions: 2 ms each; 24 ms left of the budget: 12 more, charged before the ticks show them
     burst = [Applicant() for _ in range(17)]
     for caller in burst[:16]:
@@ -197,4 +210,56 @@ async def test_callers_let_in_at_the_limit_are_paced_until_the_ticks_show_what_t
     worker.ticks_took(50.0)  # the 12 cost what was charged: 32 sessions at 50 ms, 14 ms left: 8 more
     pool._periodic()
     assert all(c.slot is not None for c in burst[12:16]) and not pool.time_paced
+    pool.stop()
+
+
+class UnitWorker(TimedWorker):
+    """A 1 s engine (the unit engine's period)."""
+
+    def __init__(self, slots: int):
+        super().__init__(slots)
+        self.period_s = 1.0
+
+
+async def test_an_engine_that_keeps_time_with_few_sessions_is_paced_near_its_budget():
+    """The unit engine with its vocoder holds about 12 sessions in its 1 s unit: fewer than a session's share can
+    be judged by. Its ramp went by the window alone, and 63 sessions got in before the ticks showed them."""
+    clock = Clock(asyncio.get_running_loop())
+    worker = UnitWorker(slots=64)
+    pool = SlotPool(worker, queue_max=8, loop=clock, tick_budget=0.8)  # 800 ms of the 1 s unit
+    worker.ticks_took(100.0)
+    first = [Applicant() for _ in range(4)]
+    for caller in first:  # well under the budget: the window alone decides
+        pool.request(caller)
+    assert all(c.slot is not None for c in first) and not pool.time_paced
+    clock.now += UNSEEN_MAX_S + 0.1  # seen within seconds, not two windows of 25 s
+    worker.ticks_took(650.0)  # near the budget with 4 seen (162 ms each): one more at a time
+    assert 650.0 > PACE_ALONE_SHARE * 800
+    more = [Applicant() for _ in range(3)]
+    for caller in more:
+        pool.request(caller)
+    assert [c.slot is not None for c in more] == [True, False, False] and pool.time_paced
+    assert [c.positions for c in more[1:]] == [[1], [2]]
+    pool._periodic()  # the fifth is not in the ticks yet: nobody else
+    assert more[1].slot is None
+    clock.now += UNSEEN_MAX_S + 0.1
+    worker.ticks_took(700.0)  # 5 seen at 140 ms each: one more at a time again
+    pool._periodic()
+    assert (more[1].slot is not None, more[2].slot is None) == (True, True)
+    pool.stop()
+
+
+async def test_a_slow_engine_is_judged_by_its_first_ticks_not_after_a_whole_window():
+    """25 ticks of a 1 s engine are 25 s: a ramp from empty must not go unjudged that long."""
+    clock = Clock(asyncio.get_running_loop())
+    worker = UnitWorker(slots=8)
+    pool = SlotPool(worker, queue_max=2, loop=clock, tick_budget=0.8)
+    worker.ticks_took(900.0, count=TIME_MIN_TICKS - 1)
+    early = Applicant()
+    pool.request(early)  # four ticks say nothing yet
+    assert early.slot is not None and not pool.time_limited
+    worker.ticks_took(900.0, count=2)
+    late = Applicant()
+    pool.request(late)  # six ticks over the budget: at its compute capacity
+    assert late.slot is None and pool.time_limited
     pool.stop()
