@@ -10,6 +10,7 @@ thread, 13 a second at 200 calls and 7 % of a web process's interpreter (bench/n
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
 from collections.abc import Awaitable, Callable
 
@@ -17,6 +18,8 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from webapp.conversations import services
+
+logger = logging.getLogger(__name__)
 
 
 class _AccountChecks:
@@ -50,6 +53,9 @@ class _AccountChecks:
                     active = await database_sync_to_async(services.active_user_ids)(user_ids=user_ids)
                 except services.ServiceFault:
                     continue  # the database is unreachable just now (logged there): ask again next period
+                except Exception:  # noqa: BLE001 - one failed read must not end every call's watch in this process
+                    logger.exception("realtime.account_check_failed", extra={"calls": len(user_ids)})
+                    continue
                 for user_id in user_ids:
                     if user_id not in active:
                         for found_inactive in self.waiting.pop(user_id, ()):

@@ -141,6 +141,33 @@ async def test_one_read_a_period_checks_every_live_call_of_the_process(settings,
         await calls[0]
 
 
+async def test_a_read_that_fails_unexpectedly_leaves_the_calls_watched(settings, django_user_model, monkeypatch):
+    from webapp.conversations import services
+    from webapp.conversations.account_watch import watch_account
+
+    settings.PARLEY_ACCOUNT_CHECK_S = 0.1
+    real_read, failures = services.active_user_ids, [RuntimeError("a bug below the read")]
+
+    def read_failing_once(*, user_ids):
+        if failures:
+            raise failures.pop()
+        return real_read(user_ids=user_ids)
+
+    monkeypatch.setattr(services, "active_user_ids", read_failing_once)
+    user = await database_sync_to_async(django_user_model.objects.create_user)(username="watched")
+    ended = asyncio.Event()
+
+    async def on_inactive() -> None:
+        ended.set()
+
+    call = asyncio.create_task(watch_account(user_id=user.pk, ended=lambda: False, on_inactive=on_inactive))
+    await asyncio.sleep(0.25)  # the first read failed (logged), the next ones read again
+    assert not failures and not call.done()
+    await database_sync_to_async(deactivate_without_signal)(user)
+    await asyncio.wait_for(ended.wait(), timeout=2.0)
+    await call
+
+
 @pytest.fixture(scope="module")
 def checking_server(django_db_setup, django_db_blocker):
     """A real daphne whose calls re-read their user every 0.3 s (the setting is forked into the server)."""
