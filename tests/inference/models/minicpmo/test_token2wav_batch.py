@@ -1,5 +1,5 @@
-"""Token2Wav chunks of several streams batched (``Token2WavModel.chunk_many``) against the same chunks run stream
-by stream: audio, mel and every stream's state afterwards.
+"""Token2Wav chunks of several streams batched (``Token2WavModel.chunk_many``, ``Token2WavVocoder.synthesize_many``)
+against the same chunks run stream by stream: audio, mel and every stream's state afterwards.
 
 The streams use the reference's prompts (``reference.npz``, as test_token2wav.py), copies of them with other speaker
 embeddings (so a batch mixes voices) and a shorter cut of one (prompts of three lengths: some streams never share a
@@ -17,7 +17,7 @@ import torch
 from inference.models.minicpmo.token2wav.flow import FlowCache
 from inference.models.minicpmo.token2wav.make_assets import make_token2wav_assets
 from inference.models.minicpmo.token2wav.stream import PromptFeatures, Token2WavModel, Token2WavStream
-from inference.models.minicpmo.vocoder import Token2WavVocoder
+from inference.models.minicpmo.vocoder import SilentVocoder, Token2WavVocoder
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")  # tests/conftest.py
 
@@ -218,3 +218,58 @@ def test_a_stream_twice_in_one_call_is_refused(model, prompts):
     s = model.start(prompts["a0"])
     with pytest.raises(ValueError, match="one chunk per call"):
         model.chunk_many([s, s], [[1] * 28, [2] * 28], [False, False])
+
+
+# Units of four sessions, one dict per tick: session -> (codes, end of turn). A unit of 30 codes takes two chunks,
+# a turn's end a last chunk after its others; session 3 has an empty unit, and sessions end and restart turns.
+UNITS = [
+    {0: (25, False), 1: (25, False), 2: (25, False), 3: (25, False)},
+    {0: (25, False), 1: (30, False), 2: (10, True), 3: (0, False)},
+    {0: (25, False), 1: (25, False), 2: (25, False), 3: (25, True)},
+    {0: (25, False), 1: (25, False), 2: (25, False), 3: (25, False)},
+    {0: (20, True), 1: (25, False), 2: (25, False)},
+    {0: (25, False), 1: (3, True), 2: (25, False), 3: (25, False)},
+    {0: (25, False), 2: (25, False), 3: (25, False)},
+]
+
+
+def _sessions(vocoder: Token2WavVocoder) -> list:
+    """Two sessions on the built-in voice, then the reference's prompt clips a (as long) and b (longer)."""
+    ref = np.load(REFERENCE)
+    return [vocoder.new_state(clip) for clip in (None, None, ref["a/prompt_audio"], ref["b/prompt_audio"])]
+
+
+def test_synthesize_many_equals_synthesize_session_by_session(vocoder, batches):
+    rng = np.random.default_rng(1)
+    units = [{k: (rng.integers(0, 6561, n).tolist(), eot) for k, (n, eot) in unit.items()} for unit in UNITS]
+    alone, together = _sessions(vocoder), _sessions(vocoder)
+    worst, batched = 0.0, []
+    for u, unit in enumerate(units):
+        keys = list(unit)
+        batches.clear()
+        got = vocoder.synthesize_many(
+            [together[k] for k in keys], [unit[k][0] for k in keys], [unit[k][1] for k in keys]
+        )
+        batched.append([len(b) for b in batches])
+        for k, g in zip(keys, got, strict=True):
+            w = vocoder.synthesize(alone[k], unit[k][0], end_of_turn=unit[k][1])
+            assert g.shape == w.shape and g.dtype == np.float32, (u, k)
+            worst = max(worst, float(np.abs(g - w).max()) if w.size else 0.0)
+            np.testing.assert_allclose(g, w, rtol=0, atol=AUDIO_ATOL, err_msg=f"unit {u} session {k}")
+            assert together[k].buffer == alone[k].buffer
+    print("synthesize_many vs synthesize, max abs diff:", worst)
+    # Per unit, round by round: {0 1 2: first chunks of three 2 s voices} {3} | {0 1} {2: 13 codes} then
+    # {1: second chunk} {2: last} | {0 1} {2: new turn} {3} then {3: last} | {0 1} {2} {3: new turn} | {0: 23 codes}
+    # {1 2: both caches trimmed} then {0: last} | {0: new turn} {1: last} {2} {3} | three cache lengths.
+    assert batched == [[3, 1], [2, 1, 1, 1], [2, 1, 1, 1], [2, 1, 1], [1, 2, 1], [1, 1, 1, 1], [1, 1, 1]], batched
+    for k in range(4):  # the streams carry on alike
+        codes = rng.integers(0, 6561, 25).tolist()
+        g = vocoder.synthesize(together[k], codes, end_of_turn=False)
+        np.testing.assert_allclose(g, vocoder.synthesize(alone[k], codes, end_of_turn=False), rtol=0, atol=AUDIO_ATOL)
+
+
+def test_silent_vocoder_synthesizes_many_silences():
+    voc = SilentVocoder()
+    states = [voc.new_state(None) for _ in range(3)]
+    out = voc.synthesize_many(states, [[1] * 25, [], [2] * 10], [False, True, False])
+    assert [a.shape for a in out] == [(24000,), (0,), (9600,)] and not any(a.any() for a in out)
