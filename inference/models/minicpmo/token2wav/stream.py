@@ -107,8 +107,8 @@ class Token2WavModel:
     ) -> list[tuple[np.ndarray, torch.Tensor]]:
         """One chunk for each of several streams: per stream what ``chunk`` gives, each stream updated as by it.
 
-        Streams whose tensors line up (``batch_key``) run as one batch: batch-1 kernels are launch-bound, so a
-        batch costs about what one stream does. The rest (other cache lengths, another ``last``) run apart.
+        Streams whose tensors line up (``batch_key``) run as one batch: on a GPU batch-1 kernels are launch-bound,
+        so a batch costs little more than one stream. The rest (other cache lengths, another ``last``) run apart.
         """
         if len({id(s) for s in streams}) != len(streams):
             raise ValueError("a stream can take only one chunk per call")
