@@ -13,12 +13,15 @@ within the 1 s budget by the fast runner with ~40% of units speaking (p99 of the
 ticks); device memory per session; greedy equality (bf16, 30 units: eager vs fast alone, and vs the same
 session ticked with three others); a torch.profiler
 summary of one 16-session tick; the native Token2Wav per 1 s unit (the unit's vocoder stage, timed on its
-own: random assets at the published flow / HiFT shapes and tiny ones, 5 and 10 flow steps).
+own: random assets at the published flow / HiFT shapes and tiny ones, 5 and 10 flow steps); apart
+(``--vocoder-batched``), Token2Wav for N speaking sessions session by session vs batched.
 
 Usage (GPU machine)::
 
     python3 bench/unit_gpu.py --out $OUT                  # $OUT/unit-<gpu>-<commit>.json (BENCH_COMMIT=...)
     python3 bench/unit_gpu.py --vocoder-only --out $OUT   # token2wav-<gpu>-<commit>.json
+    python3 bench/unit_gpu.py --vocoder-batched --published-sizes --vocoder-units 50 --out $OUT
+        # unit-vocoder-batched-<gpu>-<commit>.json: N speaking sessions, session by session vs batched
     python3 bench/unit_gpu.py --checkpoint /tmp/ref-ckpt ...   # the reference's weights (unit_reference.py)
     python3 bench/unit_gpu.py --reference-src .ref/minicpmo-demo --reference-site /tmp/ref-site ...
         # the side by side in one run: the reference first (its own process), then ours on its weights, ratios
@@ -43,7 +46,7 @@ from bench.stats import summary  # noqa: E402
 from bench.unit_equality import greedy_equality  # noqa: E402
 from bench.unit_sessions import one_session, tick  # noqa: E402
 from bench.unit_side_by_side import reference_side, run_reference  # noqa: E402
-from bench.unit_vocoder import vocoder_section  # noqa: E402
+from bench.unit_vocoder import batched_section, vocoder_section  # noqa: E402
 from bench.unit_workload import DATA, REAL_45, make_audio, sync  # noqa: E402
 from inference.models.minicpmo.audio_encoder import MelFrontEnd  # noqa: E402
 from inference.models.minicpmo.config import MiniCPMOConfig  # noqa: E402
@@ -219,6 +222,16 @@ def main() -> int:
     )
     parser.add_argument("--vocoder-units", type=int, default=300, help="units per Token2Wav row (0: none)")
     parser.add_argument("--vocoder-only", action="store_true", help="only the Token2Wav section (its own results)")
+    parser.add_argument(
+        "--vocoder-batched",
+        action="store_true",
+        help="only Token2Wav for N speaking sessions, session by session vs batched (its own results; "
+        "--vocoder-units units per N)",
+    )
+    parser.add_argument("--batched-sizes", default="1,4,8,16,32", help="speaking sessions per --vocoder-batched row")
+    parser.add_argument(
+        "--published-sizes", action="store_true", help="--vocoder-batched on the published flow/HiFT shapes, not tiny"
+    )
     parser.add_argument("--equality-only", action="store_true", help="only the greedy equality section")
     parser.add_argument(
         "--capacity-only",
@@ -231,6 +244,17 @@ def main() -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         torch.set_num_threads(1)  # as the unit engine serves on CUDA (inference/engines/unit.py)
+    if args.vocoder_batched:
+        sizes = [int(n) for n in args.batched_sizes.split(",")]
+        result = {
+            "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "token2wav_batched": batched_section(sizes, args.vocoder_units, args.published_sizes, device),
+        }
+        result["wall_s"] = round(time.perf_counter() - t_start, 1)
+        print(f"wrote {write_result(result, 'unit-vocoder-batched', gpu=device == 'cuda', out=args.out)}")
+        return 0
     if args.vocoder_only:
         result = {
             "gpu": torch.cuda.get_device_name() if device == "cuda" else None,

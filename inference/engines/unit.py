@@ -278,15 +278,25 @@ class UnitEngine(Engine):
             state.session.turn_ended = False
         return audio.astype(np.float32, copy=False), frame_embeds, force
 
-    def _unit_output(self, state: _UnitSlot, result: UnitResult, force: bool) -> SlotOutput:
-        if result.is_listen:
-            out_audio = np.zeros(0, np.float32)
-        else:
-            out_audio = self.vocoder.synthesize(state.vocoder, result.tts_codes, end_of_turn=result.end_of_turn)
+    def _units_audio(self, units: list[tuple[_UnitSlot, UnitResult]]) -> list[np.ndarray]:
+        """Each slot's audio of the tick: the speaking slots' codes go through the vocoder together (it batches
+        their chunks), a listening slot's audio is empty."""
+        audio = [np.zeros(0, np.float32) for _ in units]
+        speaking = [k for k, (_, result) in enumerate(units) if not result.is_listen]
+        spoken = self.vocoder.synthesize_many(
+            [units[k][0].vocoder for k in speaking],
+            [units[k][1].tts_codes for k in speaking],
+            [units[k][1].end_of_turn for k in speaking],
+        )
+        for k, piece in zip(speaking, spoken, strict=True):
+            audio[k] = piece
+        return audio
+
+    def _unit_output(self, state: _UnitSlot, result: UnitResult, force: bool, audio: np.ndarray) -> SlotOutput:
         if force and not result.end_of_turn:
             self.vocoder.new_turn(state.vocoder)
         return SlotOutput(
-            audio=out_audio,
+            audio=audio,
             text=result.text,
             decision="listen" if result.is_listen else "speak",
             end_of_turn=result.end_of_turn,
@@ -296,8 +306,8 @@ class UnitEngine(Engine):
         """Prepare newly opened slots, then run one unit for each slot in ``inputs``.
 
         Every slot's unit is checked first (a bad one raises before any state moves), then the prefills and
-        the decisions of all slots run together (the fast runner batches their LLM feeds and TTS), then each
-        slot's audio is synthesized.
+        the decisions of all slots run together (the fast runner batches their LLM feeds and TTS), then the
+        speaking slots' audio is synthesized together (the vocoder batches their chunks).
         """
         assert self.runner is not None
         outputs: dict[int, SlotOutput] = {}
@@ -314,8 +324,9 @@ class UnitEngine(Engine):
             units.append((slot, state, self._check_unit(slot, state, unit)))
         self.runner.prefill_many([(state.session, audio, frame) for _, state, (audio, frame, _) in units])
         results = self.runner.generate_many([(state.session, force) for _, state, (_, _, force) in units])
-        for (slot, state, (_, _, force)), result in zip(units, results, strict=True):
-            outputs[slot] = self._unit_output(state, result, force)
+        audio = self._units_audio([(state, result) for (_, state, _), result in zip(units, results, strict=True)])
+        for (slot, state, (_, _, force)), result, unit_audio in zip(units, results, audio, strict=True):
+            outputs[slot] = self._unit_output(state, result, force, unit_audio)
         return outputs
 
     def memory_snapshot(self) -> dict[str, float]:

@@ -46,6 +46,11 @@ class SilentVocoder:
     def synthesize(self, state: VocoderState, codes: list[int], *, end_of_turn: bool) -> np.ndarray:
         return np.zeros(len(codes) * OUTPUT_RATE // CODES_PER_SECOND, dtype=np.float32)
 
+    def synthesize_many(
+        self, states: list[VocoderState], code_lists: list[list[int]], end_of_turns: list[bool]
+    ) -> list[np.ndarray]:
+        return [self.synthesize(s, c, end_of_turn=e) for s, c, e in zip(states, code_lists, end_of_turns, strict=True)]
+
     def new_turn(self, state: VocoderState) -> None:
         """Nothing to reset."""
 
@@ -86,19 +91,56 @@ class Token2WavVocoder:
 
     def synthesize(self, state: VocoderState, codes: list[int], *, end_of_turn: bool) -> np.ndarray:
         """Stream the unit's codes; pad to the unit's length while the turn goes on."""
-        assert state.caches is not None
-        stream = state.caches[0]
-        state.buffer += [int(c) for c in codes]
-        pieces: list[np.ndarray] = []
-        while len(state.buffer) >= self.lookahead + 5:
+        return self.synthesize_many([state], [codes], [end_of_turn])[0]
+
+    def synthesize_many(
+        self, states: list[VocoderState], code_lists: list[list[int]], end_of_turns: list[bool]
+    ) -> list[np.ndarray]:
+        """``synthesize`` for several sessions' units at once, their chunks batched round by round.
+
+        A unit takes 0, 1 or 2 chunks of a session (then its last one at the end of a turn); each round takes the
+        next chunk of every session that has one, and the model batches those that line up.
+        """
+        if len({id(s) for s in states}) != len(states):
+            raise ValueError("a session can take only one unit per call")
+        assert all(state.caches is not None for state in states)
+        for state, codes in zip(states, code_lists, strict=True):
+            state.buffer += [int(c) for c in codes]
+        pieces: list[list[np.ndarray]] = [[] for _ in states]
+        while True:
+            chunks = [(i, c) for i, s in enumerate(states) if (c := self._next_chunk(s, end_of_turns[i])) is not None]
+            if not chunks:
+                break
+            outs = self.model.chunk_many(
+                [states[i].caches[0] for i, _ in chunks], [c[0] for _, c in chunks], [c[1] for _, c in chunks]
+            )
+            for (i, _), (audio, _) in zip(chunks, outs, strict=True):
+                pieces[i].append(audio)
+        return [
+            self._unit_audio(*args) for args in zip(states, pieces, map(len, code_lists), end_of_turns, strict=True)
+        ]
+
+    def _next_chunk(self, state: VocoderState, end_of_turn: bool) -> tuple[list[int], bool] | None:
+        """Take the session's next chunk off its buffer: (tokens, last), or None when it has none to run.
+
+        25 codes + 3 of look-ahead while the buffer holds at least 3 + 5; at the end of a turn, the rest as a last
+        chunk. The look-ahead codes stay in the buffer: they begin the next chunk.
+        """
+        if len(state.buffer) >= self.lookahead + 5:
             take = min(CHUNK_CODES + self.lookahead, len(state.buffer))
-            pieces.append(self.model.chunk(stream, state.buffer[:take], last=False)[0])
+            tokens = state.buffer[:take]
             state.buffer = state.buffer[min(CHUNK_CODES, take - self.lookahead) :]
+            return tokens, False
         if end_of_turn and state.buffer:
-            pieces.append(self.model.chunk(stream, state.buffer, last=True)[0])
-            state.buffer = []
+            tokens, state.buffer = state.buffer, []
+            return tokens, True
+        return None
+
+    def _unit_audio(self, state: VocoderState, pieces: list[np.ndarray], n_codes: int, end_of_turn: bool) -> np.ndarray:
+        """The unit's audio from its chunks: padded (at the front) to the unit's length while the turn goes on; a
+        turn's end starts the next turn."""
         audio = np.concatenate(pieces).astype(np.float32) if pieces else np.zeros(0, np.float32)
-        want = len(codes) * OUTPUT_RATE // CODES_PER_SECOND
+        want = n_codes * OUTPUT_RATE // CODES_PER_SECOND
         if not end_of_turn and audio.shape[0] < want:
             audio = np.pad(audio, (want - audio.shape[0], 0))
         if end_of_turn:

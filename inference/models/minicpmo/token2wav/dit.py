@@ -206,9 +206,13 @@ class ChunkCFM(nn.Module):
         self.register_buffer("rand_noise", noise, persistent=False)
 
     def forward_chunk(self, mu, spks, cond, n_timesteps, cnn_cache, att_cache):
-        """mu, cond [1, c, t]; spks [1, c]; caches [steps, depth, 2, ...] or None -> (mel, cnn, att)."""
+        """mu, cond [b, c, t]; spks [b, c]; caches [steps, depth, 2 b, ...] or None -> (mel, cnn, att).
+
+        The estimator's batch is [cond_1 .. cond_b, uncond_1 .. uncond_b], caches included. Every row starts from
+        the same noise: the rows of a batch share their offset (their cache length).
+        """
         offset = att_cache.shape[4] if att_cache is not None else 0
-        x = self.rand_noise[:, :, offset : offset + mu.size(2)]
+        x = self.rand_noise[:, :, offset : offset + mu.size(2)].expand(mu.size(0), -1, -1)
         t_span = torch.linspace(0, 1, n_timesteps + 1, device=mu.device, dtype=mu.dtype)
         t_span = 1 - torch.cos(t_span * 0.5 * torch.pi)
         t, dt = t_span[0].unsqueeze(0), t_span[1] - t_span[0]
@@ -220,7 +224,7 @@ class ChunkCFM(nn.Module):
             v, c, a = self.estimator.forward_chunk(
                 x.repeat(2, 1, 1),
                 mu_in,
-                t.repeat(2),
+                t.repeat(2 * mu.size(0)),
                 spks_in,
                 cond_in,
                 cnn_cache[step - 1] if cnn_cache is not None else None,

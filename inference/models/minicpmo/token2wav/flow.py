@@ -25,7 +25,7 @@ KEEP_RECENT = 100  # frames of recent context the reference keeps beyond the pro
 
 @dataclass
 class FlowCache:
-    """One session's flow caches (the reference's ``stream_cache`` dict, same layouts)."""
+    """One session's flow caches (the reference's ``stream_cache`` dict, same layouts), or a batch's (``batch``)."""
 
     conformer_cnn: torch.Tensor  # [1, d, 2 + 2 stride]
     conformer_att: torch.Tensor  # [blocks + up_blocks, 1, heads, T50, 2 d_k]
@@ -36,6 +36,40 @@ class FlowCache:
         return FlowCache(
             *(t.clone() for t in (self.conformer_cnn, self.conformer_att, self.estimator_cnn, self.estimator_att))
         )
+
+    @staticmethod
+    def batch(caches: list[FlowCache]) -> FlowCache:
+        """Several sessions' caches (of equal lengths) as one batch's; the estimator's cond rows of every
+        session come first, then their uncond rows, as ``ChunkCFM.forward_chunk`` lays out its batch."""
+        if len(caches) == 1:
+            return caches[0]
+        return FlowCache(
+            torch.cat([c.conformer_cnn for c in caches], dim=0),
+            torch.cat([c.conformer_att for c in caches], dim=1),
+            torch.stack([c.estimator_cnn for c in caches], dim=3).flatten(2, 3),
+            torch.stack([c.estimator_att for c in caches], dim=3).flatten(2, 3),
+        )
+
+    def unbatch(self, n: int) -> list[FlowCache]:
+        """The ``n`` sessions' caches of a batch's (``batch`` undone), each a copy of its own rows."""
+        if n == 1:
+            return [self]
+        cnn = self.estimator_cnn.unflatten(2, (2, n))
+        att = self.estimator_att.unflatten(2, (2, n))
+        # Copies, not views: a view would keep the whole batch's caches alive as long as any session lives.
+        return [
+            FlowCache(
+                self.conformer_cnn[i : i + 1].clone(),
+                self.conformer_att[:, i : i + 1].clone(),
+                cnn[:, :, :, i].clone(),
+                att[:, :, :, i].clone(),
+            )
+            for i in range(n)
+        ]
+
+    def shapes(self) -> tuple[torch.Size, ...]:
+        """The tensors' shapes: sessions whose shapes are equal can run as one batch."""
+        return tuple(t.shape for t in (self.conformer_cnn, self.conformer_att, self.estimator_cnn, self.estimator_att))
 
     def trim(self, prompt_frames: int) -> None:
         """Keep the first ``prompt_frames`` and the last 100 cached frames once the caches grow past both."""
@@ -93,7 +127,8 @@ class CausalFlow(nn.Module):
     def chunk(
         self, tokens: torch.Tensor, spk: torch.Tensor, cache: FlowCache, *, last_chunk: bool, n_timesteps: int
     ) -> tuple[torch.Tensor, FlowCache]:
-        """Mel [1, 80, frames] for one chunk of tokens [1, t], and the caches after it."""
+        """Mel [b, 80, frames] for one chunk of tokens [b, t] of b sessions (``FlowCache.batch``), and the caches
+        after it; spk [b, 192]."""
         h, cnn, att = self.encoder.forward_chunk(
             self.input_embedding(tokens),
             last_chunk=last_chunk,

@@ -6,11 +6,14 @@ source's STFT is mixed in at each scale, and the 18 output channels are the magn
 of a 16-point iSTFT with hop 4. The architecture constants are fixed in the reference; only the channel
 widths are read from the weights, so small random assets can shrink them.
 
-The source draws random numbers (initial harmonic phases and additive noise) on every call; ``generator``
-makes them repeatable (the reference draws from the global RNG in the same order and shapes).
+The source draws random numbers (initial harmonic phases and additive noise) on every call; a generator per
+row makes them repeatable (the reference draws from the global RNG in the same order and shapes), and lets a
+batch of streams give each row the draws its own stream would get alone.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -78,18 +81,35 @@ class F0Predictor(nn.Module):
 
 
 class SineSource(nn.Module):
-    """``m_source``: F0 at 24 kHz -> harmonic sines (phase integrated at the frame rate) + noise -> 1 channel."""
+    """``m_source``: F0 at 24 kHz -> harmonic sines (phase integrated at the frame rate) + noise -> 1 channel.
+
+    The random numbers are drawn apart (``draw``) so that a batch can give each row its own generator's draws.
+    """
 
     def __init__(self):
         super().__init__()
         self.l_linear = nn.Linear(HARMONICS + 1, 1)
 
-    def forward(self, f0: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """f0 [b, L, 1] -> source [b, L, 1]."""
+    @staticmethod
+    def draw(f0: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The draws of one call for f0 [b, L, 1], in the reference's order, shapes and layouts.
+
+        Returns the initial phases [b, harmonics + 1] and the unit noise [b, L, harmonics + 1].
+        """
+        b, length, n = f0.shape[0], f0.shape[1], HARMONICS + 1
+        rand_ini = torch.rand(b, n, device=f0.device, generator=generator)
+        # randn_like of the sines in the reference: the sines are a transposed [b, n, L] tensor, and a
+        # non-contiguous fill draws in its own order, so the noise is drawn into that same layout.
+        noise = torch.empty(b, n, length, device=f0.device).transpose(1, 2).normal_(generator=generator)
+        # The reference also draws a noise branch it never uses; drawn here so later draws line up.
+        torch.empty(b, length, 1, device=f0.device).normal_(generator=generator)
+        return rand_ini, noise
+
+    def forward(self, f0: torch.Tensor, rand_ini: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """f0 [b, L, 1] and the call's draws (``draw``) -> source [b, L, 1]."""
         harmonics = torch.arange(1, HARMONICS + 2, dtype=torch.float32, device=f0.device)
         fn = f0 * harmonics[None, None]
         rad = (fn / SAMPLE_RATE) % 1
-        rand_ini = torch.rand(fn.shape[0], fn.shape[2], device=f0.device, generator=generator)
         rand_ini[:, 0] = 0
         rad[:, 0, :] = rad[:, 0, :] + rand_ini
         rad = F.interpolate(rad.transpose(1, 2), scale_factor=1 / SAMPLES_PER_FRAME, mode="linear").transpose(1, 2)
@@ -100,11 +120,7 @@ class SineSource(nn.Module):
         sines = torch.sin(phase) * SINE_AMP
         uv = (f0 > VOICED_THRESHOLD).type(torch.float32)
         noise_amp = uv * NOISE_STD + (1 - uv) * SINE_AMP / 3
-        # randn_like in the reference: a normal draw into a tensor laid out like the (transposed) sines.
-        noise = noise_amp * torch.empty_like(sines).normal_(generator=generator)
-        sines = sines * uv + noise
-        # The reference also draws a noise branch it never uses; drawn here so later draws line up.
-        torch.empty_like(uv).normal_(generator=generator)
+        sines = sines * uv + noise_amp * noise
         return torch.tanh(self.l_linear(sines))
 
 
@@ -139,11 +155,18 @@ class HiFT(nn.Module):
         window = torch.from_numpy(get_window("hann", N_FFT, fftbins=True).astype(np.float32))
         self.register_buffer("stft_window", window, persistent=False)
 
-    def source(self, mel: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """The excitation [b, 1, 480 t] for mel [b, 80, t]."""
+    def source(self, mel: torch.Tensor, generators: Sequence[torch.Generator | None] | None) -> torch.Tensor:
+        """The excitation [b, 1, 480 t] for mel [b, 80, t]; each row draws from its own generator (``forward``)."""
         f0 = self.f0_predictor(mel)
         f0 = F.interpolate(f0[:, None], scale_factor=float(SAMPLES_PER_FRAME)).transpose(1, 2)
-        return self.m_source(f0, generator).transpose(1, 2)
+        if generators is None:
+            rand_ini, noise = self.m_source.draw(f0, None)
+        else:
+            if len(generators) != f0.shape[0]:
+                raise ValueError(f"{len(generators)} generators for a batch of {f0.shape[0]}")
+            draws = [self.m_source.draw(f0[i : i + 1], g) for i, g in enumerate(generators)]
+            rand_ini, noise = (torch.cat(d) for d in zip(*draws, strict=True))
+        return self.m_source(f0, rand_ini, noise).transpose(1, 2)
 
     def decode(self, mel: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """Mel [b, 80, t] and source [b, 1, 480 t] -> audio [b, 480 t] in [-0.99, 0.99]."""
@@ -171,10 +194,17 @@ class HiFT(nn.Module):
 
     @torch.inference_mode()
     def forward(
-        self, mel: torch.Tensor, cache_source: torch.Tensor | None = None, generator: torch.Generator | None = None
+        self,
+        mel: torch.Tensor,
+        cache_source: torch.Tensor | None = None,
+        generators: Sequence[torch.Generator | None] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Audio [b, 480 t] and the source used; ``cache_source`` overrides the source's first samples."""
-        s = self.source(mel, generator)
+        """Audio [b, 480 t] and the source used; ``cache_source`` [b, 1, n] overrides the source's first samples.
+
+        ``generators``: one per row, so that a row of a batch gets the very draws it would get alone; None draws
+        the whole batch from the global RNG (the reference's way).
+        """
+        s = self.source(mel, generators)
         if cache_source is not None and cache_source.shape[2] > 0:
             s[:, :, : cache_source.shape[2]] = cache_source
         return self.decode(mel, s), s

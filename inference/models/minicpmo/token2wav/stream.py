@@ -97,30 +97,84 @@ class Token2WavModel:
             speech_tail=torch.zeros(1, 0, device=d),
         )
 
-    @torch.inference_mode()
     def chunk(self, stream: Token2WavStream, tokens: list[int], *, last: bool) -> tuple[np.ndarray, torch.Tensor]:
         """Audio (float32, 24 kHz) and mel frames for one chunk of tokens; updates ``stream``."""
-        ids = torch.tensor([tokens], dtype=torch.int32, device=self.device).long()
-        mel, stream.flow = self.flow.chunk(
-            ids, stream.prompt.spk, stream.flow, last_chunk=last, n_timesteps=self.n_timesteps
-        )
-        stream.flow.trim(stream.prompt.mel.shape[1])
-        full = torch.cat([stream.mel_tail, mel], dim=2)
+        return self.chunk_many([stream], [tokens], [last])[0]
+
+    @torch.inference_mode()
+    def chunk_many(
+        self, streams: list[Token2WavStream], token_lists: list[list[int]], lasts: list[bool]
+    ) -> list[tuple[np.ndarray, torch.Tensor]]:
+        """One chunk for each of several streams: per stream what ``chunk`` gives, each stream updated as by it.
+
+        Streams whose tensors line up (``batch_key``) run as one batch: on a GPU batch-1 kernels are launch-bound,
+        so a batch costs little more than one stream. The rest (other cache lengths, another ``last``) run apart.
+        """
+        if len({id(s) for s in streams}) != len(streams):
+            raise ValueError("a stream can take only one chunk per call")
+        groups: dict[tuple, list[int]] = {}
+        for i, (stream, tokens, last) in enumerate(zip(streams, token_lists, lasts, strict=True)):
+            groups.setdefault(batch_key(stream, tokens, last), []).append(i)
+        results: list[tuple[np.ndarray, torch.Tensor]] = [None] * len(streams)  # type: ignore[list-item]
+        for members in groups.values():
+            outs = self._chunk_batch(
+                [streams[i] for i in members], [token_lists[i] for i in members], lasts[members[0]]
+            )
+            for i, out in zip(members, outs, strict=True):
+                results[i] = out
+        return results
+
+    def _chunk_batch(
+        self, streams: list[Token2WavStream], token_lists: list[list[int]], last: bool
+    ) -> list[tuple[np.ndarray, torch.Tensor]]:
+        """One chunk of streams that line up, as one batch: the flow, HiFT, the cross-fade, each stream's tails."""
+        first = streams[0].speech_tail.shape[-1] == 0  # the same for every stream of a batch (batch_key)
+        mel = self._flow_batch(streams, token_lists, last)
+        full = torch.cat([torch.cat([s.mel_tail for s in streams]), mel], dim=2)
+        generators = [self._hift_generator(s) for s in streams]
+        speech, source = self.hift(full, torch.cat([s.source_tail for s in streams]), generators)
+        if not first:
+            speech = self._cross_fade(streams, speech)
+        for i, s in enumerate(streams):
+            s.mel_tail = full[i : i + 1, :, -MEL_CACHE:].clone()
+            s.source_tail = source[i : i + 1, :, -SOURCE_CACHE:].clone()
+            s.speech_tail = speech[i : i + 1, -SOURCE_CACHE:].clone()
+        if not last:  # the tail waits for the next chunk's cross-fade; a first chunk starts with as much silence
+            speech = speech[:, :-SOURCE_CACHE]
+            if first:
+                speech = torch.cat([torch.zeros(len(streams), SOURCE_CACHE, device=self.device), speech], dim=1)
+        audio = speech.float().cpu().numpy()  # one copy to the host for the whole batch
+        return [(audio[i], mel[i : i + 1]) for i in range(len(streams))]
+
+    def _flow_batch(self, streams: list[Token2WavStream], token_lists: list[list[int]], last: bool) -> torch.Tensor:
+        """The streams' mel [b, 80, frames] for their tokens; each stream's flow caches advanced and trimmed."""
+        ids = torch.tensor(token_lists, dtype=torch.int32, device=self.device).long()
+        spk = torch.cat([s.prompt.spk for s in streams])
+        cache = FlowCache.batch([s.flow for s in streams])
+        mel, cache = self.flow.chunk(ids, spk, cache, last_chunk=last, n_timesteps=self.n_timesteps)
+        for stream, own in zip(streams, cache.unbatch(len(streams)), strict=True):
+            own.trim(stream.prompt.mel.shape[1])
+            stream.flow = own
+        return mel
+
+    def _hift_generator(self, stream: Token2WavStream) -> torch.Generator:
+        """The generator of the stream's next HiFT call (its noise depends on the call's index alone)."""
         gen = torch.Generator(device=self.device).manual_seed(HIFT_SEED + stream.calls)
         stream.calls += 1
-        speech, source = self.hift(full, stream.source_tail, generator=gen)
-        first = stream.speech_tail.shape[-1] == 0
-        if not first:
-            n = SOURCE_CACHE
-            w = stream.window.to(self.device)
-            speech = speech.clone()
-            speech[..., :n] = speech[..., :n] * w[:n] + stream.speech_tail[..., -n:] * w[n:]
-        stream.mel_tail = full[..., -MEL_CACHE:].clone()
-        stream.source_tail = source[:, :, -SOURCE_CACHE:].clone()
-        stream.speech_tail = speech[:, -SOURCE_CACHE:].clone()
-        if not last:
-            if first:
-                speech = torch.cat([torch.zeros(1, SOURCE_CACHE, device=self.device), speech[:, :-SOURCE_CACHE]], dim=1)
-            else:
-                speech = speech[:, :-SOURCE_CACHE]
-        return speech[0].float().cpu().numpy(), mel
+        return gen
+
+    def _cross_fade(self, streams: list[Token2WavStream], speech: torch.Tensor) -> torch.Tensor:
+        """The first 3840 samples faded in over the previous chunk's held-back tail (Hamming halves)."""
+        n = SOURCE_CACHE
+        w = streams[0].window.to(self.device)  # every stream's window is the same Hamming window
+        tails = torch.cat([s.speech_tail[..., -n:] for s in streams])
+        speech = speech.clone()
+        speech[..., :n] = speech[..., :n] * w[:n] + tails * w[n:]
+        return speech
+
+
+def batch_key(stream: Token2WavStream, tokens: list[int], last: bool) -> tuple:
+    """Streams with equal keys can take their chunks as one batch: same token count, same ``last``, same cache
+    and tail lengths (so the same noise offset, and all first chunks or none)."""
+    tails = (stream.mel_tail.shape, stream.source_tail.shape, stream.speech_tail.shape)
+    return (len(tokens), last, stream.flow.shapes(), tails, stream.prompt.spk.shape)
