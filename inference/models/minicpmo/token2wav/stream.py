@@ -10,6 +10,7 @@ instead), except in the last chunk, which returns everything.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,12 @@ from inference.models.minicpmo.token2wav.loading import check_asset_dir, load_fl
 MEL_CACHE = 8  # mel frames HiFT re-reads from the previous chunk (160 ms)
 SOURCE_CACHE = MEL_CACHE * SAMPLES_PER_FRAME  # 3840 samples of source and of audio overlap
 HIFT_SEED = 1000  # HiFT's noise for call k of a stream comes from seed HIFT_SEED + k
+# Streams per batch to begin with. A batch's caches and activations are held three times over while it runs
+# (stacked, computed, split back): at the published shapes about 250 MB a stream, beside an LLM that was given
+# the rest of the device. Running out of device memory halves it (``chunk_many``), down to one stream at a time.
+MAX_BATCH = 32
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -69,8 +76,16 @@ class Token2WavModel:
 
     SILENCE_TOKEN = 4218
 
-    def __init__(self, flow: CausalFlow, hift: HiFT, device: str | torch.device = "cpu", n_timesteps: int = 5):
+    def __init__(
+        self,
+        flow: CausalFlow,
+        hift: HiFT,
+        device: str | torch.device = "cpu",
+        n_timesteps: int = 5,
+        max_batch: int = MAX_BATCH,
+    ):
         self.device = torch.device(device)
+        self.max_batch = max_batch  # lowered for good when a batch runs out of device memory
         self.flow = flow.to(self.device).eval()
         self.hift = hift.to(self.device).eval()
         self.n_timesteps = n_timesteps
@@ -117,12 +132,39 @@ class Token2WavModel:
             groups.setdefault(batch_key(stream, tokens, last), []).append(i)
         results: list[tuple[np.ndarray, torch.Tensor]] = [None] * len(streams)  # type: ignore[list-item]
         for members in groups.values():
-            outs = self._chunk_batch(
-                [streams[i] for i in members], [token_lists[i] for i in members], lasts[members[0]]
-            )
-            for i, out in zip(members, outs, strict=True):
-                results[i] = out
+            done = 0
+            while done < len(members):
+                part = members[done : done + self.max_batch]
+                try:
+                    outs = self._chunk_batch_or_nothing(
+                        [streams[i] for i in part], [token_lists[i] for i in part], lasts[part[0]]
+                    )
+                except torch.OutOfMemoryError:
+                    if len(part) == 1:
+                        raise
+                    self.max_batch = len(part) // 2
+                    logger.warning(
+                        "token2wav.batch_shrunk", extra={"max_batch": self.max_batch, "failed_batch": len(part)}
+                    )
+                    continue
+                for i, out in zip(part, outs, strict=True):
+                    results[i] = out
+                done += len(part)
         return results
+
+    def _chunk_batch_or_nothing(
+        self, streams: list[Token2WavStream], token_lists: list[list[int]], last: bool
+    ) -> list[tuple[np.ndarray, torch.Tensor]]:
+        """``_chunk_batch``, or, when the device runs out of memory on the way, the streams as they were (their
+        fields are replaced, never changed in place, so keeping the old references restores them)."""
+        fields = ("flow", "mel_tail", "source_tail", "speech_tail", "calls")
+        before = [{name: getattr(s, name) for name in fields} for s in streams]
+        try:
+            return self._chunk_batch(streams, token_lists, last)
+        except torch.OutOfMemoryError:
+            for stream, kept in zip(streams, before, strict=True):
+                stream.__dict__.update(kept)
+            raise
 
     def _chunk_batch(
         self, streams: list[Token2WavStream], token_lists: list[list[int]], last: bool

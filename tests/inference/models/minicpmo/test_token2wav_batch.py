@@ -165,6 +165,55 @@ def test_batched_chunks_equal_chunks_stream_by_stream(model, prompts, batches):
         np.testing.assert_allclose(g_audio, w_audio, rtol=0, atol=AUDIO_ATOL, err_msg=name)
 
 
+def test_a_batch_out_of_device_memory_runs_again_halved_from_the_streams_as_they_were(model, prompts, monkeypatch):
+    """The device runs out of memory in a batch of more than two streams, after its flow has advanced their caches
+    and its HiFT call has taken their noise: the streams are put back, the batch runs in halves, and the model
+    keeps the smaller size. Every output and state is what the per-stream run gives."""
+    rounds = _rounds()
+    want, alone = _run(model, prompts, rounds, batched=False)
+    hift = Token2WavModel._hift_generator
+    failed: list[int] = []
+
+    def tight_memory(self, stream):
+        gen = hift(self, stream)  # the stream's call count is taken before the allocation fails
+        if len(self._batch_now) > 2:
+            failed.append(len(self._batch_now))
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return gen
+
+    original = Token2WavModel._chunk_batch
+
+    def note_batch(self, streams, token_lists, last):
+        self._batch_now = list(streams)
+        return original(self, streams, token_lists, last)
+
+    monkeypatch.setattr(Token2WavModel, "_hift_generator", tight_memory)
+    monkeypatch.setattr(Token2WavModel, "_chunk_batch", note_batch)
+    monkeypatch.setattr(model, "max_batch", 8)
+    monkeypatch.setattr(model, "_batch_now", [], raising=False)
+    got, together = _run(model, prompts, rounds, batched=True)
+    assert failed == [3] and model.max_batch == 1  # a0 a1 c0 failed at 3; then 3 // 2 = 1 stream a batch
+    for w_round, g_round in zip(want, got, strict=True):
+        for name, (w_audio, _) in w_round.items():
+            np.testing.assert_allclose(g_round[name][0], w_audio, rtol=0, atol=AUDIO_ATOL, err_msg=name)
+    for name in prompts:
+        assert together[name].calls == alone[name].calls, name
+        for g, w in zip(_state(together[name]), _state(alone[name]), strict=True):
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=0, atol=STATE_ATOL, err_msg=name)
+
+
+def test_one_stream_out_of_device_memory_is_the_engines_failure(model, prompts, monkeypatch):
+    def no_memory(self, stream):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(Token2WavModel, "_hift_generator", no_memory)
+    stream = model.start(prompts["a0"])
+    flow = stream.flow
+    with pytest.raises(torch.OutOfMemoryError):
+        model.chunk_many([stream], [[1] * 28], [False])
+    assert stream.flow is flow and stream.calls == 0 and stream.mel_tail.shape[-1] == 0  # left as it was
+
+
 def test_a_batch_of_one_is_the_per_stream_chunk_exactly(model, prompts):
     """``chunk`` is ``chunk_many`` of one: a stream alone in a call, or alone in its group, runs the very same ops."""
     tokens = np.random.default_rng(3).integers(0, 6561, 28).tolist()
