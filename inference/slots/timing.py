@@ -19,6 +19,10 @@ class TimingRing:
         with self._lock:
             self._values.append(ms)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._values.clear()
+
     def recent(self, count: int | None = None) -> tuple[float, ...]:
         """The newest ``count`` values (all when None), oldest first."""
         with self._lock:

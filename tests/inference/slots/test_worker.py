@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import numpy as np
 import pytest
 
+from inference.contracts import ParleyError
 from inference.engines.base import EngineError, SlotConfig, SlotInput, SlotOutput
 from inference.engines.echo import ECHO_LABEL, EchoEngine
+from inference.slots.pool import SlotPool
 from inference.slots.worker import EngineWorker
 
 
@@ -198,6 +201,40 @@ async def test_overrunning_ticks_are_counted_late_without_a_catch_up_burst(worke
     stats = worker.stats()
     assert stats.late_ticks >= 4
     assert stats.ticks <= 9  # 1 s / 120 ms: a catch-up burst would have squeezed in ~12
+
+
+class Caller:
+    """What the slot pool needs of a session."""
+
+    slot: int | None = None
+
+    def admitted(self, slot: int) -> None:
+        self.slot = slot
+
+    def queue_position(self, position: int, queue_length: int, estimated_wait_s: float) -> None:
+        pass
+
+
+async def test_an_engine_left_without_calls_while_over_its_tick_budget_admits_again(worker_factory):
+    """Every call of an engine over its time budget ends (on the H200 they failed at once): with no slot left to
+    tick, the slow ticks of the calls that are gone must not keep refusing every caller."""
+    worker = worker_factory(SlowEcho(2, delay_frames=0))  # 120 ms ticks against a budget of 64 ms
+    loop = asyncio.get_running_loop()
+    pool = SlotPool(worker, queue_max=0, loop=loop, tick_budget=0.8)
+    first = Caller()
+    pool.request(first)
+    worker.open(first.slot, SlotConfig(), Recorder(), loop)
+    await asyncio.sleep(0.8)  # six slow ticks: enough for the window to judge
+    with pytest.raises(ParleyError, match="compute capacity"):
+        pool.request(Caller())
+    pool.release(first, first.slot)
+    second = Caller()
+    async with asyncio.timeout(2.0):
+        while second.slot is None:
+            await asyncio.sleep(0.05)
+            with contextlib.suppress(ParleyError):
+                pool.request(second)
+    assert worker.stats().recent_tick_ms == ()  # idle: no tick times until the new call's slot ticks
 
 
 async def test_a_standing_input_queue_is_trimmed_to_cut_latency(worker_factory):
