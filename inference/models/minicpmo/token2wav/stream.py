@@ -24,9 +24,9 @@ from inference.models.minicpmo.token2wav.loading import check_asset_dir, load_fl
 MEL_CACHE = 8  # mel frames HiFT re-reads from the previous chunk (160 ms)
 SOURCE_CACHE = MEL_CACHE * SAMPLES_PER_FRAME  # 3840 samples of source and of audio overlap
 HIFT_SEED = 1000  # HiFT's noise for call k of a stream comes from seed HIFT_SEED + k
-# Streams per batch to begin with. A batch's caches and activations are held three times over while it runs
-# (stacked, computed, split back): at the published shapes about 250 MB a stream, beside an LLM that was given
-# the rest of the device. Running out of device memory halves it (``chunk_many``), down to one stream at a time.
+# Streams per batch to begin with. A batch holds its streams' flow caches three times over while it runs (stacked,
+# computed, split back): at the published shapes a stream's are about 170 MB, beside an LLM that was given the
+# rest of the device. Running out of device memory halves it (``chunk_many``), down to one stream at a time.
 MAX_BATCH = 32
 
 logger = logging.getLogger(__name__)
