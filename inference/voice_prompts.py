@@ -100,7 +100,9 @@ def prepare_clip(
     report("trimming silence", 0.55)
     pcm = _trim_silence(pcm)
     if pcm is None:
-        raise VoiceClipError(f"The clip is silent: nothing in it is louder than {SILENCE_DBFS:.0f} dBFS.", code="silent")
+        raise VoiceClipError(
+            f"The clip is silent: nothing in it is louder than {SILENCE_DBFS:.0f} dBFS.", code="silent"
+        )
     if clipped > MAX_CLIPPED_FRACTION:
         raise VoiceClipError(
             f"The clip is clipped: {clipped:.1%} of its samples are at full scale (at most "

@@ -37,7 +37,14 @@ from inference.models.minicpmo.duplex import DuplexRunner, DuplexSession, UnitRe
 from inference.models.minicpmo.fast.runner import FastDuplexRunner
 from inference.models.minicpmo.loading import MiniCPMOParts, load_model
 from inference.models.minicpmo.vision import FrameError, decode_frame
-from inference.models.minicpmo.vocoder import OUTPUT_RATE, SilentVocoder, VocoderState, build_vocoder, vocoder_kind
+from inference.models.minicpmo.vocoder import (
+    OUTPUT_RATE,
+    SilentVocoder,
+    Token2WavVocoder,
+    VocoderState,
+    build_vocoder,
+    vocoder_kind,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +52,9 @@ DEFAULT_SYSTEM_PROMPT = "Streaming Omni Conversation."
 DEMO_WEIGHTS_MAX_BYTES = 1 << 30  # the real model is ~18 GB; tiny random checkpoints ~200 MB
 # Worst-case LLM positions one unit takes: <unit> + 10 audio + 19 decided ids + terminator/</unit>.
 AUDIO_UNIT_MAX_POSITIONS = 32
+# Room kept for a vocoder batch, in sessions' worth of vocoder memory at their longest: a batch holds its streams'
+# caches three times over while it runs, and a bigger one that does not fit runs again in halves.
+VOCODER_BATCH_HEADROOM = 24
 FRAME_POSITIONS = 66  # <image> + 64 + </image>
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -108,6 +118,9 @@ class UnitEngine(Engine):
         self.runner: DuplexRunner | None = None
         self.vocoder = SilentVocoder()
         self._slots: dict[int, _UnitSlot] = {}
+        # A new session's vocoder at its longest (the built-in voice), measured at warm-up with Token2Wav on a GPU;
+        # None: device memory does not limit admission (admissible_sessions).
+        self._vocoder_session_bytes: int | None = None
         self.capabilities = self._static_capabilities()
 
     @classmethod
@@ -181,6 +194,8 @@ class UnitEngine(Engine):
             self.vocoder = build_vocoder(self.checkpoint, self.device)
         except CheckpointError as exc:  # bad Token2Wav assets: refuse to start rather than speak silence
             raise EngineError(f"cannot load the vocoder: {exc}") from exc
+        if isinstance(self.vocoder, Token2WavVocoder) and self.device.startswith("cuda"):
+            self.watch_vocoder_memory()
         if self.vocoder.name != self.capabilities.extra["vocoder"]:  # e.g. the package failed to load
             self.capabilities = dataclasses.replace(
                 self.capabilities, extra={**self.capabilities.extra, "vocoder": self.vocoder.name}
@@ -329,6 +344,32 @@ class UnitEngine(Engine):
             outputs[slot] = self._unit_output(state, result, force, unit_audio)
         return outputs
 
+    def admissible_sessions(self) -> int | None:
+        """With Token2Wav on a GPU: how many more sessions the device memory left takes; None elsewhere.
+
+        The LLM's memory is taken at warm-up for every slot, the vocoder's grows as a session speaks: a prompt's
+        caches, then its turn's, up to about 170 MB each at the published shapes with the built-in voice. At 64
+        slots on an H200 the device had ~8 GiB left for them, and 45 calls ran it out (bench/notes/
+        serving-e2e.md). So the live sessions' vocoders are counted at their longest, and room is kept for a
+        batch (``VOCODER_BATCH_HEADROOM`` sessions' worth); each new session is counted as the built-in voice.
+        """
+        if self._vocoder_session_bytes is None or not isinstance(self.vocoder, Token2WavVocoder):
+            return None
+        growth = 0
+        for state in self._slots.values():
+            if state.vocoder.base_caches is None:  # open, its vocoder not made yet (the prepare tick)
+                growth += self._vocoder_session_bytes
+                continue
+            now, longest = self.vocoder.state_bytes(state.vocoder)
+            growth += longest - now
+        spare = device_spare_bytes(self.device) - growth - VOCODER_BATCH_HEADROOM * self._vocoder_session_bytes
+        return max(0, spare // self._vocoder_session_bytes)
+
+    def watch_vocoder_memory(self) -> None:
+        """Let device memory limit admission (``admissible_sessions``): measure a new session's vocoder."""
+        assert isinstance(self.vocoder, Token2WavVocoder)
+        self._vocoder_session_bytes = max(1, self.vocoder.state_bytes(self.vocoder.new_state(None))[1])
+
     def memory_snapshot(self) -> dict[str, float]:
         """Parameter bytes, per-session cache bytes, and device bytes when on CUDA."""
         snap: dict[str, float] = {}
@@ -347,6 +388,12 @@ class UnitEngine(Engine):
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.num_slots:
             raise EngineError(f"slot {slot} out of range 0..{self.num_slots - 1}")
+
+
+def device_spare_bytes(device: str) -> int:
+    """Device memory a new allocation can take: free on the device, and cached by torch but unused."""
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
 
 
 def _voice_audio(slot: int, voice: VoiceRef | None) -> np.ndarray | None:

@@ -176,7 +176,12 @@ class DialogueSession:
     # ---- client requests (through the handle) -------------------------------------------------
 
     def update(
-        self, *, persona: str | None, voice: VoiceRef | None, record: bool | None = None, record_video: bool | None = None
+        self,
+        *,
+        persona: str | None,
+        voice: VoiceRef | None,
+        record: bool | None = None,
+        record_video: bool | None = None,
     ) -> None:
         # The first audio fixes a call's recording, persona and voice; a chat's first message fixes its recording.
         # Keeping the camera frames is the caller's own choice at any time (recording.SessionRecorder.request_video).

@@ -83,6 +83,15 @@ class Token2WavVocoder:
         self.new_turn(state)
         return state
 
+    def state_bytes(self, state: VocoderState) -> tuple[int, int]:
+        """(device bytes the session's vocoder holds now, the most it will hold): its prompt's caches beside its
+        turn's, as they are and at their longest."""
+        if state.base_caches is None:
+            return 0, 0
+        base = state.base_caches[0]
+        now = base.nbytes() + (state.caches[0].nbytes() if state.caches is not None else 0)
+        return now, base.nbytes() + self.model.longest_nbytes(base)
+
     def new_turn(self, state: VocoderState) -> None:
         """Start a turn from the prompt's caches."""
         if state.base_caches is not None:

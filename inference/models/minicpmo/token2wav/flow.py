@@ -86,6 +86,14 @@ class FlowCache:
             for t in (self.conformer_cnn, self.conformer_att, self.estimator_cnn, self.estimator_att)
         )
 
+    def nbytes_at(self, frames: int) -> int:
+        """The caches' bytes once both attention caches hold ``frames`` frames (the conv caches do not grow)."""
+        fixed = sum(t.numel() * t.element_size() for t in (self.conformer_cnn, self.estimator_cnn))
+        grown = 0
+        for att, time_dim in ((self.conformer_att, 3), (self.estimator_att, 4)):
+            grown += att.numel() // max(1, att.shape[time_dim]) * frames * att.element_size()
+        return fixed + grown
+
 
 class CausalFlow(nn.Module):
     """``flow``: parameter names follow the published ``flow.pt``."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from inference.models.minicpmo.token2wav.flow import CausalFlow, FlowCache
+from inference.models.minicpmo.token2wav.flow import KEEP_RECENT, CausalFlow, FlowCache
 from inference.models.minicpmo.token2wav.hift import SAMPLES_PER_FRAME, HiFT
 from inference.models.minicpmo.token2wav.loading import check_asset_dir, load_flow, load_hift
 
@@ -111,6 +111,14 @@ class Token2WavModel:
             source_tail=torch.zeros(1, 1, 0, device=d),
             speech_tail=torch.zeros(1, 0, device=d),
         )
+
+    def longest_nbytes(self, stream: Token2WavStream) -> int:
+        """The most device memory ``stream`` holds between chunks: its caches once a trim keeps the prompt's frames
+        and the recent ones (``FlowCache.trim``), and its tails at their full length. A chunk's frames above that
+        live only while the chunk runs."""
+        frames = stream.prompt.mel.shape[1] + KEEP_RECENT
+        tails = (stream.mel_tail.shape[1] * MEL_CACHE + 2 * SOURCE_CACHE) * stream.mel_tail.element_size()
+        return stream.flow.nbytes_at(frames) + tails
 
     def chunk(self, stream: Token2WavStream, tokens: list[int], *, last: bool) -> tuple[np.ndarray, torch.Tensor]:
         """Audio (float32, 24 kHz) and mel frames for one chunk of tokens; updates ``stream``."""

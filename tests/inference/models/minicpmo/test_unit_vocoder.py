@@ -151,3 +151,47 @@ def test_a_tick_speaks_each_slot_as_the_slot_ticked_alone(
         for slot in range(6):
             eng.close_slot(slot)
         torch.set_num_threads(previous)
+
+
+def test_device_memory_left_for_the_vocoder_limits_admission(
+    speaking_checkpoint, minicpmo_data_dir, tmp_path, monkeypatch
+):
+    """With Token2Wav on a GPU the engine admits what the device memory left takes: a session's vocoder counted at
+    its longest from the moment its slot opens, so the count does not rise as its caches grow and trim while it
+    speaks; a voice with a longer prompt takes more. The device here is simulated: a total less what the live
+    sessions' vocoders hold."""
+    from inference.engines import unit
+
+    previous = torch.get_num_threads()
+    eng = unit.UnitEngine(speaking_checkpoint, num_slots=3)
+    eng.warmup()
+    try:
+        assert eng.admissible_sessions() is None  # on the CPU memory does not limit admission
+        eng.watch_vocoder_memory()
+        per = eng._vocoder_session_bytes
+        total = (unit.VOCODER_BATCH_HEADROOM + 3) * per + per // 2
+        held = lambda: sum(eng.vocoder.state_bytes(s.vocoder)[0] for s in eng._slots.values())  # noqa: E731
+        monkeypatch.setattr(unit, "device_spare_bytes", lambda device: total - held())
+        assert eng.admissible_sessions() == 3
+        eng.open_slot(0, SlotConfig())
+        assert eng.admissible_sessions() == 2  # before its vocoder exists
+        eng.step({})  # the prepare tick: the prompt's caches
+        speech = np.load(minicpmo_data_dir / "audio8" / "user_audio.npy").astype(np.float32)
+        seen = []
+        for u in range(8):
+            assert eng.admissible_sessions() == 2, u
+            out = eng.step({0: SlotInput(audio=speech[u * 16000 : (u + 1) * 16000])})[0]
+            now, longest = eng.vocoder.state_bytes(eng._slots[0].vocoder)
+            assert now <= longest and longest == per, u  # the built-in voice, and never past its longest
+            seen.append((out.decision, now))
+        assert any(decision == "speak" for decision, _ in seen)
+        assert max(now for _, now in seen) == per  # the turn's caches grew to their longest, and no further
+        long_clip = tmp_path / "long.npy"  # 4 s: a longer prompt than the built-in voice's 2 s
+        np.save(long_clip, np.tile(np.load(minicpmo_data_dir / "audio8" / "ref_audio.npy"), 3)[:64000])
+        eng.open_slot(1, SlotConfig(voice=VoiceRef("long", long_clip)))
+        eng.step({})
+        _, longest = eng.vocoder.state_bytes(eng._slots[1].vocoder)
+        assert longest > per
+        assert eng.admissible_sessions() == (total - per - longest - unit.VOCODER_BATCH_HEADROOM * per) // per
+    finally:
+        torch.set_num_threads(previous)
