@@ -248,7 +248,7 @@ class EngineWorker:
         self._run_commands()
         self._retry_closes()
         stepped = self._step(started)
-        if not stepped and self.tick_ms.recent(1):
+        if not stepped:
             # No slot is open: the last ticks timed calls that are gone. Kept, a window over the admission
             # budget would stay over it with nothing left to tick, and refuse every caller for good (the unit
             # engine on the H200 at ca438c1, after its calls failed at once). An idle engine has no tick times.

@@ -171,7 +171,8 @@ class Token2WavModel:
             return self._chunk_batch(streams, token_lists, last)
         except torch.OutOfMemoryError:
             for stream, kept in zip(streams, before, strict=True):
-                stream.__dict__.update(kept)
+                for name, value in kept.items():
+                    setattr(stream, name, value)
             raise
 
     def _chunk_batch(
