@@ -9,8 +9,10 @@ silence of the length the codes stand for (25 codes per second).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +63,11 @@ class Token2WavVocoder:
     A session's voice clip is the prompt (the built-in prompt when it has none); each turn restarts from the
     caches right after the prompt, primed with three silence codes; every unit's codes go out at once as
     chunks of 25 + 3 look-ahead, and the end of a turn flushes the rest.
+
+    Sessions with the same voice share the prompt's primed stream (``_primed``): a turn only ever forks it, so one
+    copy serves them all, and a new session with a voice already in use skips the prompt's encoding (the S3
+    tokenizer and the speaker embedding on the host, the flow over the prompt on the device), which otherwise
+    runs in the tick that prepares it.
     """
 
     name = "token2wav"
@@ -72,14 +79,26 @@ class Token2WavVocoder:
         self.model = Token2WavModel.load(asset_dir, device=device, n_timesteps=n_timesteps)
         self.prompts = PromptEncoder(asset_dir)
         self.lookahead = self.model.lookahead
+        # voice clip digest -> its primed stream, kept while a session holds it: a voice nobody speaks with any
+        # more gives its device memory back (a 30 s clip's caches take about as much as 13 sessions' turns)
+        self._primed: weakref.WeakValueDictionary[bytes, object] = weakref.WeakValueDictionary()
+        self._builtin: object | None = None  # the built-in voice's, kept for good (2 s, the common case)
 
     def new_state(self, tts_ref_audio: np.ndarray | None) -> VocoderState:
         """Encode the voice prompt and prime the session's stream."""
         clip = builtin_prompt() if tts_ref_audio is None else np.asarray(tts_ref_audio, dtype=np.float32)
         if clip.shape[0] < 4000:  # the S3 tokenizer needs a few frames; pad a very short clip with silence
             clip = np.pad(clip, (0, 4000 - clip.shape[0]))
+        clip = np.ascontiguousarray(clip[: 30 * 16000], dtype=np.float32)
+        key = hashlib.blake2b(clip.tobytes(), digest_size=16).digest()
+        primed = self._primed.get(key)
+        if primed is None:
+            primed = self.model.start(self.prompts.encode(clip))
+            self._primed[key] = primed
+            if tts_ref_audio is None:
+                self._builtin = primed
         state = VocoderState()
-        state.base_caches = (self.model.start(self.prompts.encode(clip[: 30 * 16000])),)
+        state.base_caches = (primed,)
         self.new_turn(state)
         return state
 
