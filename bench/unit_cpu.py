@@ -82,7 +82,8 @@ def capacity(engine: UnitEngine, voice: VoiceRef, audio: np.ndarray, max_session
     for n in range(1, max_sessions + 1):
         for slot in range(n):
             engine.open_slot(slot, SlotConfig(voice=voice))
-        engine.step({})  # all prepares
+        while any(out.prefilling for out in engine.step({}).values()):  # all prepares
+            pass
         streams = {slot: _units(audio, ticks, seed=100 + slot) for slot in range(n)}
         tick_ms, speak_ticks = [], []
         for t in range(ticks):

@@ -73,7 +73,7 @@ def measure(engine, tmp: Path, samples: int, burst: int, burst_samples: int) -> 
         def run() -> None:
             for slot in range(slots):
                 engine.open_slot(slot, SlotConfig(voice=voices[0 if one_voice else slot + 1]))
-            engine.step({})
+            engine.step({})  # every prepare in the one tick (prepare_share is lifted below)
             bases = {id(engine._slots[slot].vocoder.base_caches[0]) for slot in range(slots)}
             if len(bases) != (1 if one_voice else slots):
                 raise AssertionError(f"{len(bases)} primed voices for {slots} sessions")
@@ -82,8 +82,31 @@ def measure(engine, tmp: Path, samples: int, burst: int, burst_samples: int) -> 
 
         return run
 
+    def shared_ticks(slots: int) -> Callable[[], None]:
+        """The burst of new voices under the engine's share of the tick: its ticks, each timed on its own."""
+
+        def run() -> None:
+            for slot in range(slots):
+                engine.open_slot(slot, SlotConfig(voice=voices[slot + 1]))
+            ticks = 0
+            while True:
+                _sync()
+                started = time.perf_counter()
+                out = engine.step({})
+                _sync()
+                share_ticks.append((time.perf_counter() - started) * 1000.0)
+                ticks += 1
+                if not any(o.prefilling for o in out.values()):
+                    break
+            share_tick_counts.append(ticks)
+            for slot in range(slots):
+                engine.close_slot(slot)
+
+        return run
+
     keep = vocoder.new_state(np.load(voices[0].path))  # a live session's voice: in use
     features = vocoder.prompts.encode(clip)
+    share, engine.prepare_share = engine.prepare_share, float("inf")
     rows = {
         "llm_prepare": _ms(
             _timed(lambda: engine.runner.prepare(engine.runner.new_session(), DEFAULT_SYSTEM_PROMPT, None), samples)
@@ -94,6 +117,14 @@ def measure(engine, tmp: Path, samples: int, burst: int, burst_samples: int) -> 
         "prepare_tick_new_voice": _ms(_timed(prepare_ticks(1, one_voice=False), samples)),
         f"burst_{burst}_voice_in_use": _ms(_timed(prepare_ticks(burst, one_voice=True), burst_samples)),
         f"burst_{burst}_new_voices": _ms(_timed(prepare_ticks(burst, one_voice=False), burst_samples)),
+    }
+    engine.prepare_share = share
+    share_ticks: list[float] = []
+    share_tick_counts: list[int] = []
+    _timed(shared_ticks(burst), burst_samples)
+    rows[f"burst_{burst}_new_voices_with_prepare_share_{share}"] = {
+        "tick": _ms(share_ticks),
+        "ticks_to_prepare_all": summary(share_tick_counts, (50, 99), count=None),
     }
     del keep
     one_new, one_shared = rows["prepare_tick_new_voice"]["p50_ms"], rows["prepare_tick_voice_in_use"]["p50_ms"]

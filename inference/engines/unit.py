@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,9 @@ AUDIO_UNIT_MAX_POSITIONS = 32
 # caches three times over while it runs, and a bigger one that does not fit runs again in halves.
 VOCODER_BATCH_HEADROOM = 24
 FRAME_POSITIONS = 66  # <image> + 64 + </image>
+# New sessions prepared in one tick stop once their prepares took this share of the unit (one always runs): the
+# others wait a tick, so a crowd of callers arriving at once delays their own start, not every live call's unit.
+PREPARE_SHARE = 0.2
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -121,6 +125,7 @@ class UnitEngine(Engine):
         # A new session's vocoder at its longest (the built-in voice), measured at warm-up with Token2Wav on a GPU;
         # None: device memory does not limit admission (admissible_sessions).
         self._vocoder_session_bytes: int | None = None
+        self.prepare_share = PREPARE_SHARE
         self.capabilities = self._static_capabilities()
 
     @classmethod
@@ -317,25 +322,38 @@ class UnitEngine(Engine):
             end_of_turn=result.end_of_turn,
         )
 
+    def _prepare_new_slots(self) -> dict[int, SlotOutput]:
+        """Prepare newly opened slots in the order they opened, until this tick's prepares took
+        ``prepare_share`` of the unit; the rest report that they are still preparing and go first next tick."""
+        outputs: dict[int, SlotOutput] = {}
+        started = time.perf_counter()
+        budget_s = self.prepare_share * self.capabilities.chunk_period_ms / 1000.0
+        for slot, state in self._slots.items():
+            if state.session is not None:
+                continue
+            if outputs and time.perf_counter() - started >= budget_s:
+                outputs[slot] = SlotOutput(audio=np.zeros(0, np.float32), prefilling=True, progress=0.0)
+            else:
+                outputs[slot] = self._prepare(slot, state)
+        return outputs
+
     def step(self, inputs: Mapping[int, SlotInput]) -> dict[int, SlotOutput]:
-        """Prepare newly opened slots, then run one unit for each slot in ``inputs``.
+        """Prepare newly opened slots (as many as ``prepare_share`` of the unit takes), then run one unit for each
+        slot in ``inputs``.
 
         Every slot's unit is checked first (a bad one raises before any state moves), then the prefills and
         the decisions of all slots run together (the fast runner batches their LLM feeds and TTS), then the
         speaking slots' audio is synthesized together (the vocoder batches their chunks).
         """
         assert self.runner is not None
-        outputs: dict[int, SlotOutput] = {}
-        for slot, state in self._slots.items():
-            if state.session is None:
-                outputs[slot] = self._prepare(slot, state)
+        outputs = self._prepare_new_slots()
         units: list[tuple[int, _UnitSlot, tuple[np.ndarray, torch.Tensor | None, bool]]] = []
         for slot, unit in inputs.items():
             state = self._slots.get(slot)
             if state is None:
                 raise EngineError(f"step() got input for slot {slot}, which is not open")
             if slot in outputs:
-                continue  # the prepare took this tick; input before it is not part of the call
+                continue  # prepared this tick, or waiting for it: input before the prepare is not part of the call
             units.append((slot, state, self._check_unit(slot, state, unit)))
         self.runner.prefill_many([(state.session, audio, frame) for _, state, (audio, frame, _) in units])
         results = self.runner.generate_many([(state.session, force) for _, state, (_, _, force) in units])

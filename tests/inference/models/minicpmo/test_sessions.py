@@ -162,6 +162,40 @@ def test_engine_serves_two_calls_with_decisions_force_listen_and_frames(engine, 
     assert engine.memory_snapshot()["sessions_bytes"] == 0
 
 
+def test_sessions_opened_at_once_are_prepared_within_the_ticks_share(engine, minicpmo_data_dir, monkeypatch):
+    """Prepares stop once they took their share of the tick (here none: one a tick); a session waiting for its
+    prepare says so, and once prepared it speaks as it would have without the wait (its golden)."""
+    golden, audio, _, _ = _scenario(minicpmo_data_dir, "audio8")
+    monkeypatch.setattr(engine, "prepare_share", 0.0)
+    voice = VoiceRef("golden", minicpmo_data_dir / "audio8" / "ref_audio.npy")
+    for slot in (2, 0, 1):
+        engine.open_slot(slot, SlotConfig(persona=golden["options"]["system_prompt"], voice=voice))
+    try:
+        units = {slot: 0 for slot in (2, 0, 1)}
+        waited = {slot: 0 for slot in units}
+        for _ in range(7):
+            inputs = {
+                slot: SlotInput(audio=audio[u * 16000 : (u + 1) * 16000])
+                for slot, u in units.items()
+                if engine.session_of(slot) is not None and u < golden["options"]["n_units"]
+            }
+            out = engine.step(inputs)
+            assert sum(1 for o in out.values() if o.decision is None and not o.prefilling) <= 1  # one prepare
+            for slot, o in out.items():
+                if o.prefilling:
+                    assert o.progress == 0.0 and engine.session_of(slot) is None
+                    waited[slot] += 1
+                elif o.decision is not None:
+                    assert o.decision == ("listen" if golden["units"][units[slot]]["is_listen"] else "speak")
+                    assert o.text == golden["units"][units[slot]]["text"]
+                    units[slot] += 1
+        assert waited == {2: 0, 0: 1, 1: 2}  # prepared in the order they opened
+        assert units == {2: 6, 0: 5, 1: 4}
+    finally:
+        for slot in (0, 1, 2):
+            engine.close_slot(slot)
+
+
 def test_engine_rejects_bad_input_with_engine_errors(engine):
     with pytest.raises(EngineError, match="out of range"):
         engine.open_slot(7, SlotConfig())
