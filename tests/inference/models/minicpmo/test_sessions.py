@@ -268,3 +268,48 @@ def test_persona_cannot_inject_control_tokens(minicpmo_parts):
     assert prefix[0] == ids.im_start and prefix[-1] == ids.audio_start
     assert not controls & set(prefix[1:-1])
     assert suffix == [ids.audio_end, ids.im_end]
+
+
+async def test_the_worker_carries_sessions_that_wait_for_their_prepare(minicpmo_checkpoint, minicpmo_data_dir):
+    """Through the real worker and its 1 s clock: three calls opened at once, prepared one a tick, each told it is
+    preparing until its turn, and then each taking units of its own audio."""
+    import asyncio
+
+    from inference.engines.unit import UnitEngine
+    from inference.slots.worker import EngineWorker
+
+    class Listener:
+        def __init__(self):
+            self.outputs = []
+
+        def slot_output(self, output, pcm16, heard_position):
+            self.outputs.append(output)
+
+        def slot_failed(self, message):
+            raise AssertionError(message)
+
+    engine = UnitEngine(minicpmo_checkpoint, num_slots=3)
+    engine.warmup()
+    engine.prepare_share = 0.0
+    audio = np.load(minicpmo_data_dir / "audio8" / "user_audio.npy").astype(np.float32)
+    worker = EngineWorker(engine)
+    worker.start()
+    loop = asyncio.get_running_loop()
+    listeners = [Listener() for _ in range(3)]
+    try:
+        for slot, listener in enumerate(listeners):
+            worker.open(slot, SlotConfig(), listener, loop)
+        async with asyncio.timeout(20):
+            sent = 0
+            while not all(sum(1 for o in lis.outputs if o.decision) >= 2 for lis in listeners):
+                await asyncio.sleep(0.25)
+                for slot in range(3):  # a caller's audio, paced a quarter of a unit at a time
+                    worker.push(slot, audio[sent * 4000 : (sent + 1) * 4000])
+                sent = (sent + 1) % 31
+        for slot, listener in enumerate(listeners):
+            preparing = [o for o in listener.outputs if o.prefilling]
+            assert len(preparing) == slot and all(o.progress == 0.0 for o in preparing)  # one prepare a tick
+            first_unit = next(k for k, o in enumerate(listener.outputs) if o.decision)
+            assert first_unit == slot + 1  # waited, prepared, then its units
+    finally:
+        worker.stop()
