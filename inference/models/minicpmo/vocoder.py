@@ -15,8 +15,12 @@ import os
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from inference.models.minicpmo.token2wav.stream import Token2WavStream
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +84,14 @@ class Token2WavVocoder:
         self.prompts = PromptEncoder(asset_dir)
         self.lookahead = self.model.lookahead
         # voice clip digest -> its primed stream, kept while a session holds it: a voice nobody speaks with any
-        # more gives its device memory back (a 30 s clip's caches take about as much as 13 sessions' turns)
-        self._primed: weakref.WeakValueDictionary[bytes, object] = weakref.WeakValueDictionary()
-        self._builtin: object | None = None  # the built-in voice's, kept for good (2 s, the common case)
+        # more gives its device memory back (a 30 s clip's caches hold its 1 500 frames, over a gigabyte at the
+        # published sizes)
+        self._primed: weakref.WeakValueDictionary[bytes, Token2WavStream] = weakref.WeakValueDictionary()
+        self._builtin: Token2WavStream | None = None  # the built-in voice's, kept for good (2 s, the common case)
 
     def new_state(self, tts_ref_audio: np.ndarray | None) -> VocoderState:
-        """Encode the voice prompt and prime the session's stream."""
+        """A session's state: its turn forked from its voice's primed stream (the prompt is encoded and the stream
+        primed only when no live session holds the voice)."""
         clip = builtin_prompt() if tts_ref_audio is None else np.asarray(tts_ref_audio, dtype=np.float32)
         if clip.shape[0] < 4000:  # the S3 tokenizer needs a few frames; pad a very short clip with silence
             clip = np.pad(clip, (0, 4000 - clip.shape[0]))
