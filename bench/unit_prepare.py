@@ -7,8 +7,8 @@ MiniCPM-o 4.5 shapes with random bf16 weights, the fast runner, Token2Wav at the
 prepare is timed as the serving worker runs it, ``open_slot`` then one ``step`` with no units, device synchronised.
 Every session has a 2 s voice clip: "in use" is one clip a live session holds, "new" a clip the engine has not
 primed (a burst of new voices: a clip each), the cost of every prepare before sessions shared their voice. The parts:
-``runner.prepare`` (LLM), ``prompts.encode`` (S3 tokenizer and speaker embedding, on the host), ``model.start``
-(the flow over the prompt, on the device).
+``runner.prepare`` (LLM, the system prompt without a voice), ``prompts.encode`` (S3 tokenizer and speaker
+embedding, on the host), ``model.start`` (the flow over the prompt, on the device).
 
 Usage (GPU machine)::
 
