@@ -21,12 +21,10 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -34,26 +32,16 @@ sys.path.insert(0, str(ROOT))
 from bench.results_io import write_result  # noqa: E402
 from bench.serving_unit_engine import build_unit_engine  # noqa: E402
 from bench.stats import summary  # noqa: E402
+from bench.unit_sessions import timed  # noqa: E402
 from inference.contracts import VoiceRef  # noqa: E402
 from inference.engines.base import SlotConfig  # noqa: E402
 from inference.engines.unit import DEFAULT_SYSTEM_PROMPT  # noqa: E402
 from inference.models.minicpmo.vocoder import builtin_prompt  # noqa: E402
 
 
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def _timed(fn: Callable[[], object], samples: int) -> list[float]:
-    times = []
-    for _ in range(samples):
-        _sync()
-        started = time.perf_counter()
-        fn()
-        _sync()
-        times.append((time.perf_counter() - started) * 1000.0)
-    return times
+    """``samples`` runs of ``fn``, each in ms with the device synchronised."""
+    return [timed(fn)[1] for _ in range(samples)]
 
 
 def _ms(times: list[float]) -> dict:
@@ -90,11 +78,8 @@ def measure(engine, tmp: Path, samples: int, burst: int, burst_samples: int) -> 
                 engine.open_slot(slot, SlotConfig(voice=voices[slot + 1]))
             ticks = 0
             while True:
-                _sync()
-                started = time.perf_counter()
-                out = engine.step({})
-                _sync()
-                share_ticks.append((time.perf_counter() - started) * 1000.0)
+                out, tick_ms = timed(engine.step, {})
+                share_ticks.append(tick_ms)
                 ticks += 1
                 if not any(o.prefilling for o in out.values()):
                     break
