@@ -13,7 +13,8 @@ near-tie the greedy id differs. Here every reduction has one order that depends 
 - ``attention``: keys in fixed ``SPLIT_KEYS`` slices from position 0, each a running softmax over ``BLOCK_N``
   blocks; the slices merge in order. A longer key bucket only adds slices of exact zeros, keys past a
   query's visible length add exact zeros, so a row sees the same arithmetic in a 15-position prefill of its
-  own and in a padded 16-row graph.
+  own and in a padded 16-row graph. Those zeros are never stored or read: a slice's partials travel through
+  memory only for the query rows that see a key in it (a decode step's bucket is set by its oldest call).
 
 Float32 inputs use exact float32 products (no TF32), so the float32 GPU tests still compare with the goldens.
 """
@@ -238,17 +239,20 @@ def _attention_slice_kernel(
         else:
             acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v)
         m = m_new
+    # Only rows that see a key of this slice store their partials; the merge reads only those (see there).
+    holds = real & (lo < length)
     rows_total = tl.num_programs(1) * BQ
     at = (s * tl.num_programs(0) + rh) * rows_total + i
-    tl.store(Acc + at[:, None] * HD + d[None, :], acc)
-    tl.store(Stats + at * 2, m)
-    tl.store(Stats + at * 2 + 1, total)
+    tl.store(Acc + at[:, None] * HD + d[None, :], acc, mask=holds[:, None])
+    tl.store(Stats + at * 2, m, mask=holds)
+    tl.store(Stats + at * 2 + 1, total, mask=holds)
 
 
 @triton.jit
 def _attention_merge_kernel(
-    Acc, Stats, Out, kv_heads, T, rows_q,
-    N_SLICES: tl.constexpr, G: tl.constexpr, HD: tl.constexpr, BQ: tl.constexpr,
+    Acc, Stats, Out, Starts, kv_heads, T, rows_q,
+    N_SLICES: tl.constexpr, G: tl.constexpr, HD: tl.constexpr, BQ: tl.constexpr, CAUSAL: tl.constexpr,
+    SLICE: tl.constexpr,
 ):  # fmt: skip
     rh = tl.program_id(0)
     qb = tl.program_id(1)
@@ -256,22 +260,33 @@ def _attention_merge_kernel(
     h = rh % kv_heads
     i = qb * BQ + tl.arange(0, BQ)
     real = i < rows_q
+    g = i // T
+    t = i % T
+    start = tl.load(Starts + r)
+    if CAUSAL:
+        length = start + t + 1
+    else:
+        length = start + T + t * 0
     d = tl.arange(0, HD)
     rows_total = tl.num_programs(1) * BQ
+    # A slice past a row's visible keys stored nothing for it (its partials would be exactly m = -inf, total 0,
+    # acc 0): the masked loads read those same values without touching memory, so the sums below are the bits
+    # they always were, and a decode step moves partials only for the slices that hold keys.
     m = tl.full([BQ], float("-inf"), tl.float32)
     for s in range(N_SLICES):
-        m = tl.maximum(m, tl.load(Stats + ((s * tl.num_programs(0) + rh) * rows_total + i) * 2))
+        holds = real & (s * SLICE < length)
+        at = (s * tl.num_programs(0) + rh) * rows_total + i
+        m = tl.maximum(m, tl.load(Stats + at * 2, mask=holds, other=float("-inf")))
     m = tl.where(m == float("-inf"), 0.0, m)
     total = tl.zeros([BQ], tl.float32)
     acc = tl.zeros([BQ, HD], tl.float32)
     for s in range(N_SLICES):
+        holds = real & (s * SLICE < length)
         at = (s * tl.num_programs(0) + rh) * rows_total + i
-        weight = tl.exp(tl.load(Stats + at * 2) - m)  # slices past every visible key: exactly 0
-        total += weight * tl.load(Stats + at * 2 + 1)
-        acc += weight[:, None] * tl.load(Acc + at[:, None] * HD + d[None, :])
+        weight = tl.exp(tl.load(Stats + at * 2, mask=holds, other=float("-inf")) - m)  # no keys: exactly 0
+        total += weight * tl.load(Stats + at * 2 + 1, mask=holds, other=0.0)
+        acc += weight[:, None] * tl.load(Acc + at[:, None] * HD + d[None, :], mask=holds[:, None], other=0.0)
     total = tl.where(real, total, 1.0)
-    g = i // T
-    t = i % T
     heads = kv_heads * G
     out_rows = Out + ((r * T + t) * heads + h * G + g) * HD
     tl.store(out_rows[:, None] + d[None, :], (acc / total[:, None]).to(Out.dtype.element_ty), mask=real[:, None])
@@ -314,8 +329,9 @@ def attention(
         IEEE=q.dtype == torch.float32,
     )  # fmt: skip
     _attention_merge_kernel[(R * kv_heads, q_blocks)](
-        acc, stats, out, kv_heads, T, rows_q, N_SLICES=n_slices, G=groups, HD=hd, BQ=ATTN_BLOCK_Q
-    )
+        acc, stats, out, starts, kv_heads, T, rows_q,
+        N_SLICES=n_slices, G=groups, HD=hd, BQ=ATTN_BLOCK_Q, CAUSAL=causal, SLICE=SPLIT_KEYS,
+    )  # fmt: skip
     return out
 
 

@@ -56,6 +56,20 @@ KERNELS = textwrap.dedent(
             assert (out[r].transpose(0, 1) - ref).abs().max() < 1e-4, (causal, r)
         alone = K.attention(q[1:2], keys, values, slots[1:2], starts[1:2], 1024, hd ** -0.5, causal=causal)
         assert torch.equal(alone, out[1:2])
+    # partials are stored and read only where a query row sees keys (row 0 sees 1 of the 4 slices, padding rows
+    # none): scratch that starts as NaN must give the same bits, so nothing unstored is ever read
+    empty = torch.empty
+    torch.empty = lambda *a, **k: empty(*a, **k).fill_(float("nan"))
+    try:
+        for causal in (True, False):
+            poisoned = K.attention(q, keys, values, slots, starts, 1024, hd ** -0.5, causal=causal)
+            torch.empty = lambda *a, **k: empty(*a, **k).zero_()
+            clean = K.attention(q, keys, values, slots, starts, 1024, hd ** -0.5, causal=causal)
+            torch.empty = lambda *a, **k: empty(*a, **k).fill_(float("nan"))
+            assert torch.equal(poisoned, clean), causal
+            assert not poisoned.isnan().any()
+    finally:
+        torch.empty = empty
     print("ok")
     """
 )
