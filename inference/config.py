@@ -19,6 +19,11 @@ DEFAULT_SOCKET_PATH = str(_VAR / "run" / "inference.sock")
 DEFAULT_VOICE_ROOTS = (_VAR / "media" / "voices", _VAR / "media" / "voice-prompts", _VAR / "cache" / "voices")
 
 
+# The unit engine's smallest context: a system prompt with a voice clip takes a few hundred positions, and the
+# window must still keep about a minute of units after it.
+MIN_UNIT_CONTEXT = 2048
+
+
 class ConfigError(ValueError):
     """An environment variable or override has a value the service cannot use."""
 
@@ -58,6 +63,11 @@ class InferenceConfig:
             to 1: a call admitted now costs more as its context grows, and nothing sheds a live call, so the
             budget keeps room for that growth and for the ticks' tail (at 0.9, eight minutes at 183 lockstep
             callers on an H200 crept to p50 73.6 ms, p99 144 ms, and lost 30 388 live frames).
+        unit_context: the unit engine's LLM positions per session (MiniCPM-o). Past them the oldest units after
+            the prompt slide out (about 4 minutes of an audio-only call at the default, the reference demo's 8192
+            tokens; capped by the checkpoint's own limit). The engine's tick grows with its calls' contexts, so a
+            shorter one holds more aged calls on a GPU at the price of what the model remembers of the call; the
+            engine reports what it keeps (``memory_s`` in its capabilities).
         inference_url: None = in-process service; ``unix:///path.sock`` or ``tcp://host:port`` = one remote service.
         registry_url: Redis URL of the service registry: services heartbeat there and the web tier places
             sessions on the least loaded one (takes precedence over ``inference_url`` in the web tier).
@@ -104,6 +114,7 @@ class InferenceConfig:
     kv_pool_gb: float = 0.0
     kv_mean_call_s: float = 180.0
     tick_budget: float = 0.8
+    unit_context: int = 8192
     inference_url: str | None = None
     registry_url: str | None = None
     service_id: str | None = None
@@ -132,6 +143,10 @@ class InferenceConfig:
         if not 0.0 <= self.tick_budget <= 1.0:
             raise ConfigError(
                 f"tick_budget must be in [0, 1] (a fraction of the engine's period), got {self.tick_budget}"
+            )
+        if self.unit_context < MIN_UNIT_CONTEXT:
+            raise ConfigError(
+                f"unit_context must be >= {MIN_UNIT_CONTEXT} (the prompt and a minute of units), got {self.unit_context}"
             )
         if self.queue_max < 0:
             raise ConfigError(f"queue_max must be >= 0, got {self.queue_max}")

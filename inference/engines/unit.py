@@ -35,7 +35,7 @@ from inference.models.minicpmo.audio_encoder import UNIT_SAMPLES
 from inference.models.minicpmo.chat import ChatReply
 from inference.models.minicpmo.config import CheckpointError, MiniCPMOConfig
 from inference.models.minicpmo.duplex import DuplexRunner, DuplexSession, UnitResult, window_bounds
-from inference.models.minicpmo.fast.runner import FastDuplexRunner
+from inference.models.minicpmo.fast.runner import DEFAULT_CAPACITY, FastDuplexRunner
 from inference.models.minicpmo.loading import MiniCPMOParts, load_model
 from inference.models.minicpmo.vision import FrameError, decode_frame
 from inference.models.minicpmo.vocoder import (
@@ -98,6 +98,8 @@ class UnitEngine(Engine):
         device: torch device string.
         dtype: ``float32`` (CPU, goldens), ``bfloat16`` or ``float16``.
         fast: serve through the static-cache, batched, CUDA-graphed runner (``fast/``); default: on CUDA.
+        context: LLM positions per session, capped by the checkpoint's own limit: the sliding window keeps each
+            call inside them, on both runners (``PARLEY_UNIT_CONTEXT``).
     """
 
     def __init__(
@@ -108,6 +110,7 @@ class UnitEngine(Engine):
         device: str = "cpu",
         dtype: str = "float32",
         fast: bool | None = None,
+        context: int = DEFAULT_CAPACITY,
     ):
         if num_slots < 1:
             raise EngineError("num_slots must be >= 1")
@@ -118,6 +121,7 @@ class UnitEngine(Engine):
         self.device = device
         self.dtype = _DTYPES[dtype]
         self.fast = device.startswith("cuda") if fast is None else fast
+        self.context = context  # capped by the checkpoint's limit once its config is read (_static_capabilities)
         self.parts: MiniCPMOParts | None = None
         self.runner: DuplexRunner | None = None
         self.vocoder = SilentVocoder()
@@ -133,7 +137,9 @@ class UnitEngine(Engine):
         """Build from the service configuration (checkpoint, slots, device, dtype)."""
         if config.checkpoint is None:
             raise EngineError("the minicpmo engine needs PARLEY_CHECKPOINT (a MiniCPM-o 4.5 checkpoint directory)")
-        return cls(Path(config.checkpoint), config.slots, device=config.device, dtype=config.dtype)
+        return cls(
+            Path(config.checkpoint), config.slots, device=config.device, dtype=config.dtype, context=config.unit_context
+        )
 
     def _static_capabilities(self) -> EngineCapabilities:
         """Capabilities known before loading (the service may announce them before warmup ends)."""
@@ -141,7 +147,8 @@ class UnitEngine(Engine):
             cfg = MiniCPMOConfig.from_dir(self.checkpoint)
         except CheckpointError as exc:
             raise EngineError(f"cannot use {self.checkpoint}: {exc}") from exc
-        _, usable = window_bounds(cfg.max_position_embeddings)
+        self.context = min(self.context, cfg.max_position_embeddings)
+        _, usable = window_bounds(self.context)
         weight_bytes = sum(f.stat().st_size for f in self.checkpoint.glob("*.safetensors"))
         return self._capabilities(
             vocoder=vocoder_kind(self.checkpoint, self.device),
@@ -188,13 +195,15 @@ class UnitEngine(Engine):
         except CheckpointError as exc:
             raise EngineError(f"cannot load {self.checkpoint}: {exc}") from exc
         if self.fast:
-            runner = FastDuplexRunner(self.parts, num_slots=self.num_slots + 1)  # +1: the warm-up session
+            # +1: the warm-up session
+            runner = FastDuplexRunner(self.parts, num_slots=self.num_slots + 1, capacity=self.context)
             # the invariant kernels' first launches build them (Triton), then every bucket is captured (~17 s on an H200)
             report(0.4, "building kernels, capturing CUDA graphs")
             runner.capture()
             self.runner = runner
         else:
-            self.runner = DuplexRunner(self.parts)
+            window_max, window_target = window_bounds(self.context)
+            self.runner = DuplexRunner(self.parts, window_max=window_max, window_target=window_target)
         try:
             self.vocoder = build_vocoder(self.checkpoint, self.device)
         except CheckpointError as exc:  # bad Token2Wav assets: refuse to start rather than speak silence

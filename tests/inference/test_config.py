@@ -53,6 +53,8 @@ def test_environment_is_parsed_and_typed():
         {"PARLEY_KV_PAGE_FRAMES": "100"},
         {"PARLEY_KV_POOL_GB": "-1"},
         {"PARLEY_KV_MEAN_CALL_S": "0"},
+        {"PARLEY_UNIT_CONTEXT": "1024"},
+        {"PARLEY_UNIT_CONTEXT": "long"},
     ],
 )
 def test_bad_values_are_config_errors(env):

@@ -17,7 +17,8 @@ from PIL import Image
 from inference.config import InferenceConfig
 from inference.engines import build_engine
 from inference.engines.base import EngineError, SlotConfig, SlotInput, VoiceRef
-from inference.models.minicpmo.duplex import DuplexRunner
+from inference.engines.unit import UnitEngine
+from inference.models.minicpmo.duplex import DuplexRunner, window_bounds
 
 
 def _scenario(data_dir: Path, name: str):
@@ -126,6 +127,35 @@ def test_engine_capabilities(engine):
     assert caps.video and caps.demo_weights
     assert caps.extra["vocoder"] == "none" and caps.extra["demo_weights"] is True
     assert caps.extra["memory_s"] > caps.extra["memory_s_omni"] > 60
+
+
+def test_the_context_setting_bounds_both_runners_and_the_reported_memory(minicpmo_checkpoint, tmp_path):
+    """``PARLEY_UNIT_CONTEXT`` is the window both runners slide at, and what the engine says it remembers.
+
+    A checkpoint that allows more positions (the real 4.5 LLM: 40 960) does not change it: the fast path always
+    held 8 192, and the engine used to report the checkpoint's limit, five times what a call kept."""
+    roomy = tmp_path / "roomy"
+    roomy.mkdir()
+    for item in minicpmo_checkpoint.iterdir():
+        (roomy / item.name).symlink_to(item)
+    config = json.loads((minicpmo_checkpoint / "config.json").read_text())
+    config["max_position_embeddings"] = 40960
+    (roomy / "config.json").unlink()
+    (roomy / "config.json").write_text(json.dumps(config))
+
+    def built(checkpoint, **overrides):
+        return build_engine(InferenceConfig(engine="minicpmo", checkpoint=checkpoint, slots=1, **overrides))
+
+    default, roomy_default, short = built(minicpmo_checkpoint), built(roomy), built(roomy, unit_context=4096)
+    assert default.context == roomy_default.context == 8192 and short.context == 4096
+    assert roomy_default.capabilities.extra == default.capabilities.extra
+    assert short.capabilities.extra["memory_s"] < default.capabilities.extra["memory_s"]
+    assert built(minicpmo_checkpoint, unit_context=16384).context == 8192  # the tiny checkpoint's own limit
+    for fast in (False, True):
+        engine = UnitEngine(roomy, 1, fast=fast, context=4096)
+        engine.warmup()
+        assert (engine.runner.window_max, engine.runner.window_target) == window_bounds(4096), fast
+    assert engine.runner.fast_llm.capacity == 4096
 
 
 def test_engine_serves_two_calls_with_decisions_force_listen_and_frames(engine, minicpmo_data_dir):
