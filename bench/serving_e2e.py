@@ -64,6 +64,7 @@ from bench.serving_analysis import (  # noqa: E402
 from bench.serving_callers import CallRecord, caller_line  # noqa: E402
 from bench.serving_topology import cpu_seconds, error_lines, start_topology  # noqa: E402
 from bench.serving_watch import Sampler, profile_service  # noqa: E402
+from inference.config import InferenceConfig  # noqa: E402
 
 SENTENCES = (
     "Hello, I would like to book a table for four people on Friday evening, around seven if you can.",
@@ -282,7 +283,12 @@ def run(args) -> dict:
         "topology": {
             "engine": args.engine,
             "gpu_service": args.gpu_service or None,
-            **({"vocoder": args.vocoder} if args.engine == "unit" else {}),
+            # the unit engine's vocoder and the LLM positions a call keeps (PARLEY_UNIT_CONTEXT, passed on to it)
+            **(
+                {"vocoder": args.vocoder, "unit_context": InferenceConfig.from_env().unit_context}
+                if args.engine == "unit"
+                else {}
+            ),
             "daphnes": args.daphnes,
             "services": args.services or "in daphne",
             "nginx": bool(args.nginx or args.daphnes > 1),

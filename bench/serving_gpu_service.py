@@ -38,8 +38,11 @@ def build_engine(config, tmp: Path, args):
         from bench.serving_unit_engine import build_unit_engine
 
         t0 = time.time()
-        engine = build_unit_engine(config.slots, tmp, tiny=args.tiny, vocoder=args.vocoder)
-        print(f"unit engine warm in {time.time() - t0:.1f} s, vocoder {engine.vocoder.name}", flush=True)
+        engine = build_unit_engine(config.slots, tmp, tiny=args.tiny, vocoder=args.vocoder, context=config.unit_context)
+        print(
+            f"unit engine warm in {time.time() - t0:.1f} s, vocoder {engine.vocoder.name}, context {engine.context}",
+            flush=True,
+        )
         return engine
     return build_lockstep(config, tmp, args.reserve_gib, args.tiny)
 

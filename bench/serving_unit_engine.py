@@ -23,6 +23,7 @@ import torch
 from bench.unit_workload import DATA, REAL_45, speaks
 from inference.engines.base import SlotConfig, SlotInput, SlotOutput
 from inference.engines.unit import UnitEngine
+from inference.models.minicpmo.fast.runner import DEFAULT_CAPACITY
 from inference.models.minicpmo.vocoder import ASSET_SUBDIR
 
 
@@ -50,8 +51,11 @@ class SpeakingRuleUnitEngine(UnitEngine):
         return super().step(ruled)
 
 
-def build_unit_engine(slots: int, tmp: Path, *, tiny: bool, vocoder: str) -> SpeakingRuleUnitEngine:
-    """The warmed engine; ``tmp`` holds its checkpoint directory (config, and the vocoder's assets if any)."""
+def build_unit_engine(
+    slots: int, tmp: Path, *, tiny: bool, vocoder: str, context: int = DEFAULT_CAPACITY
+) -> SpeakingRuleUnitEngine:
+    """The warmed engine; ``tmp`` holds its checkpoint directory (config, and the vocoder's assets if any);
+    ``context``: its LLM positions per call (``PARLEY_UNIT_CONTEXT`` through the service's config)."""
     from bench.unit_gpu import build_model, keep_speaking
     from inference.models.minicpmo.loading import load_model
     from inference.models.minicpmo.token2wav.make_assets import make_token2wav_assets
@@ -71,6 +75,6 @@ def build_unit_engine(slots: int, tmp: Path, *, tiny: bool, vocoder: str) -> Spe
         parts = build_model(torch.bfloat16, REAL_45, device)  # keep_speaking applied, before the fast runner
     if vocoder == "token2wav":
         make_token2wav_assets(ckpt / ASSET_SUBDIR, published_sizes=not tiny)
-    engine = SpeakingRuleUnitEngine(ckpt, slots, device=device, dtype=dtype)
+    engine = SpeakingRuleUnitEngine(ckpt, slots, device=device, dtype=dtype, context=context)
     engine.warmup(loaded=parts)
     return engine

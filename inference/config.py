@@ -19,8 +19,8 @@ DEFAULT_SOCKET_PATH = str(_VAR / "run" / "inference.sock")
 DEFAULT_VOICE_ROOTS = (_VAR / "media" / "voices", _VAR / "media" / "voice-prompts", _VAR / "cache" / "voices")
 
 
-# The unit engine's smallest context: a system prompt with a voice clip takes a few hundred positions, and the
-# window must still keep about a minute of units after it.
+# The unit engine's smallest context: its window then slides back to 896 positions (28 s of an audio-only call
+# at least: an audio unit takes at most 32), of which a system prompt with a voice clip takes a few hundred.
 MIN_UNIT_CONTEXT = 2048
 
 
@@ -146,7 +146,7 @@ class InferenceConfig:
             )
         if self.unit_context < MIN_UNIT_CONTEXT:
             raise ConfigError(
-                f"unit_context must be >= {MIN_UNIT_CONTEXT} (the prompt and a minute of units), got {self.unit_context}"
+                f"unit_context must be >= {MIN_UNIT_CONTEXT} (the prompt and half a minute of units), got {self.unit_context}"
             )
         if self.queue_max < 0:
             raise ConfigError(f"queue_max must be >= 0, got {self.queue_max}")
