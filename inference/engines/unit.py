@@ -134,7 +134,7 @@ class UnitEngine(Engine):
 
     @classmethod
     def from_config(cls, config) -> UnitEngine:  # config: inference.config.InferenceConfig
-        """Build from the service configuration (checkpoint, slots, device, dtype)."""
+        """Build from the service configuration (checkpoint, slots, device, dtype, unit context)."""
         if config.checkpoint is None:
             raise EngineError("the minicpmo engine needs PARLEY_CHECKPOINT (a MiniCPM-o 4.5 checkpoint directory)")
         return cls(
