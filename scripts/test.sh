@@ -24,24 +24,17 @@ run_suite() {  # name, timeout seconds, pytest args...
 }
 echo "=== import contracts (lint-imports, .importlinter) ==="
 .venv/bin/lint-imports --no-cache || { echo "FAILED: import contracts (lint-imports)"; status=1; }
-# The unit/integration tests run as two pytest processes at once, split where the CPU goes: the inference
-# tests (model builds and forward passes: CPU-bound) and the web tier and SDK tests (mostly waiting on
-# sockets, servers and real-time audio; the whole pass in one process: 9m44s wall, 6m52s CPU), so those
-# waits overlap the inference tests' CPU. Each process has its own test database (settings/test.py names it
-# by pid) and its own throwaway services. The web tier's output is printed whole when it ends. The cluster
-# tests (nginx, two daphne, two services; heartbeats and placement with 0.5 s deadlines) run alone after
-# both: beside the model tests at load 4-5 their heartbeats went stale and calls landed unevenly.
-other_log=$(mktemp)
-trap 'rm -f "$other_log"' EXIT
-( status=0
-  run_suite "unit and integration tests: web tier and SDK (all but tests/inference and tests/cluster)" 900 \
-    -m "not browser and $NOT_HERE" --ignore=tests/inference --ignore=tests/cluster tests "$@"
-  exit $status ) >"$other_log" 2>&1 &
-other_pid=$!
-# 1200 s: a guard against a hang, not a budget (each test has its own 300 s); the pass took 798 s on a clean 2-core
-# clone beside the web tier, and ran out at 900 s with other work on the machine.
-run_suite "unit and integration tests: tests/inference" 1200 -m "not browser and $NOT_HERE" tests/inference "$@"
-# The numerical tests again on other CPU kernels: MKL's processor-independent code branch and ATen's
+# The unit/integration tests run as two chains of pytest processes at once, split where the CPU goes: the
+# inference tests (model builds and forward passes: CPU-bound) in one; in the other the web tier and SDK tests
+# (mostly waiting on sockets, servers and real-time audio; the whole pass in one process: 9m44s wall, 6m52s CPU),
+# then the numerical pass below, which is CPU-bound too: run after the inference tests it left one core idle for
+# its whole length (on a clean 2-core clone: web tier 631 s beside inference 1 076 s, then numerical 578 s
+# alone). Each process has its own test database (settings/test.py names it by pid) and its own throwaway
+# services. The second chain's output is printed whole when it ends. The cluster tests (nginx, two daphne, two
+# services; heartbeats and placement with 0.5 s deadlines) run alone after both: beside the model tests at load
+# 4-5 their heartbeats went stale and calls landed unevenly.
+#
+# The numerical tests run again on other CPU kernels: MKL's processor-independent code branch and ATen's
 # portable (non-SIMD) kernels. Float results differ in their last bits between processors; this pass
 # makes a tolerance tuned to one processor's kernels fail here, not on the next machine. It covers every
 # model test that compares floats, or tokens computed from them, with stored goldens or a live reference;
@@ -49,10 +42,21 @@ run_suite "unit and integration tests: tests/inference" 1200 -m "not browser and
 numerical=(tests/inference/models/minicpmo tests/inference/models/mimi tests/inference/models/moshi/test_moshi_parity.py
   tests/inference/models/moshi/test_personaplex_golden.py tests/inference/models/moshi/test_lockstep_engine.py
   tests/inference/models/moshi_fast/test_fast_path_cpu.py)
-MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default \
-  run_suite "numerical tests on MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=default" 900 -m "not browser and $NOT_HERE" \
-  "${numerical[@]}" "$@"
-echo "=== (waiting for the web-tier tests, started beside tests/inference; their output follows) ==="
+other_log=$(mktemp)
+trap 'rm -f "$other_log"' EXIT
+( status=0
+  run_suite "unit and integration tests: web tier and SDK (all but tests/inference and tests/cluster)" 900 \
+    -m "not browser and $NOT_HERE" --ignore=tests/inference --ignore=tests/cluster tests "$@"
+  MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default \
+    run_suite "numerical tests on MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=default" 900 -m "not browser and $NOT_HERE" \
+    "${numerical[@]}" "$@"
+  exit $status ) >"$other_log" 2>&1 &
+other_pid=$!
+# 1800 s: a guard against a hang, not a budget (each test has its own 300 s); the pass took 798 s on a clean 2-core
+# clone beside the web tier, and 1 076 s on a slower one (whose cores gave a load generator twice the CPU time for
+# the same work), where the guard of 1200 s was near.
+run_suite "unit and integration tests: tests/inference" 1800 -m "not browser and $NOT_HERE" tests/inference "$@"
+echo "=== (waiting for the web-tier tests and the numerical pass, started beside tests/inference; their output follows) ==="
 wait "$other_pid" || status=1  # its run_suite set status in the background shell: the exit code carries it
 cat "$other_log"
 run_suite "cluster tests (real topology on loopback)" 600 -m "not browser and $NOT_HERE" tests/cluster "$@"
