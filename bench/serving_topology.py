@@ -205,10 +205,6 @@ def rss_mb(pids: list[int]) -> float:
     return total / 2**20
 
 
-def env_note() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k.startswith("PARLEY_")}
-
-
 RENDER_SCRIPT = """
 import json
 from webapp.recordings.models import Recording
