@@ -2,7 +2,7 @@
 
 A unit engine's decode step runs every live session as one row, with one key bucket for all of them, set by
 the oldest call. This times one layer's attention over rows whose lengths are the contexts of live calls in
-the 3-minute mix (ages exponential around ``--mean-call-s``, ``AUDIO_POSITIONS_PER_S`` positions a second,
+the 3-minute mix (ages exponential around ``--mean-call-s``, ``AUDIO_UNIT_MAX_POSITIONS`` positions a second,
 up to the sliding window's trigger), young calls for contrast, and a unit's prefill of ``PREFILL_T``
 positions. Both kernels run in one process on the same tensors, each captured in a CUDA graph of back-to-back
 launches; the output must be the same bits (the change is meant to move fewer bytes, not other numbers).
@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results_io import write_result  # noqa: E402
 from bench.unit_invariant_kernels import HD, KV_HEADS, Q_HEADS, graphed_us  # noqa: E402
+from inference.engines.unit import AUDIO_UNIT_MAX_POSITIONS  # noqa: E402  (an audio-only unit's most positions)
 from inference.models.minicpmo.duplex import window_bounds  # noqa: E402
 from inference.models.minicpmo.fast.graphs import kv_buckets, smallest_at_least  # noqa: E402
 from inference.models.minicpmo.fast.runner import DEFAULT_CAPACITY  # noqa: E402
 from inference.models.minicpmo.invariant import kernels as ours  # noqa: E402
 
 KERNELS = "inference/models/minicpmo/invariant/kernels.py"
-AUDIO_POSITIONS_PER_S = 32  # an audio-only unit's most positions (inference.engines.unit.AUDIO_UNIT_MAX_POSITIONS)
 PROMPT_POSITIONS = 200
 PREFILL_T = 13
 
@@ -57,7 +57,7 @@ def call_lengths(rows: int, mean_call_s: float, rng: np.random.Generator) -> lis
     """Context lengths of ``rows`` live calls of the mix: a live call's age is exponential too (memoryless)."""
     trigger, _ = window_bounds(DEFAULT_CAPACITY)
     ages = rng.exponential(mean_call_s, rows)
-    return [int(min(PROMPT_POSITIONS + a * AUDIO_POSITIONS_PER_S, trigger)) for a in ages]
+    return [int(min(PROMPT_POSITIONS + a * AUDIO_UNIT_MAX_POSITIONS, trigger)) for a in ages]
 
 
 def case(name: str, lengths: list[int], t: int, base, bf16=torch.bfloat16) -> dict:
