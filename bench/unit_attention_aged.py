@@ -11,7 +11,8 @@ The base kernel comes from ``git show <base>:inference/models/minicpmo/invariant
 at hand, or from ``--base-file`` (the device's copy of the tree has no ``.git``: write the file into the
 carry first).
 
-Usage (GPU machine): python3 bench/unit_attention_aged.py --base-file .venv-loadpath/kernels_base.py --out $OUT
+Usage (GPU machine): python3 bench/unit_attention_aged.py --base 9d6fc1c --base-file .venv-loadpath/kernels_base.py --out $OUT
+(``--base`` then only names the commit the file came from.)
 """
 
 from __future__ import annotations
@@ -92,7 +93,9 @@ def case(name: str, lengths: list[int], t: int, base, bf16=torch.bfloat16) -> di
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--base", default="HEAD~1", help="the commit whose kernel is the base (needs git)")
+    parser.add_argument(
+        "--base", default="HEAD~1", help="the commit whose kernel is the base (its name, with --base-file)"
+    )
     parser.add_argument("--base-file", type=Path, default=None, help="the base kernels.py itself")
     parser.add_argument("--mean-call-s", type=float, default=180.0)
     parser.add_argument("--draws", type=int, default=3, help="call-age draws per row count")
@@ -110,7 +113,7 @@ def main() -> int:
     result = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
-        "base": args.base_file.name if args.base_file else args.base,
+        "base": args.base,
         "mean_call_s": args.mean_call_s,
         "rows": rows,
     }
