@@ -294,6 +294,8 @@ def run(args) -> dict:
             "nginx": bool(args.nginx or args.daphnes > 1),
             "uvloop_daphne": args.uvloop,
             "env": extra,
+            # every process inherits the bench's environment: an allocator setting changes what RSS shows
+            "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX"),
             "started_in_s": round(start_s, 1),
         },
         "callers": {

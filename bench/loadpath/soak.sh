@@ -4,7 +4,8 @@
 # ${HOLD_S:-450} s (8 minutes of calls). About 580 s of command: run with timeout_s 600.
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 lines=${LINES:-183}
+arena_tag=${MALLOC_ARENA_MAX:+-arena$MALLOC_ARENA_MAX}   # an allocator setting goes into the name: it changes what RSS shows
 exec bash "$(dirname "$0")/run.sh" soak --hardware h200 --engine lockstep --services 1 --gpu-service gpu \
     --env PARLEY_SLOTS=320 --env PARLEY_KV_PAGE_FRAMES=128 --env PARLEY_KV_MEAN_CALL_S=180 \
     --lines "$lines" --daphnes 4 --gen-procs 4 --gen-uvloop --ramp-s 30 --seconds "${HOLD_S:-450}" \
-    --what "serving-e2e-lockstep-paged-$lines-4daphne-hold${HOLD_S:-450}s" --recordings-sample 24 --render-sample 3
+    --what "serving-e2e-lockstep-paged-$lines-4daphne-hold${HOLD_S:-450}s$arena_tag" --recordings-sample 24 --render-sample 3
