@@ -38,21 +38,14 @@ import torch  # noqa: E402
 
 from bench.results_io import write_result  # noqa: E402
 from bench.serving_gpu_service import TINY_CHECKPOINT, build_lockstep  # noqa: E402
+from bench.serving_topology import rss_mb  # noqa: E402
 from inference.config import InferenceConfig  # noqa: E402
 from inference.engines.base import SlotConfig, SlotInput  # noqa: E402
 from inference.engines.prefill_cache import PrefillCache  # noqa: E402
 
 
-def rss_mb() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def memory_sample(calls_ended: int, ticks: int, traced: bool) -> dict:
-    sample = {"calls_ended": calls_ended, "ticks": ticks, "rss_mb": round(rss_mb(), 1)}
+    sample = {"calls_ended": calls_ended, "ticks": ticks, "rss_mb": round(rss_mb([os.getpid()]), 1)}
     if traced:
         sample["python_heap_mb"] = round(tracemalloc.get_traced_memory()[0] / 2**20, 2)
     if torch.cuda.is_available():
