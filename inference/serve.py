@@ -10,11 +10,8 @@ import asyncio
 import signal
 import sys
 
-from inference.cluster.membership import Membership
-from inference.config import InferenceConfig
+from inference.config import ConfigError, InferenceConfig
 from inference.log_format import configure_logging
-from inference.service import InferenceService
-from inference.transport.server import serve
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +29,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     pairs = (("engine", args.engine), ("slots", args.slots), ("service_id", args.service_id))
     overrides = {k: v for k, v in pairs if v is not None}
-    config = InferenceConfig.from_env().with_overrides(**overrides)
+    try:
+        config = InferenceConfig.from_env().with_overrides(**overrides)
+    except ConfigError as exc:  # the variable and its value, not a traceback
+        print(f"inference service: bad configuration: {exc}", file=sys.stderr, flush=True)
+        return 2
+    # Imported once the configuration is known to be good: a bad value stops the service at once, not after the
+    # seconds torch and the engines take to import.
+    from inference.cluster.membership import Membership
+    from inference.service import InferenceService
+    from inference.transport.server import serve
+
     socket_path = args.socket or config.socket_path
     configure_logging(json_lines=config.log_json)  # JSON lines in production, key=value extras otherwise
 

@@ -72,6 +72,16 @@ def browser_type_launch_args(browser_type_launch_args: dict, fake_mic_wav: Path)
     }
 
 
+@pytest.fixture(scope="module")
+def browser(browser_type, browser_type_launch_args):
+    """One chromium per test file (pytest-playwright's lives for the whole run). The browser files run in a few
+    pytest processes (scripts/test.sh): a page a file leaves open, a call still running on it, dies with the
+    file's chromium instead of loading the machine for every file after it."""
+    browser = browser_type.launch(**browser_type_launch_args)
+    yield browser
+    browser.close()
+
+
 PASSWORD = "browser-test-password"
 
 
@@ -103,8 +113,9 @@ def screenshot_dir() -> Path | None:
 LIVE_SERVER_ENV = live_server_env("echo", PARLEY_QUEUE_MAX="4", PARLEY_ECHO_PREFILL_TICKS="15")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def channels_live_server(django_db_setup, django_db_blocker):
-    """The browser suite's daphne live server, with the inference settings above."""
+    """The browser suite's daphne live server, with the inference settings above: one per test file, so what a
+    file leaves in the server (login-failure counts, a slot still held) cannot fail the next file."""
     with run_live_server(django_db_blocker, LIVE_SERVER_ENV) as server:
         yield server

@@ -241,6 +241,7 @@ async () => {
 """
 
 
+@pytest.mark.solo  # its start target grew past 60 ms beside another browser file: the page's own feeding ran late
 def test_jitter_player_starts_low_grows_on_underrun_and_shrinks_when_calm(page, static_server):
     page.goto(f"{static_server}/harness.html")
     r = page.evaluate(ADAPT_JS)

@@ -3,7 +3,7 @@
 Chromium's fake microphone loops one espeak-ng utterance followed by 4 s of silence. The page picks
 half-duplex (server_vad with OpenAI's defaults); each utterance is one committed turn, and each turn
 gets one response that ends before the next utterance (max_response_s=2), so none is cancelled.
-This module starts its own daphne live server and its own fake microphone file.
+This module starts its own daphne live server and its own chromium, with its own fake microphone file.
 """
 
 from __future__ import annotations
@@ -29,14 +29,20 @@ TURNS_TIMEOUT_MS = 60_000
 SILENCE_S = 4.0
 
 
-@pytest.fixture(scope="session")
-def fake_mic_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One utterance, then silence long enough for its response: the fake microphone loops it."""
+@pytest.fixture(scope="module")
+def turns_mic_browser(browser_type, browser_type_launch_args, tmp_path_factory):
+    """A chromium of its own whose fake microphone loops one utterance, then silence long enough for its
+    response (the suite's browser, shared by every file of the run, loops continuous speech)."""
     speech = utterance("Hello, can you hear me?", 48_000)
     audio = np.concatenate([speech, np.zeros(int(SILENCE_S * 48_000), np.float32)])
-    path = tmp_path_factory.mktemp("fake-mic-turns") / "turns.wav"
-    soundfile.write(path, audio, 48_000, subtype="PCM_16")
-    return path
+    wav = Path(tmp_path_factory.mktemp("fake-mic-turns")) / "turns.wav"
+    soundfile.write(wav, audio, 48_000, subtype="PCM_16")
+    args = [a for a in browser_type_launch_args["args"] if not a.startswith("--use-file-for-fake-audio-capture")]
+    browser = browser_type.launch(
+        **{**browser_type_launch_args, "args": [*args, f"--use-file-for-fake-audio-capture={wav}"]}
+    )
+    yield browser
+    browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +51,8 @@ def unit_live_server(tmp_path_factory, django_db_setup, django_db_blocker):
         yield server
 
 
-def test_half_duplex_call_one_response_per_utterance(unit_live_server, browser, make_user):
-    context = browser.new_context()
+def test_half_duplex_call_one_response_per_utterance(unit_live_server, turns_mic_browser, make_user):
+    context = turns_mic_browser.new_context()
     page = context.new_page()
     make_user("turncaller")
     login(page, unit_live_server.url, "turncaller")
