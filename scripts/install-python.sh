@@ -70,8 +70,10 @@ install_minicpmo_ref() {
   touch .venv-minicpmo-ref/.parley-installed
 }
 if [[ "${1:-}" == "test" ]]; then
-  [[ -f .venv-moshi-ref/.parley-installed ]] || start_install install_moshi_ref "the reference moshi 0.2.13 into .venv-moshi-ref"
+  [[ -f .venv-moshi-ref/.parley-installed ]] ||
+    start_install install_moshi_ref "the reference moshi 0.2.13 into .venv-moshi-ref"
   [[ -f .venv-pipecat/.parley-installed ]] || start_install install_pipecat "pipecat-ai 1.14.0 into .venv-pipecat"
-  [[ -f .venv-minicpmo-ref/.parley-installed ]] || start_install install_minicpmo_ref "the reference minicpmo 0.1.2 into .venv-minicpmo-ref"
+  [[ -f .venv-minicpmo-ref/.parley-installed ]] ||
+    start_install install_minicpmo_ref "the reference minicpmo 0.1.2 into .venv-minicpmo-ref"
 fi
 finish_installs
