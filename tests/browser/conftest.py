@@ -82,6 +82,23 @@ def browser(browser_type, browser_type_launch_args):
     browser.close()
 
 
+@pytest.fixture(scope="module")
+def launch_with_fake_mic(browser_type, browser_type_launch_args):
+    """``launch(wav)``: a chromium of the test file's own whose fake microphone plays ``wav`` (the shared one
+    plays the suite's speech); each is closed with the file."""
+    launched = []
+    others = [a for a in browser_type_launch_args["args"] if not a.startswith("--use-file-for-fake-audio-capture")]
+
+    def launch(wav: Path):
+        args = [*others, f"--use-file-for-fake-audio-capture={wav}"]
+        launched.append(browser_type.launch(**{**browser_type_launch_args, "args": args}))
+        return launched[-1]
+
+    yield launch
+    for browser in launched:
+        browser.close()
+
+
 PASSWORD = "browser-test-password"
 
 

@@ -85,17 +85,10 @@ async (count) => {
 """
 
 
-def test_mic_worklet_resamples_to_24k_pieces_of_20_ms(browser_type, browser_type_launch_args, static_server, sine_wav):
-    args = [a for a in browser_type_launch_args["args"] if not a.startswith("--use-file-for-fake-audio-capture")]
-    browser = browser_type.launch(
-        **{**browser_type_launch_args, "args": [*args, f"--use-file-for-fake-audio-capture={sine_wav}"]}
-    )
-    try:
-        page = browser.new_page()
-        page.goto(f"{static_server}/harness.html")
-        result = page.evaluate(CAPTURE_FRAMES_JS, 80)
-    finally:
-        browser.close()
+def test_mic_worklet_resamples_to_24k_pieces_of_20_ms(launch_with_fake_mic, static_server, sine_wav):
+    page = launch_with_fake_mic(sine_wav).new_page()
+    page.goto(f"{static_server}/harness.html")
+    result = page.evaluate(CAPTURE_FRAMES_JS, 80)
 
     assert result["contextRate"] != 24000, "the test must exercise resampling"
     frames = result["frames"]

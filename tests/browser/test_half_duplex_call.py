@@ -30,19 +30,14 @@ SILENCE_S = 4.0
 
 
 @pytest.fixture(scope="module")
-def turns_mic_browser(browser_type, browser_type_launch_args, tmp_path_factory):
+def turns_mic_browser(launch_with_fake_mic, tmp_path_factory):
     """A chromium of its own whose fake microphone loops one utterance, then silence long enough for its
-    response (the suite's browser, shared by every file of the run, loops continuous speech)."""
+    response (the suite's browser loops continuous speech)."""
     speech = utterance("Hello, can you hear me?", 48_000)
     audio = np.concatenate([speech, np.zeros(int(SILENCE_S * 48_000), np.float32)])
     wav = Path(tmp_path_factory.mktemp("fake-mic-turns")) / "turns.wav"
     soundfile.write(wav, audio, 48_000, subtype="PCM_16")
-    args = [a for a in browser_type_launch_args["args"] if not a.startswith("--use-file-for-fake-audio-capture")]
-    browser = browser_type.launch(
-        **{**browser_type_launch_args, "args": [*args, f"--use-file-for-fake-audio-capture={wav}"]}
-    )
-    yield browser
-    browser.close()
+    return launch_with_fake_mic(wav)
 
 
 @pytest.fixture(scope="module")

@@ -45,15 +45,9 @@ def zero_delay_echo_server(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture(scope="module")
-def marked_mic_browser(browser_type, browser_type_launch_args, tmp_path_factory):
+def marked_mic_browser(launch_with_fake_mic, tmp_path_factory):
     """A chromium of its own whose fake microphone plays the chirps (the suite's plays speech)."""
-    wav = write_marked_wav(Path(tmp_path_factory.mktemp("marks")) / "marks.wav")
-    args = [a for a in browser_type_launch_args["args"] if not a.startswith("--use-file-for-fake-audio-capture")]
-    browser = browser_type.launch(
-        **{**browser_type_launch_args, "args": [*args, f"--use-file-for-fake-audio-capture={wav}"]}
-    )
-    yield browser
-    browser.close()
+    return launch_with_fake_mic(write_marked_wav(Path(tmp_path_factory.mktemp("marks")) / "marks.wav"))
 
 
 def tapped_call_page(url: str, browser, make_user, username: str):
