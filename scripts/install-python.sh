@@ -39,8 +39,8 @@ if [[ "$installed" != "$(stamp)$extras" && "$installed" != "$(stamp)[test]" ]]; 
   start_install install_app "Python packages into .venv"
 fi
 # The three venvs the tests alone need are independent of .venv and of each other: they install at once, beside
-# .venv's install (above, in the background). Each writes its stamp only
-# when it is complete, so a failed or interrupted install is redone next time.
+# .venv's install (above, in the background). Each writes its stamp only when it is complete, so a failed or
+# interrupted install is redone next time.
 install_moshi_ref() {
   $PY -m venv .venv-moshi-ref
   .venv-moshi-ref/bin/pip install -q --upgrade pip
