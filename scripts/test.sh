@@ -45,49 +45,44 @@ numerical_lockstep=(tests/inference/models/mimi tests/inference/models/moshi/tes
   tests/inference/models/moshi/test_personaplex_golden.py tests/inference/models/moshi/test_lockstep_engine.py
   tests/inference/models/moshi_fast/test_fast_path_cpu.py)
 numerical_unit=(tests/inference/models/minicpmo)
-other_log=$(mktemp)
-trap 'rm -f "$other_log"' EXIT
-# The guards below are against a hang, not budgets (each test has its own 300 s limit). On a clean 2-core clone the
-# passes took: inference 798 s beside the web tier; on a slower one (whose cores gave a load generator twice the
-# CPU time for the same work) 1 076-1 355 s, the web tier 630 s to over 900 s (its 900 s guard killed it at 98 %), the
-# numerical pass 561-578 s.
-( status=0
+# start_beside runs a command of run_suite calls in the background, its output kept until end_beside waits for it
+# and prints it whole (two interleaved pytest outputs are unreadable); its exit code carries the status it set.
+beside_log=$(mktemp)
+trap 'rm -f "$beside_log"' EXIT
+start_beside() { ( status=0; "$@"; exit $status ) >"$beside_log" 2>&1 & beside_pid=$!; }
+end_beside() { wait "$beside_pid" || status=1; cat "$beside_log"; }
+web_tier_then_unit_numerics() {
   run_suite "unit and integration tests: web tier and SDK (all but tests/inference and tests/cluster)" 1800 \
     -m "not browser and $NOT_HERE" --ignore=tests/inference --ignore=tests/cluster tests "$@"
   MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default \
     run_suite "numerical tests of MiniCPM-o on MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=default" 1200 \
     -m "not browser and $NOT_HERE" "${numerical_unit[@]}" "$@"
-  exit $status ) >"$other_log" 2>&1 &
-other_pid=$!
+}
+# The guards below are against a hang, not budgets (each test has its own 300 s limit). On a clean 2-core clone the
+# passes took: inference 798 s beside the web tier; on a slower one (whose cores gave a load generator twice the
+# CPU time for the same work) 1 076-1 355 s, the web tier 630 s to over 900 s (its 900 s guard killed it at 98 %), the
+# numerical pass 561-578 s.
+start_beside web_tier_then_unit_numerics "$@"
 run_suite "unit and integration tests: tests/inference" 1800 -m "not browser and $NOT_HERE" tests/inference "$@"
 MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default \
   run_suite "numerical tests of Mimi, Moshi, PersonaPlex on MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=default" 600 \
   -m "not browser and $NOT_HERE" "${numerical_lockstep[@]}" "$@"
 echo "=== (waiting for the web-tier tests and the numerical pass, started beside tests/inference; their output follows) ==="
-wait "$other_pid" || status=1  # its run_suite set status in the background shell: the exit code carries it
-cat "$other_log"
+end_beside
 run_suite "cluster tests (real topology on loopback)" 600 -m "not browser and $NOT_HERE" tests/cluster "$@"
 # The browser tests mostly wait on real-time calls (one file at a time used 0.65 of the 2 cores, 836 s for the 32
 # files): they run as two lanes at once, the files dealt between them, each lane one pytest process (each file
 # gets its own live servers and chromium: tests/browser/conftest.py). Then the tests marked `solo`, whose bounds
-# are latency or underruns on a machine doing nothing else, run alone. The second lane's output is printed whole
-# when it ends.
-browser_files=(tests/browser/test_*.py)
-lanes=([0]="" [1]="")
-for i in "${!browser_files[@]}"; do lanes[$((i % 2))]+=" ${browser_files[$i]}"; done
-lane_log=$(mktemp)
-trap 'rm -f "$other_log" "$lane_log"' EXIT
-# shellcheck disable=SC2086  # each lane's file list splits into words
-( status=0
-  run_suite "browser tests, lane 2 of 2 (Playwright + Debian chromium)" 1200 -m "browser and not solo and $NOT_HERE" \
-    ${lanes[1]} "$@"
-  exit $status ) >"$lane_log" 2>&1 &
-lane_pid=$!
-# shellcheck disable=SC2086
-run_suite "browser tests, lane 1 of 2 (Playwright + Debian chromium)" 1200 -m "browser and not solo and $NOT_HERE" \
-  ${lanes[0]} "$@"
+# are latency or underruns on a machine doing nothing else, run alone.
+browser_files=(tests/browser/test_*.py) lane_1=() lane_2=()
+for i in "${!browser_files[@]}"; do
+  if ((i % 2)); then lane_2+=("${browser_files[$i]}"); else lane_1+=("${browser_files[$i]}"); fi
+done
+not_solo="browser and not solo and $NOT_HERE"
+start_beside run_suite "browser tests, lane 2 of 2 (Playwright + Debian chromium)" 1200 -m "$not_solo" \
+  "${lane_2[@]}" "$@"
+run_suite "browser tests, lane 1 of 2 (Playwright + Debian chromium)" 1200 -m "$not_solo" "${lane_1[@]}" "$@"
 echo "=== (waiting for browser lane 2, started beside lane 1; its output follows) ==="
-wait "$lane_pid" || status=1
-cat "$lane_log"
+end_beside
 run_suite "browser tests marked solo, alone on the machine" 600 -m "browser and solo and $NOT_HERE" tests/browser "$@"
 exit $status

@@ -9,7 +9,6 @@ This module starts its own daphne live server and its own chromium, with its own
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,7 +34,7 @@ def turns_mic_browser(launch_with_fake_mic, tmp_path_factory):
     response (the suite's browser loops continuous speech)."""
     speech = utterance("Hello, can you hear me?", 48_000)
     audio = np.concatenate([speech, np.zeros(int(SILENCE_S * 48_000), np.float32)])
-    wav = Path(tmp_path_factory.mktemp("fake-mic-turns")) / "turns.wav"
+    wav = tmp_path_factory.mktemp("fake-mic-turns") / "turns.wav"
     soundfile.write(wav, audio, 48_000, subtype="PCM_16")
     return launch_with_fake_mic(wav)
 

@@ -10,8 +10,6 @@ loopback; the bound here leaves room for CI's two shared cores. The numbers them
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -47,7 +45,7 @@ def zero_delay_echo_server(django_db_setup, django_db_blocker):
 @pytest.fixture(scope="module")
 def marked_mic_browser(launch_with_fake_mic, tmp_path_factory):
     """A chromium of its own whose fake microphone plays the chirps (the suite's plays speech)."""
-    return launch_with_fake_mic(write_marked_wav(Path(tmp_path_factory.mktemp("marks")) / "marks.wav"))
+    return launch_with_fake_mic(write_marked_wav(tmp_path_factory.mktemp("marks") / "marks.wav"))
 
 
 def tapped_call_page(url: str, browser, make_user, username: str):
