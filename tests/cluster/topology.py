@@ -136,9 +136,7 @@ class Cluster:
         for i, port in enumerate(ports):
             self._spawn(f"daphne-{i + 1}", [DAPHNE, "-b", HOST, "-p", str(port), "webapp.asgi:application"])
         if self.celery:
-            # Two worker processes, as deploy/systemd/parley-celery-worker.service runs: the load test's 40
-            # recordings took 130 s to process one at a time.
-            self._spawn("celery-worker", [CELERY, "-A", "webapp", "worker", "--concurrency", "2",
+            self._spawn("celery-worker", [CELERY, "-A", "webapp", "worker", "--pool=solo", "-c", "1",
                                           "--without-gossip", "--without-mingle", "-l", "info"])  # fmt: skip
             schedule = str(self.var_dir / "celerybeat-schedule")
             self._spawn("celery-beat", [CELERY, "-A", "webapp", "beat", "-s", schedule, "-l", "info"])
