@@ -22,7 +22,8 @@ from tests.browser.pages import hooks, login, recording_row, start_call, wait_fo
 from tests.live_server import live_server_env, run_live_server
 from webapp.recordings.models import Recording
 
-pytestmark = pytest.mark.browser
+# solo: the leak level it finds (-20 +- 3 dB) came out -23.2 dB once beside the other browser lane
+pytestmark = [pytest.mark.browser, pytest.mark.solo]
 
 PROCESSING_TIMEOUT_MS = 60_000
 WARNING_TIMEOUT_MS = 30_000  # a window every 5 s once the acks cover 4 s
