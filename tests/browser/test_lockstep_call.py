@@ -17,7 +17,9 @@ from inference.models.moshi.make_checkpoint import make_checkpoint
 from tests.browser.pages import hooks, login, open_call_page, wait_for, wait_for_state
 from tests.live_server import live_server_env, run_live_server
 
-pytestmark = pytest.mark.browser
+# solo: the tiny model runs on the CPU in real time; beside the other browser lane it fell behind once (three
+# `input_backpressure` events, 32 frames dropped), which is the service shedding load as it should, not this call's fault
+pytestmark = [pytest.mark.browser, pytest.mark.solo]
 
 START_TIMEOUT_MS = 90_000
 

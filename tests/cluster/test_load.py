@@ -158,7 +158,8 @@ class LoadCaller:
 @pytest.fixture(scope="module")
 def loaded_cluster():
     # Slots for every caller on either service: this test is about carrying the calls, not admission.
-    with Cluster(services=2, daphnes=2, slots=CALLERS, heartbeat_s=0.5, heartbeat_timeout_s=5.0) as running:
+    cluster = Cluster(services=2, daphnes=2, slots=CALLERS, heartbeat_s=0.5, heartbeat_timeout_s=5.0, celery_workers=2)
+    with cluster as running:
         out = running.manage("shell", "-c", USERS_SCRIPT)
         running.keys = json.loads(next(line for line in out.splitlines() if line.startswith("KEYS="))[5:])
         yield running

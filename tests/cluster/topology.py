@@ -93,6 +93,10 @@ class Cluster:
     heartbeat_s: float = 0.5
     heartbeat_timeout_s: float = 2.5
     celery: bool = True
+    # Worker processes: one (the solo pool) keeps start-up light for the placement tests, whose 0.5 s heartbeats
+    # went stale under load; the load test takes two, as deploy/systemd/parley-celery-worker.service runs, for
+    # its 40 recordings (about 4 s of CPU each, caller transcript and Opus encoding).
+    celery_workers: int = 1
     postgres: bool = True  # False: one SQLite file shared by the web processes (a host without PostgreSQL)
     nginx_port: int | None = None
     extra_env: dict[str, str] = field(default_factory=dict)  # PARLEY_* and friends for every process
@@ -136,7 +140,8 @@ class Cluster:
         for i, port in enumerate(ports):
             self._spawn(f"daphne-{i + 1}", [DAPHNE, "-b", HOST, "-p", str(port), "webapp.asgi:application"])
         if self.celery:
-            self._spawn("celery-worker", [CELERY, "-A", "webapp", "worker", "--pool=solo", "-c", "1",
+            pool = ["--pool=solo"] if self.celery_workers == 1 else ["--concurrency", str(self.celery_workers)]
+            self._spawn("celery-worker", [CELERY, "-A", "webapp", "worker", *pool,
                                           "--without-gossip", "--without-mingle", "-l", "info"])  # fmt: skip
             schedule = str(self.var_dir / "celerybeat-schedule")
             self._spawn("celery-beat", [CELERY, "-A", "webapp", "beat", "-s", schedule, "-l", "info"])
