@@ -31,18 +31,21 @@ FRAME_MS = 20  # one Opus packet
 FRAME_SAMPLES = RATE * FRAME_MS // 1000
 FRAME_BYTES = FRAME_SAMPLES * 2
 # The agent's audio comes in the engine's chunks (80 ms for a lockstep or echo engine, 1 s units for the unit
-# engine) on the engine's clock; the track sends 20 ms every 20 ms. It waits this long after an empty buffer
-# gets audio before it resumes, so a chunk a little late does not leave a hole in every chunk period.
-START_SLACK_MS = 30
+# engine) on the engine's clock; the track sends 20 ms every 20 ms. When the next chunk is late (the engine's
+# tick, the event loop), the track waits up to this long for it and sends it late, its time stamp unchanged, and
+# the frames after it 20 ms apart from it: the receiver's jitter buffer absorbs that lateness with the network's.
+# Keeping a frame standing here instead (as before) put 20 ms, plus 0-20 ms of the clock's phase against the
+# chunks, on every frame of every call. The unit engine, which sends nothing while it listens, pays the wait
+# once at the end of each spoken run (one silent frame sent that much late).
+LATE_WAIT_MS = 40
 # More than this waiting (a burst at the start, or a stall that let chunks pile up) is dropped from the
-# oldest: an 80 ms chunk plus the slack is all that ever needs to wait, and what waits beyond it would stay
+# oldest: an 80 ms chunk and a frame is all that ever needs to wait, and what waits beyond it would stay
 # on as delay for the rest of the call (the unit engine's 1 s units are pushed as they come, in 80 ms pieces).
 MAX_QUEUED_MS = 200
-# What stood in the queue at every push of a window (about 1 s of 80 ms chunks) beyond one frame is a backlog
-# that the steady flow keeps for good (a stall let chunks pile up, or a burst came at the start): it is dropped,
-# from the oldest, as soon as that audio is quiet (as the input framer does: never the agent's words).
+# What stood in the queue at every push of a window (about 1 s of 80 ms chunks) is a backlog that the steady
+# flow keeps for good (a stall let chunks pile up, or a burst came at the start): it is dropped, from the
+# oldest, as soon as that audio is quiet (as the input framer does: never the agent's words).
 STANDING_WINDOW_PUSHES = 12
-STANDING_KEEP_MS = FRAME_MS
 # The caller's stream is kept in time: a gap in its RTP timestamps (lost packets) shorter than this is
 # filled with silence; a longer one is a pause of the sender, not lost audio.
 MAX_CONCEALED_GAP_MS = 500
@@ -51,7 +54,8 @@ MAX_CONCEALED_GAP_MS = 500
 @dataclass
 class DownlinkStats:
     sent_ms: int = 0  # agent audio sent (the silence sent while none waited is not counted): playback.ack
-    underruns: int = 0  # the buffer ran dry while the agent was sending
+    underruns: int = 0  # the buffer ran dry while the agent was sending, and stayed dry for LATE_WAIT_MS
+    late_frames: int = 0  # frames sent late because their chunk came late (waited for, not replaced by silence)
     dropped_ms: int = 0  # dropped from the oldest beyond MAX_QUEUED_MS
     trimmed_ms: int = 0  # standing backlog dropped while quiet
 
@@ -96,8 +100,7 @@ class AgentAudioTrack(MediaStreamTrack):
     def __init__(self) -> None:
         super().__init__()
         self._pending = bytearray()
-        self._playing = False  # False until START_SLACK_MS after audio arrives in an empty buffer
-        self._resume_at = 0.0
+        self._playing = False  # the agent is sending: a dry buffer is a late chunk, waited for
         self._next_at: float | None = None
         self._pts = 0
         self._upsampler = WholeFrameResampler(OPUS_RATE)
@@ -111,8 +114,6 @@ class AgentAudioTrack(MediaStreamTrack):
         """Queue the agent's audio (any length, whole samples)."""
         if not pcm16:
             return
-        if not self._pending and not self._playing:
-            self._resume_at = time.monotonic() + START_SLACK_MS / 1000
         if self._playing:
             self._watch_standing()
         self._pending += pcm16
@@ -133,8 +134,7 @@ class AgentAudioTrack(MediaStreamTrack):
         self._window_min = min(self._window_min, len(self._pending))
         self._window_pushes += 1
         if self._window_pushes >= STANDING_WINDOW_PUSHES:
-            keep = STANDING_KEEP_MS * RATE * 2 // 1000
-            standing = self._window_min - keep
+            standing = self._window_min
             self._new_window()
             self._waiting_trim = max(0, standing - standing % 2)
 
@@ -162,6 +162,9 @@ class AgentAudioTrack(MediaStreamTrack):
             self._next_at = now
         else:
             await asyncio.sleep(max(0.0, self._next_at - now))
+        if self._playing and len(self._pending) < FRAME_BYTES and await self._late_audio():
+            self.stats.late_frames += 1
+            self._next_at = max(self._next_at, time.monotonic())  # the frames after it go 20 ms apart from it
         self._next_at += FRAME_MS / 1000
         pcm = self._upsampler.resample(pcm16_frame(self._take(), RATE, self._pts))
         frame = pcm16_frame(pcm, OPUS_RATE, self._pts * (OPUS_RATE // RATE))
@@ -183,8 +186,20 @@ class AgentAudioTrack(MediaStreamTrack):
         if self.readyState != "live":
             raise MediaStreamError
 
+    async def _late_audio(self) -> bool:
+        """Wait up to LATE_WAIT_MS for a whole frame; whether one came."""
+        deadline = time.monotonic() + LATE_WAIT_MS / 1000
+        while len(self._pending) < FRAME_BYTES and self.readyState == "live":
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._audio_arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._audio_arrived.wait(), left)
+        return len(self._pending) >= FRAME_BYTES
+
     def _take(self) -> bytes:
-        if not self._playing and self._pending and time.monotonic() >= self._resume_at:
+        if not self._playing and self._pending:
             self._playing = True
         if self._waiting_trim and self._playing:
             self._trim_when_quiet()
@@ -197,7 +212,6 @@ class AgentAudioTrack(MediaStreamTrack):
             piece = bytes(self._pending) + bytes(FRAME_BYTES - len(self._pending))
             self.stats.sent_ms += len(self._pending) * 1000 // (RATE * 2)
             self._pending.clear()
-            self._resume_at = time.monotonic() + START_SLACK_MS / 1000
             return piece
         piece = bytes(self._pending[:FRAME_BYTES])
         del self._pending[:FRAME_BYTES]
