@@ -62,7 +62,9 @@ async def frames_around_a_late_chunk(late_ms: float) -> tuple[list[bool], AgentA
 async def test_a_chunk_a_little_late_is_sent_late_not_replaced_by_silence():
     frames, track = await frames_around_a_late_chunk(LATE_WAIT_MS / 2)
     assert frames == [True] * 8 + [False]  # the late chunk's four frames, then nothing more was pushed
-    assert track.stats.late_frames == 1 and track.stats.underruns == 1  # the last: the agent stopped
+    assert track.stats.underruns == 1  # the last: the agent stopped
+    # 1: the fifth frame waited for its chunk (0 only if the loop woke so late that the chunk was already there)
+    assert track.stats.late_frames <= 1
 
 
 async def test_a_chunk_later_than_the_wait_leaves_one_silent_frame_then_plays():
