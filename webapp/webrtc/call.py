@@ -250,6 +250,7 @@ class RtcCall:
             extra={
                 "call_id": self.id,
                 "downlink_underruns": self.downlink.stats.underruns,
+                "downlink_late_frames": self.downlink.stats.late_frames,  # sent late, waited for: not a gap
                 "uplink_concealed_ms": self.uplink.concealed_ms,
             },
         )
