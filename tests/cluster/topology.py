@@ -95,7 +95,7 @@ class Cluster:
     celery: bool = True
     # Worker processes: one (the solo pool) keeps start-up light for the placement tests, whose 0.5 s heartbeats
     # went stale under load; the load test takes two, as deploy/systemd/parley-celery-worker.service runs, for
-    # its 40 recordings (about 4 s of CPU each, caller transcript and Opus encoding).
+    # its 40 recordings (about 5.5 s of CPU each: caller transcript 3.5 s, Opus encoding 0.8-1.5 s).
     celery_workers: int = 1
     postgres: bool = True  # False: one SQLite file shared by the web processes (a host without PostgreSQL)
     nginx_port: int | None = None

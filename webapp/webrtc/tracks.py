@@ -162,9 +162,9 @@ class AgentAudioTrack(MediaStreamTrack):
             self._next_at = now
         else:
             await asyncio.sleep(max(0.0, self._next_at - now))
-        if self._playing and len(self._pending) < FRAME_BYTES and await self._late_audio():
+        if self._playing and len(self._pending) < FRAME_BYTES and await self._audio_for(FRAME_BYTES, LATE_WAIT_MS):
             self.stats.late_frames += 1
-            self._next_at = max(self._next_at, time.monotonic())  # the frames after it go 20 ms apart from it
+            self._next_at = time.monotonic()  # the frames after it go 20 ms apart from it
         self._next_at += FRAME_MS / 1000
         pcm = self._upsampler.resample(pcm16_frame(self._take(), RATE, self._pts))
         frame = pcm16_frame(pcm, OPUS_RATE, self._pts * (OPUS_RATE // RATE))
@@ -179,24 +179,22 @@ class AgentAudioTrack(MediaStreamTrack):
         encode), the next ones on time, and the caller's playout, anchored on the late ones, stayed that much
         behind for the rest of the call (impairment bench at 7aa6a2c: the first packet heard 80 ms behind the
         stream's steady pace). Silence sent before anything was said carried nothing."""
-        while not self._pending and self.readyState == "live":
-            self._audio_arrived.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._audio_arrived.wait(), 0.25)
+        await self._audio_for(1)
         if self.readyState != "live":
             raise MediaStreamError
 
-    async def _late_audio(self) -> bool:
-        """Wait up to LATE_WAIT_MS for a whole frame; whether one came."""
-        deadline = time.monotonic() + LATE_WAIT_MS / 1000
-        while len(self._pending) < FRAME_BYTES and self.readyState == "live":
-            left = deadline - time.monotonic()
+    async def _audio_for(self, nbytes: int, within_ms: float | None = None) -> bool:
+        """Wait until ``nbytes`` are queued (for at most ``within_ms``; None: until the track ends); whether they
+        are. The wait wakes every 250 ms at least to notice the track ending."""
+        deadline = None if within_ms is None else time.monotonic() + within_ms / 1000
+        while len(self._pending) < nbytes and self.readyState == "live":
+            left = 0.25 if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 return False
             self._audio_arrived.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._audio_arrived.wait(), left)
-        return len(self._pending) >= FRAME_BYTES
+                await asyncio.wait_for(self._audio_arrived.wait(), min(left, 0.25))
+        return len(self._pending) >= nbytes
 
     def _take(self) -> bytes:
         if not self._playing and self._pending:
