@@ -38,6 +38,7 @@ import asyncio
 import multiprocessing
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -191,6 +192,7 @@ def service_command(args) -> list[str] | None:
     extra = GPU_SERVICES[args.gpu_service][1]
     if args.gpu_service.startswith("unit"):
         extra = [*extra, "--vocoder", args.vocoder]
+    extra = [*extra, *shlex.split(args.service_args)]
     return [sys.executable, str(ROOT / "bench" / "serving_gpu_service.py"), *extra]
 
 
@@ -384,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recordings-sample", type=int, default=60, help="raw recordings read back after the run")
     p.add_argument("--render-sample", type=int, default=10, help="of those, post-processed as Celery would")
     p.add_argument("--speech", help="a cached .npy of pcm16 24 kHz speech (made with espeak-ng when absent)")
+    p.add_argument(
+        "--service-args", default="", help="more arguments for bench/serving_gpu_service.py, e.g. its --memory-log"
+    )
     p.add_argument("--env", action="append", default=[], help="KEY=VALUE for every server process")
     p.add_argument("--what", default="serving-e2e-echo")
     p.add_argument("--hardware", help="the results' hardware name (default: results_io's, e.g. 2core or h200)")

@@ -7,6 +7,12 @@ socket, but with the engine built from random weights, since the host holds no c
   speaking as in its capacity rows (``bench/serving_unit_engine.py``); ``--vocoder token2wav`` adds random
   Token2Wav assets at the published shapes (default ``none``: silence, as the capacity rows time the unit).
 
+``--memory-log PATH`` writes the service's memory as JSON lines every ``--memory-every`` seconds (RSS, the Python
+heap under ``tracemalloc``, sessions kept, CUDA memory) and, at each of ``--snapshot-at`` seconds after serving
+starts, the Python heap's largest growths since the first snapshot by source line and by call stack: where a
+soak's RSS growth is kept. ``tracemalloc`` traces every allocation (the loop runs slower) and a snapshot holds the
+interpreter for a second or two, so a run with it measures memory, not latency.
+
 Settings come from the environment as for ``serve`` (``PARLEY_SLOTS``, ``PARLEY_KV_PAGE_FRAMES``,
 ``PARLEY_KV_MEAN_CALL_S``, ``PARLEY_INFERENCE_TOKEN`` ...); the KV pool is the card's free memory less the
 codec's per-slot state and ``--reserve-gib``, as the paged bench sizes it. ``--tiny`` serves the repository's
@@ -20,11 +26,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import json
 import os
 import signal
 import sys
 import tempfile
+import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
@@ -77,6 +87,86 @@ def build_lockstep(config, tmp: Path, reserve_gib: float, tiny: bool):
     return engine
 
 
+class MemoryLog:
+    """The service's memory over a run, from a thread: what a soak's RSS growth is made of."""
+
+    STACK_FRAMES = 8
+
+    def __init__(self, path: Path, every_s: float, snapshot_at: list[float], service) -> None:
+        self.path, self.every_s, self.service = path, every_s, service
+        self.snapshot_at = sorted(snapshot_at)
+        self.first_snapshot: tracemalloc.Snapshot | None = None
+        self.t0 = time.monotonic()
+        tracemalloc.start(self.STACK_FRAMES)
+        threading.Thread(target=self._run, name="memory-log", daemon=True).start()
+
+    def _write(self, row: dict) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def _sample(self) -> dict:
+        import psutil
+
+        heap, heap_peak = tracemalloc.get_traced_memory()
+        pool = self.service.pool
+        row = {
+            "t_s": round(time.monotonic() - self.t0, 1),
+            "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
+            "python_heap_mb": round(heap / 2**20, 2),
+            "python_heap_peak_mb": round(heap_peak / 2**20, 2),
+            "sessions_kept": len(self.service.sessions),
+            "slots_owned": sum(o is not None for o in pool.owners),
+            "queued": len(pool.queue),
+            "gc_counts": gc.get_count(),
+            "threads": threading.active_count(),
+        }
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                row["cuda_allocated_mb"] = round(torch.cuda.memory_allocated() / 2**20, 1)
+                row["cuda_reserved_mb"] = round(torch.cuda.memory_reserved() / 2**20, 1)
+        except ImportError:
+            pass
+        return row
+
+    def _snapshot(self, at_s: float) -> None:
+        t0 = time.monotonic()
+        snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+        if self.first_snapshot is None:
+            self.first_snapshot = snap
+            self._write({"snapshot_at_s": at_s, "first": True, "took_s": round(time.monotonic() - t0, 2)})
+            return
+        by_line = snap.compare_to(self.first_snapshot, "lineno")[:25]
+        by_stack = snap.compare_to(self.first_snapshot, "traceback")[:8]
+        self._write(
+            {
+                "snapshot_at_s": at_s,
+                "took_s": round(time.monotonic() - t0, 2),
+                "growth_by_line": [
+                    {"where": str(d.traceback[0]), "kb": round(d.size_diff / 1024, 1), "count": d.count_diff}
+                    for d in by_line
+                ],
+                "growth_by_stack": [
+                    {"stack": [str(f) for f in d.traceback], "kb": round(d.size_diff / 1024, 1), "count": d.count_diff}
+                    for d in by_stack
+                ],
+            }
+        )
+
+    def _run(self) -> None:
+        pending = list(self.snapshot_at)
+        next_sample = 0.0
+        while True:
+            now = time.monotonic() - self.t0
+            if pending and now >= pending[0]:
+                self._snapshot(pending.pop(0))
+            if now >= next_sample:
+                self._write(self._sample())
+                next_sample = now + self.every_s
+            time.sleep(0.5)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--socket", required=True)
@@ -84,6 +174,13 @@ def main() -> int:
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--engine", choices=("lockstep", "unit"), default="lockstep")
     p.add_argument("--vocoder", choices=("none", "token2wav"), default="none", help="unit engine: its vocoder")
+    p.add_argument("--memory-log", type=Path, help="JSON lines of the service's memory (tracemalloc on: slower)")
+    p.add_argument("--memory-every", type=float, default=15.0, help="seconds between memory samples")
+    p.add_argument(
+        "--snapshot-at",
+        default="",
+        help="comma-separated seconds after serving starts for heap snapshots (the first is the baseline)",
+    )
     args = p.parse_args()
     from inference.config import InferenceConfig
     from inference.log_format import configure_logging
@@ -99,6 +196,9 @@ def main() -> int:
             service = InferenceService(config, engine, warmed=True)
             await service.start()
             print(f"serving {args.engine} with {config.slots} slots on {args.socket}", flush=True)
+            if args.memory_log:
+                at = [float(x) for x in args.snapshot_at.split(",") if x.strip()]
+                MemoryLog(args.memory_log, args.memory_every, at, service)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
