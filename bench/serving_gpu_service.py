@@ -7,10 +7,12 @@ socket, but with the engine built from random weights, since the host holds no c
   speaking as in its capacity rows (``bench/serving_unit_engine.py``); ``--vocoder token2wav`` adds random
   Token2Wav assets at the published shapes (default ``none``: silence, as the capacity rows time the unit).
 
-``--memory-log PATH`` writes the service's memory as JSON lines every ``--memory-every`` seconds (RSS, the Python
-heap under ``tracemalloc``, sessions kept, CUDA memory) and, at each of ``--snapshot-at`` seconds after serving
-starts, the Python heap's largest growths since the first snapshot by source line and by call stack: where a
-soak's RSS growth is kept. ``tracemalloc`` traces every allocation (the loop runs slower) and a snapshot holds the
+``--memory-log PATH`` writes the service's memory as JSON lines every ``--memory-every`` seconds: RSS and what it
+is made of (``/proc/self/smaps_rollup``: anonymous and file-backed), glibc malloc's bytes in use, free in its
+arenas and mapped (``mallinfo2``), Python's allocated blocks, sessions kept, CUDA memory. That much costs nothing
+a soak would see. ``--snapshot-at`` seconds after serving starts (comma-separated) adds ``tracemalloc``: the
+Python heap in every sample, and at each of those times its largest growths since the first snapshot, by source
+line and by call stack. ``tracemalloc`` traces every allocation (the loop runs slower) and a snapshot holds the
 interpreter for a second or two, so a run with it measures memory, not latency.
 
 Settings come from the environment as for ``serve`` (``PARLEY_SLOTS``, ``PARLEY_KV_PAGE_FRAMES``,
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import gc
 import json
 import os
@@ -87,6 +90,42 @@ def build_lockstep(config, tmp: Path, reserve_gib: float, tiny: bool):
     return engine
 
 
+def rss_parts_mb() -> dict[str, float]:
+    """Resident memory by kind: anonymous (heaps, arenas, tensors) against file-backed (libraries, mapped files)."""
+    parts = {}
+    try:
+        for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in ("Anonymous", "Rss", "Shared_Clean", "Private_Clean"):
+                parts[f"smaps_{name.lower()}_mb"] = round(int(value.split()[0]) / 1024, 1)
+    except OSError:
+        pass
+    return parts
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+    ] + [("keepcost", ctypes.c_size_t)]
+
+
+def malloc_mb() -> dict[str, float]:
+    """glibc malloc's own accounting (``mallinfo2``, glibc 2.33+): in use, free inside its arenas (what
+    fragmentation keeps resident), and mapped directly for large blocks. Empty where there is no such call."""
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return {}
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    return {
+        "malloc_in_use_mb": round(info.uordblks / 2**20, 1),
+        "malloc_free_in_arenas_mb": round(info.fordblks / 2**20, 1),
+        "malloc_mapped_mb": round(info.hblkhd / 2**20, 1),
+    }
+
+
 class MemoryLog:
     """The service's memory over a run, from a thread: what a soak's RSS growth is made of."""
 
@@ -97,7 +136,8 @@ class MemoryLog:
         self.snapshot_at = sorted(snapshot_at)
         self.first_snapshot: tracemalloc.Snapshot | None = None
         self.t0 = time.monotonic()
-        tracemalloc.start(self.STACK_FRAMES)
+        if self.snapshot_at:
+            tracemalloc.start(self.STACK_FRAMES)
         threading.Thread(target=self._run, name="memory-log", daemon=True).start()
 
     def _write(self, row: dict) -> None:
@@ -107,19 +147,22 @@ class MemoryLog:
     def _sample(self) -> dict:
         import psutil
 
-        heap, heap_peak = tracemalloc.get_traced_memory()
         pool = self.service.pool
         row = {
             "t_s": round(time.monotonic() - self.t0, 1),
             "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
-            "python_heap_mb": round(heap / 2**20, 2),
-            "python_heap_peak_mb": round(heap_peak / 2**20, 2),
+            **rss_parts_mb(),
+            **malloc_mb(),
+            "python_blocks": sys.getallocatedblocks(),
             "sessions_kept": len(self.service.sessions),
             "slots_owned": sum(o is not None for o in pool.owners),
             "queued": len(pool.queue),
             "gc_counts": gc.get_count(),
             "threads": threading.active_count(),
         }
+        if tracemalloc.is_tracing():
+            heap, heap_peak = tracemalloc.get_traced_memory()
+            row |= {"python_heap_mb": round(heap / 2**20, 2), "python_heap_peak_mb": round(heap_peak / 2**20, 2)}
         try:
             import torch
 
@@ -174,12 +217,13 @@ def main() -> int:
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--engine", choices=("lockstep", "unit"), default="lockstep")
     p.add_argument("--vocoder", choices=("none", "token2wav"), default="none", help="unit engine: its vocoder")
-    p.add_argument("--memory-log", type=Path, help="JSON lines of the service's memory (tracemalloc on: slower)")
+    p.add_argument("--memory-log", type=Path, help="JSON lines of the service's memory over the run")
     p.add_argument("--memory-every", type=float, default=15.0, help="seconds between memory samples")
     p.add_argument(
         "--snapshot-at",
         default="",
-        help="comma-separated seconds after serving starts for heap snapshots (the first is the baseline)",
+        help="comma-separated seconds after serving starts for heap snapshots (the first is the baseline); "
+        "turns tracemalloc on",
     )
     args = p.parse_args()
     from inference.config import InferenceConfig

@@ -1,20 +1,20 @@
 #!/bin/bash
 # Issue 31's GPU soak: the lockstep service (paged KV) behind nginx + 4 daphne, ${LINES:-183} caller lines (183 is
 # 80 % of the 229 slots the KV pool admits; 229 lets time admission find the engine's own limit), ramp 30 s + hold
-# ${HOLD_S:-450} s (8 minutes of calls). About 580 s of command: run with timeout_s 600. MEMORY_LOG=1 adds the
-# service's memory log (bench/serving_gpu_service.py --memory-log: tracemalloc on, heap snapshots at 60 s, mid-hold
-# and the hold's end) to $OUT, and "-memlog" to the result's name: the loop runs slower under tracemalloc.
+# ${HOLD_S:-450} s (8 minutes of calls). About 580 s of command: run with timeout_s 600. The service's memory log
+# (bench/serving_gpu_service.py --memory-log: RSS by kind, malloc's arenas, CUDA) goes to $OUT as
+# service-memory.jsonl; MEMORY_LOG=1 adds tracemalloc with heap snapshots at 60 s, mid-hold and the hold's end, and
+# "-memlog" to the result's name: the loop runs slower under tracemalloc.
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader   # HARDWARE=h100 on an H100 (the result's name)
 lines=${LINES:-183}
 arena_tag=${MALLOC_ARENA_MAX:+-arena$MALLOC_ARENA_MAX}   # an allocator setting goes into the name: it changes what RSS shows
 hold=${HOLD_S:-450}
-service_args=() memlog_tag=
+memlog="--memory-log ${OUT:-/tmp/loadpath-out}/service-memory.jsonl --memory-every 15" memlog_tag=
 if [ -n "${MEMORY_LOG:-}" ]; then
     memlog_tag=-memlog
-    service_args=(--service-args "--memory-log ${OUT:-/tmp/loadpath-out}/service-memory.jsonl --memory-every 15 \
---snapshot-at 60,$((hold / 2 + 45)),$((hold + 20))")
+    memlog="$memlog --snapshot-at 60,$((hold / 2 + 45)),$((hold + 20))"
 fi
 exec bash "$(dirname "$0")/run.sh" soak --hardware "${HARDWARE:-h200}" --engine lockstep --services 1 --gpu-service gpu \
     --env PARLEY_SLOTS=320 --env PARLEY_KV_PAGE_FRAMES=128 --env PARLEY_KV_MEAN_CALL_S=180 \
-    --lines "$lines" --daphnes 4 --gen-procs 4 --gen-uvloop --ramp-s 30 --seconds "$hold" "${service_args[@]}" \
+    --lines "$lines" --daphnes 4 --gen-procs 4 --gen-uvloop --ramp-s 30 --seconds "$hold" --service-args "$memlog" \
     --what "serving-e2e-lockstep-paged-$lines-4daphne-hold${hold}s$arena_tag$memlog_tag" --recordings-sample 24 --render-sample 3
