@@ -39,14 +39,16 @@ echo "=== import contracts (lint-imports, .importlinter) ==="
 # makes a tolerance tuned to one processor's kernels fail here, not on the next machine. It covers every
 # model test that compares floats, or tokens computed from them, with stored goldens or a live reference;
 # the PersonaPlex wrap packs (minutes each) run in the first pass only. It is split between the two chains so that
-# they end together (on a clean 2-core clone, the chains beside each other: tests/inference 351 s then the lockstep
-# family's part 163 s; the web tier 386 s then MiniCPM-o's 261 s, 176 s of it without the chat replies below).
-numerical_lockstep=(tests/inference/models/mimi tests/inference/models/moshi/test_moshi_parity.py
+# they end together. On a clean 2-core clone, the chains beside each other: tests/inference 351-369 s, then the
+# lockstep family's part 84-163 s; the web tier 386-391 s, then MiniCPM-o's 169 s (its fast path's file, ~50 s of
+# that, runs in the first chain).
+numerical_beside_inference=(tests/inference/models/mimi tests/inference/models/moshi/test_moshi_parity.py
   tests/inference/models/moshi/test_personaplex_golden.py tests/inference/models/moshi/test_lockstep_engine.py
-  tests/inference/models/moshi_fast/test_fast_path_cpu.py)
+  tests/inference/models/moshi_fast/test_fast_path_cpu.py tests/inference/models/minicpmo/test_fast_path.py)
 # MiniCPM-o's chat replies are compared with themselves (the same input, the same reply), not with goldens, and
 # on the portable kernels they took 85 s of the pass's 261 s: they run in the first pass only.
-numerical_unit=(tests/inference/models/minicpmo --ignore=tests/inference/models/minicpmo/test_chat_reply.py)
+numerical_beside_web=(tests/inference/models/minicpmo --ignore=tests/inference/models/minicpmo/test_chat_reply.py
+  --ignore=tests/inference/models/minicpmo/test_fast_path.py)
 # start_beside runs a command of run_suite calls in the background, its output kept until end_beside waits for it
 # and prints it whole (two interleaved pytest outputs are unreadable); its exit code carries the status it set.
 beside_log=$(mktemp)
@@ -57,8 +59,8 @@ web_tier_then_unit_numerics() {
   run_suite "unit and integration tests: web tier and SDK (all but tests/inference and tests/cluster)" 1800 \
     -m "not browser and $NOT_HERE" --ignore=tests/inference --ignore=tests/cluster tests "$@"
   MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default \
-    run_suite "numerical tests of MiniCPM-o on MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=default" 1200 \
-    -m "not browser and $NOT_HERE" "${numerical_unit[@]}" "$@"
+    run_suite "numerical tests of MiniCPM-o (all but its fast path) on MKL_CBWR=COMPATIBLE, \
+ATEN_CPU_CAPABILITY=default" 1200 -m "not browser and $NOT_HERE" "${numerical_beside_web[@]}" "$@"
 }
 # The guards below are against a hang, not budgets (each test has its own 300 s limit). On a clean 2-core clone the
 # passes took: inference 798 s beside the web tier; on a slower one (whose cores gave a load generator twice the
@@ -67,8 +69,8 @@ web_tier_then_unit_numerics() {
 start_beside web_tier_then_unit_numerics "$@"
 run_suite "unit and integration tests: tests/inference" 1800 -m "not browser and $NOT_HERE" tests/inference "$@"
 MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default \
-  run_suite "numerical tests of Mimi, Moshi, PersonaPlex on MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=default" 600 \
-  -m "not browser and $NOT_HERE" "${numerical_lockstep[@]}" "$@"
+  run_suite "numerical tests of Mimi, Moshi, PersonaPlex, MiniCPM-o's fast path on MKL_CBWR=COMPATIBLE, \
+ATEN_CPU_CAPABILITY=default" 600 -m "not browser and $NOT_HERE" "${numerical_beside_inference[@]}" "$@"
 echo "=== (waiting for the web-tier tests and the numerical pass, started beside tests/inference; their output follows) ==="
 end_beside
 run_suite "cluster tests (real topology on loopback)" 600 -m "not browser and $NOT_HERE" tests/cluster "$@"
