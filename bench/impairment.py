@@ -105,8 +105,9 @@ async def websocket_call(port: int, key: str, sig: np.ndarray, seconds: float) -
     return {"heard": heard, "sent_at": sent_at}
 
 
-def through_relay(sdp: str, relay_host: str, relay_port: int) -> tuple[str, tuple[str, int]]:
-    """``sdp`` with its candidates replaced by one at the relay; and its first IPv4 UDP candidate's address."""
+def through_relay(sdp: str, relay_host: str, relay_port: int, *, required: bool = True) -> tuple[str, tuple[str, int]]:
+    """``sdp`` with its candidates replaced by one at the relay; and its first IPv4 UDP candidate's address (None
+    when it has none and not ``required``: a browser's offer may carry none, or only mDNS names)."""
     first, lines = None, []
     for line in sdp.split("\r\n"):
         if line.startswith("a=candidate:"):
@@ -117,7 +118,7 @@ def through_relay(sdp: str, relay_host: str, relay_port: int) -> tuple[str, tupl
         lines.append(line)
         if line.startswith("m="):
             lines.append(f"a=candidate:1 1 udp 2130706431 {relay_host} {relay_port} typ host")
-    if first is None:
+    if first is None and required:
         raise SystemExit("the SDP has no IPv4 UDP candidate")
     return "\r\n".join(lines), first
 
