@@ -50,7 +50,7 @@ from tests.browser.latency_probe import run_measured_call, write_marked_wav  # n
 TRANSPORTS = ("webrtc", "websocket")
 # The page's own figures at the end of a call: the browser's (getStats) for WebRTC, its jitter player's for the
 # WebSocket.
-PAGE_FIGURES = ("underruns", "overruns", "playedMs", "transport")
+PAGE_FIGURES = ("underruns", "overruns", "playedMs", "transport", "state_after_stop")
 
 
 class RelayLoop:
@@ -113,7 +113,7 @@ def one_call(args, browser, url: str, transport: str, label: str, relays: RelayL
         page.wait_for_url(lambda u: "/accounts/login/" not in u)
         page.goto(f"{page_url}/?raw=1&tap=1&transport={transport}")
         page.wait_for_function("() => window.parley && window.parley.state === 'idle'")
-        call = run_measured_call(page, args.seconds)
+        call = run_measured_call(page, args.seconds, must_close=False)
     finally:
         page.close()
         for relay in (tcp, udp):
@@ -162,7 +162,8 @@ def run(args, url: str, wav: Path) -> dict:
                         print(
                             f"{label:18} {transport:9} ({row['transport_used']}) chirps {m.get('marks')} "
                             f"m2e p50 {m.get('p50_ms')} p95 {m.get('p95_ms')} max {m.get('max_ms')}  "
-                            f"underruns {row['page']['underruns']}  relay lost {row['relay']['lost']}",
+                            f"underruns {row['page']['underruns']}  relay lost {row['relay']['lost']}  "
+                            f"20 s after Stop: {row['page']['state_after_stop']}",
                             flush=True,
                         )
                         time.sleep(1.5)  # the session's slot is free again
