@@ -55,6 +55,13 @@ CONDITIONS = {  # label -> (delay ms, jitter ms, loss per packet and direction)
     "delay50j20-loss2": (50, 20, 0.02),
     "delay50j20-loss5": (50, 20, 0.05),
 }
+
+
+def conditions_of(labels: list[str]) -> dict[str, dict[str, float]]:
+    """The conditions a run went through, as its result records them."""
+    return {label: dict(zip(("delay_ms", "jitter_ms", "loss"), CONDITIONS[label], strict=True)) for label in labels}
+
+
 GAP_RMS = 0.02
 MAKE_KEY = (
     "from django.contrib.auth import get_user_model; from webapp.accounts.services import apikey_create; "
@@ -339,10 +346,7 @@ def main() -> None:
     result = {
         "bench": "impairment",
         "seconds_per_call": args.seconds,
-        "conditions": {
-            label: dict(zip(("delay_ms", "jitter_ms", "loss"), CONDITIONS[label], strict=True))
-            for label in args.conditions
-        },
+        "conditions": conditions_of(args.conditions),
         "host": {
             "cpus": os.cpu_count(),
             "load_avg_1m_before": round(load_before, 2),

@@ -34,12 +34,13 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.impair_relay import Impairment, TcpRelay, UdpRelay  # noqa: E402
-from bench.impairment import CONDITIONS, host_address, through_relay  # noqa: E402
+from bench.impairment import CONDITIONS, conditions_of, host_address, through_relay  # noqa: E402
 from bench.latency_browser import (  # noqa: E402
     CHROMIUM,
     PASSWORD,
     USERNAME,
     LoadSampler,
+    launch_chromium,
     percentiles,
     server_env,
     start_server,
@@ -140,19 +141,7 @@ def run(args, url: str, wav: Path) -> dict:
     results: dict = {}
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(
-                executable_path=CHROMIUM,
-                headless=True,
-                args=[
-                    "--use-fake-ui-for-media-stream",
-                    "--use-fake-device-for-media-stream",
-                    f"--use-file-for-fake-audio-capture={wav}",
-                    "--autoplay-policy=no-user-gesture-required",
-                    "--disable-gpu",
-                    "--disable-quic",
-                    "--no-first-run",
-                ],
-            )
+            browser = launch_chromium(pw, wav)
             try:
                 for label in args.conditions:
                     for transport in args.transports:
@@ -201,10 +190,7 @@ def main() -> int:
     result = {
         "bench": "impairment_browser",
         "seconds_per_call": args.seconds,
-        "conditions": {
-            label: dict(zip(("delay_ms", "jitter_ms", "loss"), CONDITIONS[label], strict=True))
-            for label in args.conditions
-        },
+        "conditions": conditions_of(args.conditions),
         "host": {"cpus": os.cpu_count(), "load_avg_1m_before": round(load_before, 2), "load_avg_1m": sampler.summary()},
         "results": results,
     }

@@ -163,23 +163,28 @@ def warm_call(page) -> float | None:
     return first
 
 
+def launch_chromium(pw, wav: Path):
+    """Headless Debian chromium whose fake microphone plays ``wav``, media allowed without a prompt."""
+    return pw.chromium.launch(
+        executable_path=CHROMIUM,
+        headless=True,
+        args=[
+            "--use-fake-ui-for-media-stream",
+            "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-audio-capture={wav}",
+            "--autoplay-policy=no-user-gesture-required",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+        ],
+    )
+
+
 def run_call(args, url: str, wav: Path) -> tuple[MeasuredCall, float | None, dict]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--use-fake-ui-for-media-stream",
-                "--use-fake-device-for-media-stream",
-                f"--use-file-for-fake-audio-capture={wav}",
-                "--autoplay-policy=no-user-gesture-required",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-            ],
-        )
+        browser = launch_chromium(pw, wav)
         try:
             page = browser.new_page()
             page.set_default_timeout(180_000)  # a model engine warms up on the first request
