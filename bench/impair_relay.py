@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 
@@ -45,11 +46,18 @@ class Counts:
 
 
 class _Lane:
-    """One direction: FIFO delivery at max(previous delivery, now + hold)."""
+    """One direction: FIFO delivery at max(previous delivery, now + hold).
+
+    Packets wait in the lane's own queue and each timer delivers every packet due, oldest first: packets due at
+    the same instant (a packet held less than the one before it is due with it) would otherwise go in the
+    event loop's timer order, which for equal times is not the order they came in. For TCP that reordered a
+    connection's last data behind its end: the close frame was lost and the browser saw code 1006.
+    """
 
     def __init__(self, impairment: Impairment, counts: Counts, direction: str, deliver) -> None:
         self.impairment, self.counts, self.direction, self.deliver = impairment, counts, direction, deliver
         self.last_due = 0.0
+        self.queue: deque[tuple[float, bytes]] = deque()
         self.loop = asyncio.get_running_loop()
 
     def push(self, data: bytes, *, reliable: bool) -> None:
@@ -62,7 +70,13 @@ class _Lane:
             due += self.impairment.retransmit_s
         due = max(due, self.last_due)
         self.last_due = due
-        self.loop.call_later(max(0.0, due - time.monotonic()), self.deliver, data)
+        self.queue.append((due, data))
+        self.loop.call_later(max(0.0, due - time.monotonic()), self._deliver_due)
+
+    def _deliver_due(self) -> None:
+        now = time.monotonic() + 0.001  # a timer may fire a hair early; its own packet must not stay behind
+        while self.queue and self.queue[0][0] <= now:
+            self.deliver(self.queue.popleft()[1])
 
 
 class UdpRelay:
