@@ -334,6 +334,12 @@ export class Call {
   onTransportClosed(transport, code) {
     if (this.transport !== transport) return; // an old socket after a reconnect
     if (["closed", "replaced", "failed"].includes(this.state)) return;
+    if (this.state === "closing") {
+      // The caller pressed Stop and session.close went out: a socket that ends before the server's
+      // confirmation (a lossy network can cut it, code 1006) is the call ending, not a call to resume.
+      this.teardown("closed", "Call ended; the connection closed before the server confirmed it.");
+      return;
+    }
     if (CLOSE_REFUSALS[code]) {
       this.teardown("failed", CLOSE_REFUSALS[code]); // refused or ended by the server: nothing to resume
       return;

@@ -222,3 +222,24 @@ def test_a_dropped_socket_offers_to_resume(channels_live_server, page, make_user
     assert "instructions" not in update["session"], "a resumed session keeps its persona"
     expect(page.locator("#persona")).to_have_value("The running persona.")
     expect(page.locator("#session-id")).to_have_text("sess_drop (resumed)")
+
+
+def test_a_socket_that_ends_while_the_call_is_ending_ends_the_call(channels_live_server, page, make_user):
+    """Stop, then the socket closes before ``session.closed`` came (over a lossy network the close can be cut,
+    bench/notes/impairment.md): the call is over, not one to resume."""
+    url = channels_live_server.url
+    make_user("stopper")
+    server = ScriptedServer(page)
+    login(page, url, "stopper")
+    open_call_page(page, url)
+    page.click("#start")
+    server.wait_for_sockets(1)
+    server.sends({"type": "session.created", "session": {"id": "sess_stop", "duplex": {"capabilities": {}}}})
+    wait_for_state(page, "live")
+
+    page.click("#stop")
+    server.wait_until(lambda: server.sent("session.close"), "the page's session.close")
+    server.sockets[-1].close(code=4000, reason="cut")  # no session.closed first
+    wait_for_state(page, "closed", timeout_ms=2_000)  # at once, not after the page's 5 s wait for a confirmation
+    expect(page.locator("#call-state-detail")).to_contain_text("Call ended")
+    expect(page.locator("#call-state-detail")).not_to_contain_text("resume")
