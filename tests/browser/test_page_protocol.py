@@ -189,16 +189,22 @@ def test_full_queue_fails_the_call_with_a_clear_message(channels_live_server, pa
     expect(page.locator("#start")).to_be_enabled()  # the user can try again
 
 
-def test_a_dropped_socket_offers_to_resume(channels_live_server, page, make_user):
-    url = channels_live_server.url
-    make_user("dropped")
+def live_scripted_call(page: Page, url: str, make_user, username: str, session_id: str) -> ScriptedServer:
+    """A signed-in call page whose call is live on a scripted socket (``session.created`` sent)."""
+    make_user(username)
     server = ScriptedServer(page)
-    login(page, url, "dropped")
+    login(page, url, username)
     open_call_page(page, url)
     page.click("#start")
     server.wait_for_sockets(1)
-    server.sends({"type": "session.created", "session": {"id": "sess_drop", "duplex": {"capabilities": {}}}})
+    server.sends({"type": "session.created", "session": {"id": session_id, "duplex": {"capabilities": {}}}})
     wait_for_state(page, "live")
+    return server
+
+
+def test_a_dropped_socket_offers_to_resume(channels_live_server, page, make_user):
+    url = channels_live_server.url
+    server = live_scripted_call(page, url, make_user, "dropped", "sess_drop")
 
     server.sockets[-1].close(code=4000, reason="dropped")  # any close the page did not ask for
     wait_for_state(page, "disconnected")
@@ -227,15 +233,7 @@ def test_a_dropped_socket_offers_to_resume(channels_live_server, page, make_user
 def test_a_socket_that_ends_while_the_call_is_ending_ends_the_call(channels_live_server, page, make_user):
     """Stop, then the socket closes before ``session.closed`` came (over a lossy network the close can be cut,
     bench/notes/impairment.md): the call is over, not one to resume."""
-    url = channels_live_server.url
-    make_user("stopper")
-    server = ScriptedServer(page)
-    login(page, url, "stopper")
-    open_call_page(page, url)
-    page.click("#start")
-    server.wait_for_sockets(1)
-    server.sends({"type": "session.created", "session": {"id": "sess_stop", "duplex": {"capabilities": {}}}})
-    wait_for_state(page, "live")
+    server = live_scripted_call(page, channels_live_server.url, make_user, "stopper", "sess_stop")
 
     page.click("#stop")
     server.wait_until(lambda: server.sent("session.close"), "the page's session.close")
