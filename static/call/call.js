@@ -336,7 +336,7 @@ export class Call {
     if (["closed", "replaced", "failed"].includes(this.state)) return;
     if (this.state === "closing") {
       // The caller pressed Stop and session.close went out: a socket that ends before the server's
-      // confirmation (a lossy network can cut it, code 1006) is the call ending, not a call to resume.
+      // confirmation arrives (a connection dropped on the way out, code 1006) is the call ending, not one to resume.
       this.teardown("closed", "Call ended; the connection closed before the server confirmed it.");
       return;
     }

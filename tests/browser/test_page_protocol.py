@@ -231,8 +231,8 @@ def test_a_dropped_socket_offers_to_resume(channels_live_server, page, make_user
 
 
 def test_a_socket_that_ends_while_the_call_is_ending_ends_the_call(channels_live_server, page, make_user):
-    """Stop, then the socket closes before ``session.closed`` came (over a lossy network the close can be cut,
-    bench/notes/impairment.md): the call is over, not one to resume."""
+    """Stop, then the socket closes before ``session.closed`` came (a connection dropped on the way out; the
+    impairment bench's relay once did it, bench/notes/impairment.md): the call is over, not one to resume."""
     server = live_scripted_call(page, channels_live_server.url, make_user, "stopper", "sess_stop")
 
     page.click("#stop")
