@@ -9,7 +9,8 @@ socket, but with the engine built from random weights, since the host holds no c
 
 ``--memory-log PATH`` writes the service's memory as JSON lines every ``--memory-every`` seconds: RSS and what it
 is made of (``/proc/self/smaps_rollup``: anonymous and file-backed), glibc malloc's bytes in use, free in its
-arenas and mapped (``mallinfo2``), Python's allocated blocks, sessions kept, CUDA memory. That much costs nothing
+arenas and mapped (``mallinfo2``), Python's allocated blocks, the cycle collector's runs by generation (how
+many, the longest, objects freed), sessions kept, CUDA memory. That much costs nothing
 a soak would see. ``--snapshot-at`` seconds after serving starts (comma-separated) adds ``tracemalloc``: the
 Python heap in every sample, and at each of those times its largest growths since the first snapshot, by source
 line and by call stack. ``tracemalloc`` traces every allocation (the loop runs slower) and a snapshot holds the
@@ -138,7 +139,29 @@ class MemoryLog:
         self.t0 = time.monotonic()
         if self.snapshot_at:
             tracemalloc.start(self.STACK_FRAMES)
+        # The cycle collector's runs by generation since the last sample: a full one walks every object the
+        # service holds, under the GIL the tick needs, and is the only thing that frees a reference cycle.
+        self._gc_started = 0.0
+        self._gc_runs: dict[int, list[float]] = {}
+        self._gc_collected: dict[int, int] = {}
+        gc.callbacks.append(self._gc_event)
         threading.Thread(target=self._run, name="memory-log", daemon=True).start()
+
+    def _gc_event(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+            return
+        generation = info["generation"]
+        self._gc_runs.setdefault(generation, []).append((time.perf_counter() - self._gc_started) * 1000)
+        self._gc_collected[generation] = self._gc_collected.get(generation, 0) + info["collected"]
+
+    def _gc_since_last(self) -> dict:
+        runs, collected = self._gc_runs, self._gc_collected
+        self._gc_runs, self._gc_collected = {}, {}
+        return {
+            f"gc_gen{g}": {"runs": len(ms), "max_ms": round(max(ms), 1), "collected": collected.get(g, 0)}
+            for g, ms in sorted(runs.items())
+        }
 
     def _write(self, row: dict) -> None:
         with self.path.open("a") as f:
@@ -158,6 +181,7 @@ class MemoryLog:
             "slots_owned": sum(o is not None for o in pool.owners),
             "queued": len(pool.queue),
             "gc_counts": gc.get_count(),
+            **self._gc_since_last(),
             "threads": threading.active_count(),
         }
         if tracemalloc.is_tracing():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import weakref
 from typing import Protocol
 
 from inference.contracts import (
@@ -119,7 +120,8 @@ class TurnModes:
         if mode == "chat":
             self._enter_chat(max_response_s)
         if mode == "half_duplex":
-            turns = self.turns or HalfDuplex(self, self._loop, self._caps.input_rate)
+            # Weakly, as the session's own collaborators see it: no reference cycle outlives the call.
+            turns = self.turns or HalfDuplex(weakref.proxy(self), self._loop, self._caps.input_rate)
             turns.configure(detection, max_response_s)  # raises before anything changed
             self.turns = turns
         self.mode = mode
@@ -136,7 +138,7 @@ class TurnModes:
             )
         self._host.require_admitted()
         if self.chat is None:
-            self.chat = Chat(self, self._pool, self._worker, self._loop)
+            self.chat = Chat(weakref.proxy(self), self._pool, self._worker, self._loop)
             self._host.give_back_slot()
         if max_response_s is not None:
             self.chat.max_response_s = max_response_s
