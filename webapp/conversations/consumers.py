@@ -160,6 +160,10 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await self.handle.detach()  # keep the session paused for the grace period
             if self.view.session_id:
                 await database_sync_to_async(services.conversation_detach)(session_id=self.view.session_id)
+        # A task that ended keeps its frame (a cancelled one through its exception's traceback) and the frame keeps
+        # this consumer: let go of them, so that a call's objects go when daphne lets go of the connection rather
+        # than at the interpreter's next full collection.
+        self.account_watch = self.pump = None
 
     # ---- client -> session ------------------------------------------------------------------
 
@@ -355,7 +359,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                 await self._reject(exc)
                 await self.handle.close("client_close")  # the error above says why
                 return
-        if self.account_watch is None:
+        if self.account_watch is None and not self.socket_closed:
             self.account_watch = asyncio.create_task(
                 watch_account(
                     user_id=self.user.pk, ended=lambda: self.finished, on_inactive=self._end_for_inactive_account

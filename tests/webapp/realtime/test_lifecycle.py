@@ -1,11 +1,14 @@
 """Session lifetime over sockets: takeover, resume, queue, close, cancel, pause, metrics, rows."""
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 from channels.db import database_sync_to_async
 
 from tests.webapp.realtime.realtime_helpers import FRAME, make_account, open_peer, ready_peer, to_pcm16, tone
+from webapp.conversations.consumers import RealtimeConsumer
 from webapp.conversations.models import Conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -90,6 +93,39 @@ async def test_session_close_ends_the_session_and_records_it(alice):
     again, created_again = await ready_peer(alice)  # a closed session is not resumed
     assert created_again["session"]["id"] != session_id and "resumed" not in created_again
     await again.close()
+
+
+@pytest.mark.parametrize("ending", ["session.close", "socket closed"])
+async def test_an_ended_call_leaves_nothing_for_the_cycle_collector(alice, monkeypatch, ending):
+    """A call's consumer goes when its connection does: its ended tasks kept their frames, the frames the consumer,
+    and each call waited for the interpreter's full collection, which in a web process of long-lived objects runs
+    rarely."""
+    consumers: list[weakref.ref] = []
+    made = RealtimeConsumer.__init__
+
+    def tracked(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        consumers.append(weakref.ref(self))
+
+    monkeypatch.setattr(RealtimeConsumer, "__init__", tracked)
+    gc.collect()
+    gc.disable()
+    try:
+        peer, _ = await ready_peer(alice)
+        await peer.prime()
+        if ending == "session.close":
+            await peer.send({"type": "session.close"})
+            await peer.until("closed")
+        await peer.close()  # the client's side of the closing handshake (daphne's websocket.disconnect)
+        del peer
+
+        async def gone():
+            return all(c() is None for c in consumers)
+
+        assert len(consumers) == 1
+        assert await eventually(gone), [type(r).__qualname__ for r in gc.get_referrers(consumers[0]())]
+    finally:
+        gc.enable()
 
 
 async def test_response_cancel_ends_the_response_and_the_next_audio_opens_a_new_one(alice):
