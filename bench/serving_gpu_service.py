@@ -10,8 +10,8 @@ socket, but with the engine built from random weights, since the host holds no c
 ``--memory-log PATH`` writes the service's memory as JSON lines every ``--memory-every`` seconds: RSS and what it
 is made of (``/proc/self/smaps_rollup``: anonymous and file-backed), glibc malloc's bytes in use, free in its
 arenas and mapped (``mallinfo2``), Python's allocated blocks, the cycle collector's runs by generation (how
-many, the longest, objects freed), sessions kept, CUDA memory. That much costs nothing
-a soak would see. ``--snapshot-at`` seconds after serving starts (comma-separated) adds ``tracemalloc``: the
+many, the longest, objects freed), sessions kept, CUDA memory. That much costs nothing a soak would see.
+``--snapshot-at`` seconds after serving starts (comma-separated) adds ``tracemalloc``: the
 Python heap in every sample, and at each of those times its largest growths since the first snapshot, by source
 line and by call stack. ``tracemalloc`` traces every allocation (the loop runs slower) and a snapshot holds the
 interpreter for a second or two, so a run with it measures memory, not latency.

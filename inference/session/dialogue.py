@@ -113,8 +113,9 @@ class DialogueSession:
         self._timers = NamedTimers(self.loop)
         # The collaborators see the session through a weak proxy, so that a call's session (its echo rings,
         # buffers and recorder, about 1 MB) is freed the moment the service lets go of it. Back-references made
-        # each call a reference cycle, which only the interpreter's full collection frees: in a service of a
-        # million long-lived objects that ran rarely, and the service's RSS rose with every call ended.
+        # each call a reference cycle, freed only by the interpreter's full collection, a minute or more apart
+        # on a busy service: the service's RSS kept the peaks and rose with every call ended
+        # (bench/notes/serving-e2e.md, the GPU soak at 7c2de23).
         host = weakref.proxy(self)
         self.modes = TurnModes(host, self.caps, self.loop, self._admission, self._worker, self.recorder)
         jitter_ms, jitter_s = context.test_output_jitter_ms, context.test_output_jitter_s

@@ -81,9 +81,8 @@ async def test_a_closed_call_leaves_nothing_of_its_session(served):
 
 @pytest.mark.parametrize("mode", [None, "half_duplex", "chat"])
 async def test_a_closed_call_is_freed_without_the_cycle_collector(served, mode):
-    """No reference cycle holds a session: in a service of a million long-lived objects the interpreter's full
-    collection runs minutes apart, and every ended call's megabyte waited for it (the GPU soak's RSS rose with
-    each call ended)."""
+    """No reference cycle holds a session: the interpreter's full collection runs a minute or more apart on a
+    busy service, and every ended call's megabyte waited for it (the GPU soak's RSS rose with each call ended)."""
     service, address = served
     gc.collect()
     gc.disable()

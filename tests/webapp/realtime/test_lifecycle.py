@@ -98,8 +98,7 @@ async def test_session_close_ends_the_session_and_records_it(alice):
 @pytest.mark.parametrize("ending", ["session.close", "socket closed"])
 async def test_an_ended_call_leaves_nothing_for_the_cycle_collector(alice, monkeypatch, ending):
     """A call's consumer goes when its connection does: its ended tasks kept their frames, the frames the consumer,
-    and each call waited for the interpreter's full collection, which in a web process of long-lived objects runs
-    rarely."""
+    and each call waited for the interpreter's full collection, a minute or more apart on a busy process."""
     consumers: list[weakref.ref] = []
     made = RealtimeConsumer.__init__
 
