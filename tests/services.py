@@ -423,8 +423,9 @@ def main(argv: list[str]) -> int:
         for name in names:
             for line in _environment_lines(stack.enter_context(STARTERS[name]())):
                 print(line, flush=True)
-        print("READY", flush=True)
+        # READY inside: a script may send SIGTERM the moment it reads the line, before print has returned.
         with contextlib.suppress(KeyboardInterrupt):
+            print("READY", flush=True)
             signal.pause()
     return 0
 
