@@ -32,7 +32,6 @@ import numpy as np
 
 from inference import image_header
 from inference.contracts import (
-    ChatMessage,
     Closed,
     CloseReason,
     ErrorEvent,
@@ -45,7 +44,6 @@ from inference.contracts import (
     Replaced,
     Resumed,
     SessionEvent,
-    TurnDetection,
     VoiceRef,
 )
 from inference.engines.base import SlotConfig, SlotOutput, SlotTurn
@@ -338,28 +336,13 @@ class DialogueSession:
         self.emit(ErrorEvent("engine_failed", message, error_type="server_error"))
         self.close("engine_failed")
 
-    # ---- turn-based modes (``TurnModes``) ----------------------------------------------------------
-
-    def set_mode(self, mode: Mode | None, detection: TurnDetection | None, max_response_s: int | None = None) -> None:
-        self.modes.set_mode(mode, detection, max_response_s)
+    # ---- turn-based modes: the handle takes a mode's requests (set_mode, add_chat_item, ...) to ``self.modes``
 
     def admit_for_chat(self) -> None:
         """Open a new session in chat mode (``SessionRequest.mode``): admitted at once, holding no slot."""
         self.state = "admitted"
         self.modes.start_in_chat()
         self.admitted(None)  # timers and Ready (mode chat), as an admission from the pool
-
-    def add_chat_item(self, message: ChatMessage) -> None:
-        self.modes.add_chat_item(message)
-
-    def commit_input(self) -> None:
-        self.modes.commit_input()
-
-    def clear_input(self) -> None:
-        self.modes.clear_input()
-
-    def create_response(self) -> None:
-        self.modes.create_response()
 
     # ---- ModesHost: what the modes ask of the session ----------------------------------------------
 

@@ -1,8 +1,8 @@
 """``LocalHandle``: the in-process ``SessionHandle``, one connection's view of a ``DialogueSession``.
 
 The embedded default hands it to the web tier directly, and the socket server serves each of its
-connections with one. Calls go straight to the session; events come from the handle's own bounded
-``Outbox``.
+connections with one. Calls go straight to the session, or to its turn-based modes (``session.modes``) for a
+mode's requests; events come from the handle's own bounded ``Outbox``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from inference.session.dialogue import DialogueSession
 
 CLOSE_REASONS: frozenset[str] = frozenset(get_args(CloseReason))
+# The calls the session's turn-based modes answer (``inference.turns.session_modes.TurnModes``), not the session.
+TURN_CALLS = frozenset({"commit_input", "clear_input", "create_response"})
 
 
 class LocalHandle(NoArgumentCalls):
@@ -35,7 +37,8 @@ class LocalHandle(NoArgumentCalls):
         return self.outbox.stream()
 
     async def _forward(self, name: str) -> None:
-        getattr(self._current(), name)()
+        session = self._current()
+        getattr(session.modes if name in TURN_CALLS else session, name)()
 
     def _current(self) -> DialogueSession:
         if self._session.attachment is not self:
@@ -64,10 +67,10 @@ class LocalHandle(NoArgumentCalls):
     async def set_mode(
         self, *, mode: Mode | None, turn_detection: TurnDetection | None, max_response_s: int | None = None
     ) -> None:
-        self._current().set_mode(mode, turn_detection, max_response_s)
+        self._current().modes.set_mode(mode, turn_detection, max_response_s)
 
     async def add_chat_item(self, message: ChatMessage) -> None:
-        self._current().add_chat_item(message)
+        self._current().modes.add_chat_item(message)
 
     async def close(self, reason: str = "client_close") -> None:
         """End the session; a handle that was replaced or already closed does nothing."""

@@ -1,10 +1,11 @@
 """``/v1/realtime``: moves events between one WebSocket and the user's inference session.
 
-Transport only. Parsing lives in ``protocol``, server-event bookkeeping in ``server_events``,
-ORM work and fault handling in ``services`` (touched at session edges, on ``session.update`` and by the
-account check, never per frame), and the session itself behind ``inference.api``. Errors arrive typed
-(``ProtocolError``, the facade's and the services' ``ParleyError``); every one becomes one ``error``
-event through ``_reject``, the single place where they are translated, and the session goes on.
+Transport only. Parsing lives in ``protocol``, server-event bookkeeping in ``server_events``, what a session
+event says on the wire in ``session_event_wire``, ORM work and fault handling in ``services`` (touched at session
+edges, on ``session.update`` and by the account check, never per frame), and the session itself behind
+``inference.api``. Errors arrive typed (``ProtocolError``, the facade's and the services' ``ParleyError``); every
+one becomes one ``error`` event through ``_reject``, the single place where they are translated, and the session
+goes on.
 """
 
 from __future__ import annotations
@@ -25,26 +26,13 @@ from django.conf import settings
 
 from inference import api
 from inference.contracts import (
-    AudioOut,
     Closed,
-    Decision,
     ErrorEvent,
-    Metrics,
     ParleyError,
-    Paused,
-    Prefill,
-    Queued,
     Ready,
     Replaced,
-    ResponseEnded,
-    ResponseStarted,
-    Resumed,
     SessionEvent,
     SessionRequest,
-    SpeechStarted,
-    SpeechStopped,
-    TextOut,
-    TurnCommitted,
 )
 from webapp.accounts import revocation
 from webapp.conversations import chat_items, secret_scope, services
@@ -53,11 +41,9 @@ from webapp.conversations.account_watch import watch_account
 from webapp.conversations.close_codes import CLOSE_CODE_BY_REASON, CONNECT_CLOSE_CODES, CloseCode
 from webapp.conversations.connect_query import requested_mode, requested_model
 from webapp.conversations.dispatch_loop import dispatch_until_stopped
-from webapp.conversations.echo_health import EchoHealth
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
-from webapp.conversations.server_health import ServerHealth
+from webapp.conversations.session_event_wire import SessionEventWire
 from webapp.conversations.session_update import apply_session_config
-from webapp.conversations.turn_events import TurnEvents
 from webapp.operations.metrics import count_error
 from webapp.recordings import services as recordings
 
@@ -95,9 +81,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         model = self.grant.model if self.grant and self.grant.model else requested_model(self.scope)
         self.view = SessionView(model=model, input_rates=tuple(settings.PARLEY_INPUT_RATES))
         self.events = RealtimeEvents(self.view)
-        self.turn_events = TurnEvents(self.events)
-        self.health = ServerHealth()  # turns the metrics into "the server is behind" in words
-        self.echo_health = EchoHealth()  # and the live echo windows into "use headphones"
+        self.wire = SessionEventWire(self.events)  # what each session event says to the client
         self.user = self.scope.get("user")
         self.revocation_groups: list[str] = []
         await self.accept(subprotocol=secret_scope.selected_subprotocol(self.scope))
@@ -301,42 +285,17 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await self._reject(exc)
 
     async def _on_session_event(self, event: SessionEvent) -> None:
-        events = self.events
+        if (outgoing := self.wire.render(event)) is not None:
+            await self._emit(outgoing)
+            return
         match event:
-            case AudioOut():
-                await self._emit(events.audio(event))
-            case TextOut():
-                await self._emit(events.text(event))
-            case Metrics():
-                outgoing = [events.event("session.metrics", metrics=dict(event.values))]
-                for health in (self.health, self.echo_health):
-                    if (status := health.update(event.values)) is not None:
-                        outgoing.append(
-                            events.event("session.status", level=status.level, code=status.code, message=status.message)
-                        )
-                await self._emit(outgoing)
-            case Decision():
-                await self._emit(
-                    [events.event(f"response.{event.kind}", unit=event.unit, end_of_turn=event.end_of_turn)]
-                )
-            case SpeechStarted() | SpeechStopped() | TurnCommitted() | ResponseStarted() | ResponseEnded():
-                await self._emit(self.turn_events.render(event))
-            case Queued():
-                fields = {"position": event.position, "queue_length": event.queue_length}
-                await self._emit([events.event("session.queued", **fields, estimated_wait_s=event.estimated_wait_s)])
             case Ready():
                 await self._on_ready(event)
-            case Prefill():
-                await self._emit([events.event("session.prefill", progress=event.progress, done=event.done)])
-            case Paused():
-                await self._emit([events.event("session.paused")])
-            case Resumed():
-                await self._emit([events.event("session.resumed")])
             case ErrorEvent():
                 await self._reject(ParleyError(event.message, code=event.code, error_type=event.error_type))
             case Replaced():
                 self.finished = True
-                await self._emit([*events.end_response("cancelled"), events.event("session.replaced")])
+                await self._emit([*self.events.end_response("cancelled"), self.events.event("session.replaced")])
                 await self._close(CloseCode.REPLACED)
             case Closed():
                 await self._on_closed(event)
