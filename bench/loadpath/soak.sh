@@ -4,7 +4,8 @@
 # ${HOLD_S:-450} s (8 minutes of calls). About 580 s of command: run with timeout_s 600. The service's memory log
 # (bench/serving_gpu_service.py --memory-log: RSS by kind, malloc's arenas, CUDA) goes to $OUT as
 # service-memory.jsonl; MEMORY_LOG=1 adds tracemalloc with heap snapshots at 60 s, mid-hold and the hold's end, and
-# "-memlog" to the result's name: the loop runs slower under tracemalloc.
+# "-memlog" to the result's name: the loop runs slower under tracemalloc. RENDER_SAMPLE (default 3) is how many
+# sampled recordings are rendered after the hold, each tens of seconds of the command's time.
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader   # HARDWARE=h100 on an H100 (the result's name)
 lines=${LINES:-183}
 arena_tag=${MALLOC_ARENA_MAX:+-arena$MALLOC_ARENA_MAX}   # an allocator setting goes into the name: it changes what RSS shows
@@ -17,4 +18,4 @@ fi
 exec bash "$(dirname "$0")/run.sh" soak --hardware "${HARDWARE:-h200}" --engine lockstep --services 1 --gpu-service gpu \
     --env PARLEY_SLOTS=320 --env PARLEY_KV_PAGE_FRAMES=128 --env PARLEY_KV_MEAN_CALL_S=180 \
     --lines "$lines" --daphnes 4 --gen-procs 4 --gen-uvloop --ramp-s 30 --seconds "$hold" --service-args "$memlog" \
-    --what "serving-e2e-lockstep-paged-$lines-4daphne-hold${hold}s$arena_tag$memlog_tag" --recordings-sample 24 --render-sample 3
+    --what "serving-e2e-lockstep-paged-$lines-4daphne-hold${hold}s$arena_tag$memlog_tag" --recordings-sample 24 --render-sample "${RENDER_SAMPLE:-3}"
