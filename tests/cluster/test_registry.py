@@ -87,6 +87,20 @@ async def test_routers_behind_one_nginx_see_each_others_placements_before_a_hear
     assert (await routers[1].route("user0")).service_id == "svc-a"  # sticky across routers
 
 
+async def test_a_placement_counts_until_a_heartbeat_lists_its_session(registry_url):
+    """A heartbeat written after a placement but before the caller reached the service shows the session nowhere:
+    the placement still counts, so the next caller goes to the other service."""
+    publish(registry_url, "svc-a", used=0)
+    publish(registry_url, "svc-b", used=0)
+    registry = Registry(registry_url, heartbeat_timeout_s=2, secret=SECRET)
+    assert (await registry.route("user0")).service_id == "svc-a"
+    publish(registry_url, "svc-a", used=0)  # newer than the placement, user0 not there yet
+    assert (await registry.route("user1")).service_id == "svc-b"
+    publish(registry_url, "svc-a", used=1, users=("user0",))  # user0 arrived: counted once, by the heartbeat
+    publish(registry_url, "svc-b", used=1, users=("user1",))
+    assert (await registry.route("user2")).service_id == "svc-a"
+
+
 async def test_full_services_queue_on_the_shortest_queue_and_down_ones_are_skipped(registry_url):
     publish(registry_url, "svc-a", used=4, queue=3)
     publish(registry_url, "svc-b", used=4, queue=1)
