@@ -16,6 +16,11 @@ Python heap in every sample, and at each of those times its largest growths sinc
 line and by call stack. ``tracemalloc`` traces every allocation (the loop runs slower) and a snapshot holds the
 interpreter for a second or two, so a run with it measures memory, not latency.
 
+``--switch-intervals-ms 5,0.5`` cycles the interpreter's switch interval (``sys.setswitchinterval``: how long a
+thread that wants the GIL waits before it asks the holder to drop it) through those values, ``--switch-window-s``
+each, and writes every window's engine ticks (count, p50, p90, p99, over 80 ms) to ``--switch-log``: the engine
+thread gives up the GIL in every torch call and its wait for the GPU, and takes it back from an event loop busy
+with every caller's socket, so the same calls at the same age tick in windows side by side under each value.
 Settings come from the environment as for ``serve`` (``PARLEY_SLOTS``, ``PARLEY_KV_PAGE_FRAMES``,
 ``PARLEY_KV_MEAN_CALL_S``, ``PARLEY_INFERENCE_TOKEN`` ...); the KV pool is the card's free memory less the
 codec's per-slot state and ``--reserve-gib``, as the paged bench sizes it. ``--tiny`` serves the repository's
@@ -234,6 +239,37 @@ class MemoryLog:
             time.sleep(0.5)
 
 
+class SwitchIntervalCycle:
+    """Cycles ``sys.setswitchinterval`` through ``values_ms`` every ``window_s`` and logs each window's ticks."""
+
+    def __init__(self, path: Path, values_ms: list[float], window_s: float, service):
+        self.path, self.values_ms, self.window_s, self.service = path, values_ms, window_s, service
+        threading.Thread(target=self._run, name="switch-interval-cycle", daemon=True).start()
+
+    def _run(self) -> None:
+        import numpy as np
+
+        t0, window = time.monotonic(), 0
+        while True:
+            value_ms = self.values_ms[window % len(self.values_ms)]
+            sys.setswitchinterval(value_ms / 1000.0)
+            worker = self.service.worker
+            ticks_before = worker.ticks
+            started = time.monotonic()
+            time.sleep(self.window_s)
+            count = worker.ticks - ticks_before
+            ticks = np.asarray(worker.tick_ms.recent(count) if count else (), dtype=float)
+            row = {"t_s": round(started - t0, 1), "window": window, "switch_interval_ms": value_ms, "ticks": count}
+            if ticks.size:
+                p50, p90, p99 = np.percentile(ticks, [50, 90, 99])
+                row |= {"p50_ms": round(p50, 2), "p90_ms": round(p90, 2), "p99_ms": round(p99, 2)}
+                row["over_80ms"] = int((ticks > 80.0).sum())
+            row["slots_owned"] = sum(o is not None for o in self.service.pool.owners)
+            with self.path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            window += 1
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--socket", required=True)
@@ -249,6 +285,11 @@ def main() -> int:
         help="comma-separated seconds after serving starts for heap snapshots (the first is the baseline); "
         "turns tracemalloc on",
     )
+    p.add_argument(
+        "--switch-intervals-ms", default="", help="comma-separated: cycle sys.setswitchinterval through these"
+    )
+    p.add_argument("--switch-window-s", type=float, default=10.0, help="seconds each switch interval holds")
+    p.add_argument("--switch-log", type=Path, help="JSON lines: each switch-interval window's engine ticks")
     args = p.parse_args()
     from inference.config import InferenceConfig
     from inference.log_format import configure_logging
@@ -267,6 +308,9 @@ def main() -> int:
             if args.memory_log:
                 at = [float(x) for x in args.snapshot_at.split(",") if x.strip()]
                 MemoryLog(args.memory_log, args.memory_every, at, service)
+            if args.switch_intervals_ms and args.switch_log:
+                values = [float(x) for x in args.switch_intervals_ms.split(",")]
+                SwitchIntervalCycle(args.switch_log, values, args.switch_window_s, service)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
