@@ -6,8 +6,10 @@ export LOADPATH_SRC=${LOADPATH_SRC:-/tmp/loadpath-src}
 if [ ! -e "$SITE/django" ] && [ ! -e "$SITE/av" ]; then
     mkdir -p "$SITE" && tar -xJf "$L/webstack.tar.xz" -C "$SITE" || return 1
 fi
-if [ ! -e "$LOADPATH_SRC/manage.py" ]; then
-    mkdir -p "$LOADPATH_SRC" && tar -xJf "$L/src.tar.xz" -C "$LOADPATH_SRC" || return 1
+# A warm host keeps /tmp between commands: the code is unpacked again when the carry holds another commit.
+if [ "$(cat "$LOADPATH_SRC/.commit" 2>/dev/null)" != "$(cat "$L/COMMIT")" ]; then
+    rm -rf "$LOADPATH_SRC" && mkdir -p "$LOADPATH_SRC" && tar -xJf "$L/src.tar.xz" -C "$LOADPATH_SRC" || return 1
+    cp "$L/COMMIT" "$LOADPATH_SRC/.commit"
 fi
 if [ -e "$L/py-spy.xz" ] && [ ! -x "$SITE/bin/py-spy" ]; then
     mkdir -p "$SITE/bin" && xz -dc "$L/py-spy.xz" > "$SITE/bin/py-spy" && chmod +x "$SITE/bin/py-spy"
