@@ -42,6 +42,8 @@ class LocalHandle(NoArgumentCalls):
 
     def _current(self) -> DialogueSession:
         if self._session.attachment is not self:
+            if self._session.state == "closed":  # a closed session lets go of its handle
+                raise ParleyError("the session is closed", code="session_not_ready")
             raise ParleyError("this connection no longer owns the session", code="session_not_ready")
         return self._session
 

@@ -7,6 +7,7 @@ import weakref
 import pytest
 from channels.db import database_sync_to_async
 
+from inference.session.dialogue import DialogueSession
 from tests.webapp.realtime.realtime_helpers import FRAME, make_account, open_peer, ready_peer, to_pcm16, tone
 from webapp.conversations.consumers import RealtimeConsumer
 from webapp.conversations.models import Conversation
@@ -97,16 +98,18 @@ async def test_session_close_ends_the_session_and_records_it(alice):
 
 @pytest.mark.parametrize("ending", ["session.close", "socket closed"])
 async def test_an_ended_call_leaves_nothing_for_the_cycle_collector(alice, monkeypatch, ending):
-    """A call's consumer goes when its connection does: its ended tasks kept their frames, the frames the consumer,
-    and each call waited for the interpreter's full collection, a minute or more apart on a busy process."""
+    """A call's consumer goes when its connection does, and a closed call's session with it: its ended tasks kept
+    their frames, the frames the consumer; the session and its handle held each other. Each call waited for the
+    interpreter's full collection, hundreds of calls apart in a busy web process (its RSS rose ~200 MB first)."""
     consumers: list[weakref.ref] = []
-    made = RealtimeConsumer.__init__
+    sessions: list[weakref.ref] = []
+    for cls, made_ones in ((RealtimeConsumer, consumers), (DialogueSession, sessions)):
 
-    def tracked(self, *args, **kwargs):
-        made(self, *args, **kwargs)
-        consumers.append(weakref.ref(self))
+        def tracked(self, *args, _made=cls.__init__, _into=made_ones, **kwargs):
+            _made(self, *args, **kwargs)
+            _into.append(weakref.ref(self))
 
-    monkeypatch.setattr(RealtimeConsumer, "__init__", tracked)
+        monkeypatch.setattr(cls, "__init__", tracked)
     gc.collect()
     gc.disable()
     try:
@@ -123,6 +126,9 @@ async def test_an_ended_call_leaves_nothing_for_the_cycle_collector(alice, monke
 
         assert len(consumers) == 1
         assert await eventually(gone), [type(r).__qualname__ for r in gc.get_referrers(consumers[0]())]
+        assert len(sessions) == 1
+        if ending == "session.close":  # a socket that just closed leaves its session paused for the grace period
+            assert sessions[0]() is None, [type(r).__qualname__ for r in gc.get_referrers(sessions[0]())]
     finally:
         gc.enable()
 
