@@ -151,13 +151,7 @@ class DialogueSession:
 
     def detach(self, handle: Attachment) -> None:
         """The connection dropped: keep the session paused for the grace period (queued: leave the queue)."""
-        if handle is not self.attachment:
-            return
-        if self.state == "closed":
-            # Closed first (the caller's close, then its socket ends): nothing to keep paused. A grace timer here
-            # would hold the closed session, its echo rings and buffers (~1 MB) for the grace period after every
-            # call: 30 s x the calls ending each second, on a busy service tens of MB (bench/notes/serving-e2e.md).
-            self.attachment = None
+        if handle is not self.attachment:  # replaced, or the session closed (and let go of its handle)
             return
         if self.state == "queued":
             self.close("client_close")
@@ -314,7 +308,8 @@ class DialogueSession:
             self._retire(self.attachment)
             # The handle holds the session and the session its handle: a cycle, unless one lets go. An in-process
             # caller's consumer never detaches after Closed, so every closed call (its echo rings and buffers,
-            # ~0.3 MB) waited for the interpreter's full collection, hundreds of calls apart in a web process.
+            # ~0.3 MB) waited for the interpreter's full collection, hundreds of calls apart in a web process. A
+            # detach that follows (the socket ends) finds no handle, so no grace timer holds the closed call either.
             self.attachment = None
         self._forget(self)
         self._admission.release(self, self.slot, held_s)
