@@ -21,6 +21,11 @@ thread that wants the GIL waits before it asks the holder to drop it) through th
 each, and writes every window's engine ticks (count, p50, p90, p99, over 80 ms) to ``--switch-log``: the engine
 thread gives up the GIL in every torch call and its wait for the GPU, and takes it back from an event loop busy
 with every caller's socket, so the same calls at the same age tick in windows side by side under each value.
+``--tick-split-log PATH`` (lockstep on CUDA) writes where each engine tick went, as JSON lines every 10 s: per
+tick the live rows, the pass rows, the KV positions the live calls attend over, the worker's whole tick, the
+engine's ``step`` and, from CUDA events around each graph replay, the device time of Mimi's encode, the LM's step
+(prefill-only passes included) and Mimi's decode, and the span from the first event to the last. The tick less the
+device's span is the host's share: what the service adds to the bare engine at the same calls and ages.
 Settings come from the environment as for ``serve`` (``PARLEY_SLOTS``, ``PARLEY_KV_PAGE_FRAMES``,
 ``PARLEY_KV_MEAN_CALL_S``, ``PARLEY_INFERENCE_TOKEN`` ...); the KV pool is the card's free memory less the
 codec's per-slot state and ``--reserve-gib``, as the paged bench sizes it. ``--tiny`` serves the repository's
@@ -270,6 +275,86 @@ class SwitchIntervalCycle:
             window += 1
 
 
+class TickSplit:
+    """Each engine tick split into device and host time (``--tick-split-log``), written every ``every_s``."""
+
+    def __init__(self, path: Path, service, every_s: float = 10.0):
+        import torch
+
+        self.path, self.every_s, self.t0 = path, every_s, time.monotonic()
+        self._events: list[tuple[str, object, object]] = []
+        self._rows: list[list] = []
+        self._rows_lock = threading.Lock()
+        self._step_ms = 0.0
+        self._live = self._pass_rows = self._context = 0
+        engine, worker = service.worker.engine, service.worker
+        backend = engine.backend
+        lockstep = backend.lockstep
+        self._window = lockstep.kv.window
+
+        def timed(name: str, fn):
+            def run(*args, **kwargs):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                out = fn(*args, **kwargs)
+                end.record()
+                if name == "lm":
+                    self._pass_rows += int(args[0].shape[0])
+                self._events.append((name, start, end))
+                return out
+
+            return run
+
+        backend.mimi.encode = timed("encode", backend.mimi.encode)
+        backend.mimi.decode = timed("decode", backend.mimi.decode)
+        backend.graphed.step = timed("lm", backend.graphed.step)
+        engine_step, worker_tick = engine.step, worker._tick
+
+        def step(inputs):
+            self._live = len(inputs)
+            self._context = sum(min(lockstep.passes[s], self._window) for s in inputs)
+            t = time.perf_counter()
+            try:
+                return engine_step(inputs)
+            finally:
+                self._step_ms = (time.perf_counter() - t) * 1000.0
+
+        def tick():
+            self._events, self._step_ms, self._live, self._pass_rows, self._context = [], 0.0, 0, 0, 0
+            t = time.perf_counter()
+            worker_tick()
+            tick_ms = (time.perf_counter() - t) * 1000.0
+            if self._events:
+                self._record(tick_ms)
+
+        engine.step, worker._tick = step, tick
+        threading.Thread(target=self._flush_every, name="tick-split", daemon=True).start()
+
+    def _record(self, tick_ms: float) -> None:
+        device = {"encode": 0.0, "lm": 0.0, "decode": 0.0}
+        for name, start, end in self._events:
+            end.synchronize()
+            device[name] += start.elapsed_time(end)
+        span = self._events[0][1].elapsed_time(self._events[-1][2])
+        row = [
+            round(time.monotonic() - self.t0, 3), self._live, self._pass_rows, self._context, round(tick_ms, 2),
+            round(self._step_ms, 2), round(span, 2), round(device["encode"], 2), round(device["lm"], 2),
+            round(device["decode"], 2),
+        ]  # fmt: skip
+        with self._rows_lock:
+            self._rows.append(row)
+
+    def _flush_every(self) -> None:
+        fields = ["t_s", "live", "pass_rows", "context", "tick_ms", "step_ms", "device_span_ms", "encode_ms", "lm_ms",
+                  "decode_ms"]  # fmt: skip
+        while True:
+            time.sleep(self.every_s)
+            with self._rows_lock:
+                rows, self._rows = self._rows, []
+            with self.path.open("a") as f:
+                f.write(json.dumps({"fields": fields, "ticks": rows}) + "\n")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--socket", required=True)
@@ -290,6 +375,7 @@ def main() -> int:
     )
     p.add_argument("--switch-window-s", type=float, default=10.0, help="seconds each switch interval holds")
     p.add_argument("--switch-log", type=Path, help="JSON lines: each switch-interval window's engine ticks")
+    p.add_argument("--tick-split-log", type=Path, help="JSON lines: each engine tick's device and host time")
     args = p.parse_args()
     from inference.config import InferenceConfig
     from inference.log_format import configure_logging
@@ -311,6 +397,8 @@ def main() -> int:
             if args.switch_intervals_ms and args.switch_log:
                 values = [float(x) for x in args.switch_intervals_ms.split(",")]
                 SwitchIntervalCycle(args.switch_log, values, args.switch_window_s, service)
+            if args.tick_split_log and args.engine == "lockstep" and not args.tiny:
+                TickSplit(args.tick_split_log, service)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -7,7 +7,8 @@
 # "-memlog" to the result's name: the loop runs slower under tracemalloc. RENDER_SAMPLE (default 3) is how many
 # sampled recordings are rendered after the hold, each tens of seconds of the command's time. SWITCH_MS=5,0.5 cycles
 # the service's switch interval through those values, 10 s each, its windows' ticks in $OUT/switch-interval.jsonl,
-# and adds "-switchab" to the result's name (bench/serving_gpu_service.py --switch-intervals-ms).
+# and adds "-switchab" to the result's name (bench/serving_gpu_service.py --switch-intervals-ms). TICK_SPLIT=1 writes
+# each engine tick's device and host time to $OUT/tick-split.jsonl and adds "-ticksplit" (--tick-split-log).
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader   # HARDWARE=h100 on an H100 (the result's name)
 lines=${LINES:-183}
 arena_tag=${MALLOC_ARENA_MAX:+-arena$MALLOC_ARENA_MAX}   # an allocator setting goes into the name: it changes what RSS shows
@@ -22,7 +23,12 @@ if [ -n "${SWITCH_MS:-}" ]; then
     switch_tag=-switchab
     memlog="$memlog --switch-intervals-ms $SWITCH_MS --switch-window-s 10 --switch-log ${OUT:-/tmp/loadpath-out}/switch-interval.jsonl"
 fi
+split_tag=
+if [ -n "${TICK_SPLIT:-}" ]; then
+    split_tag=-ticksplit
+    memlog="$memlog --tick-split-log ${OUT:-/tmp/loadpath-out}/tick-split.jsonl"
+fi
 exec bash "$(dirname "$0")/run.sh" soak --hardware "${HARDWARE:-h200}" --engine lockstep --services 1 --gpu-service gpu \
     --env PARLEY_SLOTS=320 --env PARLEY_KV_PAGE_FRAMES=128 --env PARLEY_KV_MEAN_CALL_S=180 \
     --lines "$lines" --daphnes 4 --gen-procs 4 --gen-uvloop --ramp-s 30 --seconds "$hold" --service-args "$memlog" \
-    --what "serving-e2e-lockstep-paged-$lines-4daphne-hold${hold}s$arena_tag$memlog_tag$switch_tag" --recordings-sample 24 --render-sample "${RENDER_SAMPLE:-3}"
+    --what "serving-e2e-lockstep-paged-$lines-4daphne-hold${hold}s$arena_tag$memlog_tag$switch_tag$split_tag" --recordings-sample 24 --render-sample "${RENDER_SAMPLE:-3}"
