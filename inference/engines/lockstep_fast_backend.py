@@ -128,7 +128,7 @@ class FastBackend(LockstepBackend):
 
     @property
     def mimi_graphed(self) -> bool:
-        return self.mimi._encode_graph is not None and self.mimi._decode_graph is not None
+        return self.mimi.graphed
 
     def reset_slot(self, slot: int) -> None:
         self.lockstep.reset_slot(slot)
@@ -187,13 +187,15 @@ class FastBackend(LockstepBackend):
         if n_live:
             assert pcm is not None, "live rows need their audio"
             saved = save_codec_rows(self.mimi.state, list(frozen)) if frozen else None
-            codes = self.mimi.encode(pcm.to(dev).view(n_live, 1, -1), ids[:n_live])  # [n_live, 8]
+            # the codec runs over the slots up to the highest live one (the pool fills the lowest free slot first)
+            highest = max(rows.slots[:n_live])
+            codes = self.mimi.encode(pcm.to(dev).view(n_live, 1, -1), ids[:n_live], highest)  # [n_live, 8]
             forced[:n_live, self._user_columns()] = codes
         tokens, valid = self.graphed.step(ids, forced, mask, embeddings, use_embeddings, slots=rows.slots)
         pcm_out = None
         if n_live:
             agent = self.agent_codes(tokens[:n_live], valid[:n_live])
-            decoded = self.mimi.decode(agent, ids[:n_live])[:, 0]  # [n_live, frame]
+            decoded = self.mimi.decode(agent, ids[:n_live], highest)[:, 0]  # [n_live, frame]
             if saved is not None:
                 restore_codec_rows(self.mimi.state, saved)
             pcm_out = decoded.cpu()
