@@ -332,8 +332,8 @@ class TickSplit:
 
     def _record(self, tick_ms: float) -> None:
         device = {"encode": 0.0, "lm": 0.0, "decode": 0.0}
+        self._events[-1][2].synchronize()  # the step's copies to the host already waited: this returns at once
         for name, start, end in self._events:
-            end.synchronize()
             device[name] += start.elapsed_time(end)
         span = self._events[0][1].elapsed_time(self._events[-1][2])
         row = [

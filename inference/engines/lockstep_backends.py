@@ -264,6 +264,11 @@ def _state_tensors(obj, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
             yield from _state_tensors(value, f"{path}.{name}")
 
 
+def per_row_tensors(state) -> list[tuple[str, torch.Tensor]]:
+    """The tensors of a codec stream state that hold one row per slot (batch first), with their paths."""
+    return [(path, t) for path, t in _state_tensors(state) if t.dim() and t.shape[0] == state.batch_size]
+
+
 def save_codec_rows(state, rows: list[int]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Copies of the given batch rows of every per-row tensor of a Mimi stream state.
 
@@ -271,9 +276,8 @@ def save_codec_rows(state, rows: list[int]) -> tuple[torch.Tensor, dict[str, tor
     after it (in place: a captured graph keeps using the same tensors); the slot then resumes exactly where it
     paused.
     """
-    B = state.batch_size
     index = torch.tensor(rows, dtype=torch.long)
-    saved = {p: t[index.to(t.device)].clone() for p, t in _state_tensors(state) if t.dim() and t.shape[0] == B}
+    saved = {p: t[index.to(t.device)].clone() for p, t in per_row_tensors(state)}
     return index, saved
 
 

@@ -35,7 +35,7 @@ def rows_prefix(state: MimiStreamState, rows: int) -> MimiStreamState:
             return obj[:rows] if obj.dim() and obj.shape[0] == full else obj
         if isinstance(obj, list | tuple):
             return type(obj)(view(item) for item in obj)
-        if hasattr(obj, "__dict__") and not isinstance(obj, torch.nn.Module | torch.device):
+        if hasattr(obj, "__dict__") and not isinstance(obj, torch.nn.Module):
             clone = copy.copy(obj)
             for name, value in vars(obj).items():
                 setattr(clone, name, view(value))

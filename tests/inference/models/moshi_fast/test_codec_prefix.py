@@ -1,11 +1,11 @@
 """``GraphedMimi`` over a prefix of the slots: the rows it runs come out as a step over every row gives them, and
-the rows past it do not move (eager here; the graphed twin is tests/gpu/test_lockstep_engine_gpu.py's warm-up)."""
+the rows past it do not move (eager here; the graphed twin is tests/gpu/test_codec_prefix_gpu.py)."""
 
 from __future__ import annotations
 
 import torch
 
-from inference.engines.lockstep_backends import _state_tensors
+from inference.engines.lockstep_backends import per_row_tensors
 from inference.models.moshi.config import read_checkpoint_dir
 from inference.models.moshi.fast.codec import GraphedMimi
 from inference.models.moshi.mimi_config import MimiConfig
@@ -13,10 +13,6 @@ from inference.models.moshi.mimi_loading import load_mimi
 from tests.inference.models.moshi_fast.tiny_pack import DATA
 
 SLOTS = 12
-
-
-def _rows(state):
-    return [(path, t) for path, t in _state_tensors(state) if t.dim() and t.shape[0] == SLOTS]
 
 
 def _codec():
@@ -30,7 +26,7 @@ def test_a_prefix_step_matches_the_step_over_every_row_and_leaves_the_rest():
     every = GraphedMimi(codec, SLOTS, prefixes=())
     assert prefix.prefixes == (4, 8, SLOTS) and every.prefixes == (SLOTS,)
     assert [prefix.prefix_for(s) for s in (0, 3, 4, 7, 8, 11)] == [4, 4, 8, 8, SLOTS, SLOTS]
-    fresh = {path: t[8:].clone() for path, t in _rows(prefix.state)}
+    fresh = {path: t[8:].clone() for path, t in per_row_tensors(prefix.state)}
     g = torch.Generator().manual_seed(3)
     live = torch.tensor([0, 2, 5])
     for _ in range(5):  # several frames: the state (conv tails, the transformers' rings) carries over
@@ -39,10 +35,13 @@ def test_a_prefix_step_matches_the_step_over_every_row_and_leaves_the_rest():
         assert torch.equal(codes, every.encode(pcm, live)), "the prefix's codes are the full step's"
         out = prefix.decode(codes, live, highest_slot=5)
         torch.testing.assert_close(out, every.decode(codes, live), rtol=0, atol=1e-5)
-    after = dict(_rows(prefix.state))
+    after = dict(per_row_tensors(prefix.state))
     assert all(torch.equal(after[path][8:], rows) for path, rows in fresh.items()), "rows past the prefix stay fresh"
-    assert any(not torch.equal(after[path][:8], every_rows[:8]) for path, every_rows in _rows(codec.init_stream(SLOTS)))
-    for path, rows in _rows(every.state):  # the prefix's rows were stepped in place in the full state
+    assert any(
+        not torch.equal(after[path][:8], every_rows[:8])
+        for path, every_rows in per_row_tensors(codec.init_stream(SLOTS))
+    )
+    for path, rows in per_row_tensors(every.state):  # the prefix's rows were stepped in place in the full state
         torch.testing.assert_close(after[path][:8], rows[:8], rtol=0, atol=1e-5)
 
 
