@@ -332,3 +332,55 @@ def test_a_loud_backlog_goes_in_a_pause_that_falls_between_two_window_ends():
     # the next window's end is still a tick away (and would find speech at the head): the pause took the backlog
     assert framer.pending <= framer.margin + N // 8 + 1
     assert framer.dropped >= 2 * N - framer.margin - N // 8 - 1
+
+
+def syllables(start: int, count: int) -> np.ndarray:
+    """Speech without a pause: 60 ms syllables of a loud tone, each followed by a 15 ms gap of silence (stream
+    positions ``start .. start + count``), so no span the size of a frame is ever quiet."""
+    at = np.arange(start, start + count)
+    loud = at % 1800 < 1440
+    return np.where(loud, 0.3 * np.sin(2 * np.pi * 200 * at / RATE), 0.0).astype(np.float32)
+
+
+def test_a_backlog_in_unbroken_speech_goes_through_the_gaps_between_syllables_and_keeps_every_syllable():
+    framer = TickAlignedFramer(N, RATE)
+    pushed = heard = 0.0
+    position = 0
+
+    def push(count: int) -> None:
+        nonlocal pushed, position
+        audio = syllables(position, count)
+        framer.push(audio)
+        pushed += float(np.dot(audio, audio))
+        position += count
+
+    def take() -> None:
+        nonlocal heard
+        frame = framer.take().audio
+        assert len(frame) == N
+        heard += float(np.dot(frame, frame))
+
+    for _ in range(5):
+        push(N)
+        take()
+    push(2 * N)  # a late frame arrived with the next: two frames beyond the tick's needs, in speech
+    for _ in range(3 * WINDOW_TICKS):  # about three seconds of speech with no pause longer than 15 ms
+        push(N)
+        take()
+    assert framer.pending <= framer.margin + N // 8 + 1  # the backlog went, without a pause
+    assert framer.dropped >= 2 * N - framer.margin - N // 8 - 1
+    standing = syllables(position - framer.pending, framer.pending)
+    assert heard + float(np.dot(standing, standing)) >= pushed * (1 - 1e-4)  # and every syllable was heard
+
+
+def test_a_backlog_in_speech_without_gaps_stays_until_the_pause():
+    # the same burst in a tone without gaps: nothing is quiet, so nothing goes (the test above's control)
+    framer = TickAlignedFramer(N, RATE)
+    for _ in range(5):
+        framer.push(tone(N))
+        framer.take()
+    framer.push(tone(2 * N))
+    for _ in range(3 * WINDOW_TICKS):
+        framer.push(tone(N))
+        assert len(framer.take().audio) == N
+    assert framer.dropped == 0 and framer.pending >= 2 * N
