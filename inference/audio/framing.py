@@ -31,8 +31,8 @@ Trims never cut the caller's words: a standing backlog or a phase alignment is d
 would drop is quiet (RMS below ``QUIET_RMS``). While the caller speaks, the backlog goes through the gaps inside
 their speech: each take may consume up to the trim's remainder beyond its frame and cut that much out of its
 quiet ``GAP_BLOCK_MS`` blocks (the silences between words and before stops), so the frame stays whole and its words
-intact. Waiting for a pause as long as the whole trim kept one late 80 ms frame standing for 1.9 s of speech
-(p50; 4.9 s p99) in the load bench's speech; its 5 ms gaps give 75 ms back within 0.4 s (p50; 1.1 s p99).
+intact. In the load bench's speech a pause as long as a late 80 ms frame's trim comes 0.8 s after a random
+instant at the median and 4.8 s at p99; 75 ms of its 5 ms gaps pass within 0.4 s (1.3 s p99; bench/speech_gaps.py).
 Whatever the engine hears of a call was said; the bound (``max_frames``) is the one place audio is shed while
 loud, and that is counted as dropped input. (With the call page's 20 ms pieces an alignment trim was at most 20 ms;
 a client that sends 80 ms frames lost one or two whole frames of speech a call to it.)
