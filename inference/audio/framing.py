@@ -63,6 +63,13 @@ QUIET_RMS = 0.01  # -40 dBFS: below speech, above a quiet room's noise; only aud
 GAP_BLOCK_MS = 5.0  # the quiet blocks a take may cut from speech to shrink a backlog: shorter than any phoneme
 
 
+def quiet_blocks(samples: np.ndarray, block: int, quiet_rms: float) -> np.ndarray:
+    """Indices of the whole ``block``-sample blocks of ``samples`` whose RMS is below ``quiet_rms``."""
+    count = len(samples) // block
+    rows = samples[: count * block].reshape(count, block)
+    return np.flatnonzero(np.einsum("ij,ij->i", rows, rows) < block * quiet_rms**2)
+
+
 @dataclass(frozen=True)
 class TakenFrame:
     """One frame for the tick and where it ends in the session's input stream.
@@ -256,12 +263,8 @@ class TickAlignedFramer:
         """Whether the oldest ``count`` buffered samples are quiet enough to trim (always, without a threshold)."""
         if self._quiet_rms is None:
             return True
-        capacity = len(self._buffer)
-        first = min(count, capacity - self._start)
-        head = self._buffer[self._start : self._start + first]
-        tail = self._buffer[: count - first]
-        energy = float(np.dot(head, head)) + float(np.dot(tail, tail))
-        return energy < self._quiet_rms**2 * count
+        span = self._peek(count)
+        return float(np.dot(span, span)) < self._quiet_rms**2 * count
 
     def _pop_padded(self, count: int) -> np.ndarray:
         """The oldest ``count`` samples, preceded by silence up to a whole frame."""
@@ -289,11 +292,7 @@ class TickAlignedFramer:
         if excess <= 0:
             return None
         span = self._peek(n + excess)
-        blocks = len(span) // block
-        rows = span[: blocks * block].reshape(blocks, block)
-        energy = np.einsum("ij,ij->i", rows, rows)
-        limit = block * self._quiet_rms**2 if self._quiet_rms is not None else float("inf")
-        quiet = np.flatnonzero(energy < limit)
+        quiet = quiet_blocks(span, block, self._quiet_rms if self._quiet_rms is not None else float("inf"))
         # the largest k whose k-th quiet block ends inside the span a frame with k blocks cut consumes
         cut = 0
         for k in range(min(len(quiet), -(-excess // block)), 0, -1):
