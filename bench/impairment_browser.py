@@ -163,6 +163,26 @@ def run(args, url: str, wav: Path) -> dict:
     return results
 
 
+def add_floors(results: dict) -> None:
+    """Each impaired row's floor: the same transport's clean call (its median, same run) plus the network's mean
+    delay both ways, before any jitter is absorbed or any loss recovered. What a row has above it is what the
+    jitter, the loss and the buffers that absorb them cost; a goal below the floor is out of reach of that
+    transport on that network."""
+    for label, rows in results.items():
+        delay = CONDITIONS[label][0]
+        for transport, row in rows.items():
+            clean = results.get("clean", {}).get(transport, {}).get("mouth_to_ear_ms", {}).get("p50_ms")
+            p95 = row["mouth_to_ear_ms"].get("p95_ms")
+            if label == "clean" or clean is None or p95 is None:
+                continue
+            floor = clean + 2 * delay
+            row["floor_ms"] = {
+                "clean_p50_plus_mean_delay_both_ways": round(floor, 1),
+                "p95_above": round(p95 - floor, 1),
+            }
+            print(f"{label:18} {transport:9} floor {floor:.1f} ms (clean p50 + 2 x {delay} ms): p95 {p95 - floor:+.1f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=30)
@@ -182,6 +202,7 @@ def main() -> int:
         load_before = os.getloadavg()[0]
         with LoadSampler() as sampler:
             results = run(args, url, wav)
+        add_floors(results)
     finally:
         if proc is not None:
             proc.terminate()

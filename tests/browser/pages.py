@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from playwright.sync_api import APIRequestContext, Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.browser.conftest import PASSWORD
 
@@ -48,7 +49,15 @@ def start_call_in_mode(page: Page, base_url: str, mode: str, shown: str, *, quer
 
 
 def wait_for_state(page: Page, state: str, timeout_ms: int = CALL_TIMEOUT_MS) -> None:
-    page.wait_for_function("(s) => window.parley.state === s", arg=state, timeout=timeout_ms)
+    try:
+        page.wait_for_function("(s) => window.parley.state === s", arg=state, timeout=timeout_ms)
+    except PlaywrightTimeoutError:
+        # Where the page stood instead: a wait that times out says no more than that on its own.
+        seen = page.evaluate(
+            """() => ({state: window.parley.state, notice: document.getElementById("notice")?.textContent,
+                      detail: document.getElementById("call-state-detail")?.textContent})"""
+        )
+        raise AssertionError(f"the page never reached {state!r} within {timeout_ms} ms: {seen}") from None
 
 
 def wait_for(page: Page, condition: str, timeout_ms: int = CALL_TIMEOUT_MS) -> None:
