@@ -1,5 +1,5 @@
-"""ASGI entry point: the client's address from trusted proxies only, then HTTP -> Django; WebSocket ->
-origin policy -> cookie auth -> API-key auth -> connect limits -> routes."""
+"""ASGI entry point: the server's own send kept for the audio lane, the client's address from trusted proxies
+only, then HTTP -> Django; WebSocket -> origin policy -> cookie auth -> API-key auth -> connect limits -> routes."""
 
 import gc
 import os
@@ -16,6 +16,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from webapp.calls.warm_start import begin_warm_start  # noqa: E402
 from webapp.common.forwarded import TrustedProxyMiddleware  # noqa: E402
+from webapp.conversations.audio_lane import ServerSendMiddleware  # noqa: E402
 from webapp.conversations.auth import (  # noqa: E402
     BearerKeyAuthMiddleware,
     ConnectLimitMiddleware,
@@ -34,14 +35,16 @@ begin_warm_start()
 # The realtime endpoint (/v1/realtime) and the operations console's socket (/ops/live).
 websocket_routes = URLRouter([*websocket_urlpatterns, *operations_websockets])
 
-application = TrustedProxyMiddleware(
-    ProtocolTypeRouter(
-        {
-            "http": http_app,
-            "websocket": OriginPolicyMiddleware(
-                AuthMiddlewareStack(BearerKeyAuthMiddleware(ConnectLimitMiddleware(websocket_routes)))
-            ),
-        }
+application = ServerSendMiddleware(
+    TrustedProxyMiddleware(
+        ProtocolTypeRouter(
+            {
+                "http": http_app,
+                "websocket": OriginPolicyMiddleware(
+                    AuthMiddlewareStack(BearerKeyAuthMiddleware(ConnectLimitMiddleware(websocket_routes)))
+                ),
+            }
+        )
     )
 )
 

@@ -57,8 +57,17 @@ cp -L "$(ldd /usr/sbin/nginx | awk '/libpcre2-8/ {print $3}')" "$DEST/lib/libpcr
 (cd "$ROOT" && .venv/bin/python -c "from pathlib import Path; from bench.serving_e2e import make_speech; make_speech(Path('$DEST/speech.npy'))")
 # The code at HEAD (the device gets the sending checkout's working tree, uncommitted edits included).
 git -C "$ROOT" rev-parse --short=7 HEAD > "$DEST/COMMIT"
-git -C "$ROOT" archive --format=tar HEAD bench deploy inference webapp templates static manage.py pyproject.toml \
-    tests/__init__.py tests/cluster tests/services.py \
-    tests/data/personaplex/ckpt/{config.json,tokenizer.model,mimi_config.json} | xz -9 > "$DEST/src.tar.xz"
+source_at() {
+    git -C "$ROOT" archive --format=tar "$1" bench deploy inference webapp templates static manage.py pyproject.toml \
+        tests/__init__.py tests/cluster tests/services.py \
+        tests/data/personaplex/ckpt/{config.json,tokenizer.model,mimi_config.json} | xz -9
+}
+source_at HEAD > "$DEST/src.tar.xz"
+# BEFORE=<commit>: that commit's code too, for a side-by-side run in one command (run.sh's BEFORE=1 runs it)
+rm -f "$DEST/before.tar.xz" "$DEST/BEFORE"
+if [ -n "${BEFORE:-}" ]; then
+    source_at "$BEFORE" > "$DEST/before.tar.xz"
+    git -C "$ROOT" rev-parse --short=7 "$BEFORE" > "$DEST/BEFORE"
+fi
 cp "$ROOT"/bench/loadpath/{env.sh,run.sh,soak.sh,two_cores.sh,unit.sh} "$DEST/"
 du -sh "$DEST"/*

@@ -2,18 +2,24 @@
 # $LOADPATH_SRC, BENCH_COMMIT for results_io. The device image has python3 3.12 + torch, no Django/daphne/nginx.
 L=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SITE=${LOADPATH_SITE:-/tmp/site}          # overridable for a local dry run
-export LOADPATH_SRC=${LOADPATH_SRC:-/tmp/loadpath-src}
+# BEFORE=1 (a carry built with BEFORE=<commit>): that commit's code, in a folder of its own
+code=src.tar.xz commit_file=COMMIT
+if [ -n "${BEFORE:-}" ]; then
+    code=before.tar.xz commit_file=BEFORE
+    [ -e "$L/$code" ] || { echo "BEFORE=1, but this carry was built without BEFORE=<commit>"; return 1; }
+fi
+export LOADPATH_SRC=${LOADPATH_SRC:-/tmp/loadpath-src${BEFORE:+-before}}
 if [ ! -e "$SITE/django" ] && [ ! -e "$SITE/av" ]; then
     mkdir -p "$SITE" && tar -xJf "$L/webstack.tar.xz" -C "$SITE" || return 1
 fi
 # A warm host keeps /tmp between commands: the code is unpacked again when the carry holds another commit.
-if [ "$(cat "$LOADPATH_SRC/.commit" 2>/dev/null)" != "$(cat "$L/COMMIT")" ]; then
-    rm -rf "$LOADPATH_SRC" && mkdir -p "$LOADPATH_SRC" && tar -xJf "$L/src.tar.xz" -C "$LOADPATH_SRC" || return 1
-    cp "$L/COMMIT" "$LOADPATH_SRC/.commit"
+if [ "$(cat "$LOADPATH_SRC/.commit" 2>/dev/null)" != "$(cat "$L/$commit_file")" ]; then
+    rm -rf "$LOADPATH_SRC" && mkdir -p "$LOADPATH_SRC" && tar -xJf "$L/$code" -C "$LOADPATH_SRC" || return 1
+    cp "$L/$commit_file" "$LOADPATH_SRC/.commit"
 fi
 if [ -e "$L/py-spy.xz" ] && [ ! -x "$SITE/bin/py-spy" ]; then
     mkdir -p "$SITE/bin" && xz -dc "$L/py-spy.xz" > "$SITE/bin/py-spy" && chmod +x "$SITE/bin/py-spy"
 fi
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$L/bin:$SITE/bin:$PATH" LD_LIBRARY_PATH="$L/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export BENCH_COMMIT=$(cat "$L/COMMIT") PYTHONUNBUFFERED=1 SPEECH="$L/speech.npy"
+export BENCH_COMMIT=$(cat "$L/$commit_file") PYTHONUNBUFFERED=1 SPEECH="$L/speech.npy"

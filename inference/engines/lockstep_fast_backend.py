@@ -34,6 +34,11 @@ logger = logging.getLogger(__name__)
 FRAME_S = 0.08
 # the longest call admission's mix assumes: 10 minutes (the mix bench/lockstep serves: exponential, capped there)
 CALL_CAP_FRAMES = 7500
+# Passes between two fresh estimates of what the page pool admits (a session opening or ending refreshes it at
+# once). The estimate looks over the live calls' whole remaining lives with a 3-sd margin: the few positions each
+# call adds in the meantime move it by a fraction of one page. Estimated on every pass it cost the worker 1.2 ms
+# of each tick at ~120 calls on an H100 (bench/notes/serving-e2e.md), host time the tick's budget pays for.
+ADMISSIBLE_REFRESH_PASSES = 6
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,8 @@ class FastBackend(LockstepBackend):
         self.tuning: dict[int, dict] = {}
         self.fused_gemv = False
         self._capacity: EngineCapacity | None = None  # the pool never changes size: computed once
+        self._admissible: int | None = None  # the last estimate, until a session opens or ends or it ages out
+        self._passes_since_estimate = 0
 
     def warmup(self) -> None:
         from inference.models.moshi.fast.tuning import check_fused_gemv, tune_attention
@@ -131,6 +138,7 @@ class FastBackend(LockstepBackend):
         return self.mimi.graphed
 
     def reset_slot(self, slot: int) -> None:
+        self._admissible = None  # the slot's pages go back
         self.lockstep.reset_slot(slot)
         self.mimi.reset_slot(slot)
 
@@ -141,6 +149,7 @@ class FastBackend(LockstepBackend):
         self.lockstep.restore_token_cache(slot, cache)
 
     def claim_kv(self, slot: int) -> bool:
+        self._admissible = None
         return self.lockstep.claim_first_page(slot)
 
     def _tick_every_slot_then_reset(self) -> None:
@@ -148,6 +157,7 @@ class FastBackend(LockstepBackend):
             super()._tick_every_slot_then_reset()
 
     def release_kv(self, slot: int) -> None:
+        self._admissible = None
         self.lockstep.kv.release(slot)
 
     def capacity(self) -> EngineCapacity:
@@ -169,12 +179,17 @@ class FastBackend(LockstepBackend):
         pages = self.lockstep.kv.pages
         if pages.usable_pages >= self.num_slots * pages.pages_per_slot:
             return None  # every slot's full window fits: nothing to ration
+        if self._admissible is not None and self._passes_since_estimate < ADMISSIBLE_REFRESH_PASSES:
+            return self._admissible
         live = [(s, min(self.lockstep.passes[s], pages.window)) for s in range(self.num_slots) if pages.held[s]]
-        return pages.admissible(live, self.paging.mean_call_frames)
+        self._admissible = pages.admissible(live, self.paging.mean_call_frames)
+        self._passes_since_estimate = 0
+        return self._admissible
 
     @torch.no_grad()
     def step(self, rows: StepRows, pcm: torch.Tensor | None = None, frozen: Sequence[int] = ()) -> StepResult:
         dev, n_live = self.device, rows.num_live
+        self._passes_since_estimate += 1
         # Slot ids go to the device: the engine only hands over open, distinct slots, so the fast path's host
         # re-check (and the sync it would take on device-side user codes) is not needed.
         ids = torch.tensor(rows.slots, dtype=torch.long).to(dev)

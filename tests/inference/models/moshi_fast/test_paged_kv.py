@@ -7,18 +7,20 @@ reads are checked against these twins in ``test_kernels_interpreted``).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from inference.engines.base import EngineError, SlotConfig
+from inference.engines.base import EngineError, SlotConfig, SlotInput
 from inference.engines.lockstep import LockstepEngine
-from inference.engines.lockstep_fast_backend import KVPaging
+from inference.engines.lockstep_fast_backend import ADMISSIBLE_REFRESH_PASSES, KVPaging
 from inference.engines.prefill_cache import restore_slot, snapshot_slot
 from inference.models.moshi.fast.kv import SlotKV
 from inference.models.moshi.fast.model import FastLM
 from inference.models.moshi.fast.pages import TRASH_PAGE, PagePool
 from inference.models.moshi.fast.session import live_forced
 from inference.models.moshi.fast.step import FastLockstep
+from inference.models.moshi.personaplex import FRAME_SAMPLES
 from tests.inference.models.moshi_fast.tiny_pack import DATA, GREEDY
 
 
@@ -179,6 +181,8 @@ def test_the_engine_rations_sessions_by_kv_memory_and_gives_it_back_on_close(tin
     engine.open_slot(1, SlotConfig())
     assert pages.free_pages == 4 and engine.admissible_sessions() < empty
     pages.grow(3, 64)  # a session in slot 3 took the rest
+    for _ in range(ADMISSIBLE_REFRESH_PASSES):  # the estimate is fresh within that many passes
+        engine.step({s: SlotInput(audio=np.zeros(FRAME_SAMPLES, np.float32)) for s in (0, 1)})
     assert engine.admissible_sessions() == 0
     with pytest.raises(EngineError, match="no KV memory"):  # refused with a clear error, nothing crashes
         engine.open_slot(2, SlotConfig())
