@@ -1,4 +1,4 @@
-"""ASGI entry point: the server's own send kept for the audio lane, the client's address from trusted proxies
+"""ASGI entry point: the server's own send kept for the socket lane, the client's address from trusted proxies
 only, then HTTP -> Django; WebSocket -> origin policy -> cookie auth -> API-key auth -> connect limits -> routes."""
 
 import gc
@@ -16,13 +16,13 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from webapp.calls.warm_start import begin_warm_start  # noqa: E402
 from webapp.common.forwarded import TrustedProxyMiddleware  # noqa: E402
-from webapp.conversations.audio_lane import ServerSendMiddleware  # noqa: E402
 from webapp.conversations.auth import (  # noqa: E402
     BearerKeyAuthMiddleware,
     ConnectLimitMiddleware,
     OriginPolicyMiddleware,
 )
 from webapp.conversations.routing import websocket_urlpatterns  # noqa: E402
+from webapp.conversations.socket_lane import ServerSendMiddleware  # noqa: E402
 from webapp.operations.routing import websocket_urlpatterns as operations_websockets  # noqa: E402
 
 # make run serves plain daphne: with DEBUG on, static files come from the app itself (as runserver

@@ -38,14 +38,14 @@ from webapp.accounts import revocation
 from webapp.conversations import chat_items, secret_scope, services
 from webapp.conversations import protocol as p
 from webapp.conversations.account_watch import watch_account
-from webapp.conversations.audio_lane import AudioLane
 from webapp.conversations.close_codes import CLOSE_CODE_BY_REASON, CONNECT_CLOSE_CODES, CloseCode
 from webapp.conversations.connect_query import requested_mode, requested_model
 from webapp.conversations.dispatch_loop import dispatch_until_stopped
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
 from webapp.conversations.session_event_wire import SessionEventWire
 from webapp.conversations.session_update import apply_session_config
-from webapp.operations.metrics import AUDIO_FRAMES_SENT, count_error
+from webapp.conversations.socket_lane import SocketLane
+from webapp.operations.metrics import MESSAGES_SENT, count_error
 from webapp.recordings import services as recordings
 
 logger = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ async def _nothing() -> None:
 class RealtimeConsumer(AsyncWebsocketConsumer):
     handle: api.SessionHandle | None = None
     account_watch: asyncio.Task | None = None  # see account_watch.watch_account
-    audio_lane: AudioLane | None = None  # set once the socket is accepted, when the server is daphne
+    lane: SocketLane | None = None  # set once the socket is accepted, when the server is daphne
 
     async def __call__(self, scope, receive, send) -> None:
         # channels' own __call__, with its per-message task and wait replaced (see dispatch_loop).
@@ -87,7 +87,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.user = self.scope.get("user")
         self.revocation_groups: list[str] = []
         await self.accept(subprotocol=secret_scope.selected_subprotocol(self.scope))
-        self.audio_lane = AudioLane.for_scope(self.scope)  # the agent's audio past the frameworks' send path
+        self.lane = SocketLane.for_scope(self.scope)  # what this socket sends, past the frameworks' send path
         if throttled := self.scope.get("throttled"):  # accepted only to say why (see conversations.auth)
             error = p.ProtocolError("rate_limit_exceeded", throttled.message, error_type="rate_limit_error")
             await self._reject(error)
@@ -396,15 +396,20 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                     return
                 try:
                     if isinstance(item, bytes):
-                        if self.audio_lane is not None and self.audio_lane.send_binary(item):
-                            AUDIO_FRAMES_SENT["lane"] += 1
+                        if self.lane is not None and self.lane.send_binary(item):
+                            MESSAGES_SENT["lane"] += 1
                         else:
-                            AUDIO_FRAMES_SENT["framework"] += 1
+                            MESSAGES_SENT["framework"] += 1
                             await self.send(bytes_data=item)
                     else:
                         if item.get("type") == "error":
                             count_error(item["error"]["code"])  # the process's /ops/metrics, by code
-                        await self.send(text_data=json.dumps(item, separators=(",", ":")))
+                        text = json.dumps(item, separators=(",", ":"))
+                        if self.lane is not None and self.lane.send_text(text):
+                            MESSAGES_SENT["lane"] += 1
+                        else:
+                            MESSAGES_SENT["framework"] += 1
+                            await self.send(text_data=text)
                 except Disconnected:
                     # The client dropped the TCP connection (pipecat does on any error event) and daphne has
                     # not yet delivered websocket.disconnect: nothing more can be sent; disconnect() follows.

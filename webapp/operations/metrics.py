@@ -27,9 +27,9 @@ PROCESS_REGISTRY = CollectorRegistry(auto_describe=True)
 ERRORS_SENT = Counter(
     "parley_client_errors", "Error events sent to clients, by code.", ["code"], registry=PROCESS_REGISTRY
 )
-# Binary audio messages this process sent to callers, by the path they took (conversations.audio_lane): plain
-# integers the consumers bump for each frame (a Counter's lock each time would cost more than the lane saves).
-AUDIO_FRAMES_SENT = {"lane": 0, "framework": 0}
+# Messages this process's realtime sockets sent, by the path they took (conversations.socket_lane): plain integers
+# the consumers bump for each message (a Counter's lock each time would cost more than the lane saves).
+MESSAGES_SENT = {"lane": 0, "framework": 0}
 
 
 def count_error(code: str) -> None:
@@ -50,15 +50,15 @@ class _ClusterCollector(Collector):
         for reason in ("capacity", "admission_stopped"):
             refused.add_metric([reason], api.admissions_refused.get(reason, 0))
         yield refused
-        audio = CounterMetricFamily(
-            "parley_audio_frames_sent",
-            "Binary audio messages this process sent to callers, by path: written by the audio lane, or through "
+        sent = CounterMetricFamily(
+            "parley_socket_messages_sent",
+            "Messages this process sent to realtime callers, by path: written by the socket lane, or through "
             "channels, daphne and autobahn.",
             labels=["path"],
         )
-        for path, count in AUDIO_FRAMES_SENT.items():
-            audio.add_metric([path], count)
-        yield audio
+        for path, count in MESSAGES_SENT.items():
+            sent.add_metric([path], count)
+        yield sent
         reachable = GaugeMetricFamily("parley_services_readable", "1 when this process could read the services.")
         reachable.add_metric([], 0.0 if self.registry_error else 1.0)
         yield reachable

@@ -1,19 +1,20 @@
-"""The agent's audio frames straight onto daphne's socket: one WebSocket frame header and one write each.
+"""A realtime socket's messages straight onto daphne's transport: one WebSocket frame header and one write each.
 
-A call sends 12.5 binary audio frames a second, so one web process at 200 callers sends 2 500. Through the
-ordinary path each went through channels' ``send`` (with the session middleware's wrapper), daphne's reply
-routing (``Server.handle_reply`` -> ``WebSocketProtocol.handle_reply`` -> ``serverSend``) and autobahn's
-``sendMessage`` -> ``sendFrame`` -> ``sendData``, which builds its debug-log arguments with debug logging off:
-about a third of the loop's time on the agent's side of a call (bench/notes/serving-e2e.md). The bytes that
-path writes for an audio frame are fixed by RFC 6455 (5.2): a final binary frame, unmasked from a server, its
-payload length in 7, 16 or 64 bits, then the payload. This lane writes exactly those bytes to the socket's
-transport itself.
+A call gets 12.5 binary audio frames a second, so one web process at 200 callers sends 2 500, plus each call's
+JSON events. Through the ordinary path each message went through channels' ``send`` (with the session
+middleware's wrapper), daphne's reply routing (``Server.handle_reply`` -> ``WebSocketProtocol.handle_reply`` ->
+``serverSend``) and autobahn's ``sendMessage`` -> ``sendFrame`` -> ``sendData``, which builds its debug-log
+arguments with debug logging off. The bytes that path writes are fixed by RFC 6455 (5.2): a final text or
+binary frame, unmasked from a server, its payload length in 7, 16 or 64 bits, then the payload. This lane
+writes exactly those bytes to the connection's transport itself: at 120 echo callers on 2 cores, one daphne
+used 10-14 % less CPU and the server-added latency p99 fell from 196-204 to 145-155 ms
+(bench/notes/serving-e2e.md).
 
 It is used only while the connection is in the plain state where both paths write the same bytes: daphne's
 autobahn protocol, open, no message half sent, nothing queued in autobahn (its queue keeps writes in order),
-no per-message compression, server frames unmasked. Otherwise ``send_binary`` returns False and the frame
-takes the ordinary path, so the closing handshake, a dropped connection (autobahn's ``Disconnected``) and
-order with the text events (sent under the same lock) stay the frameworks'.
+no per-message compression, server frames unmasked. Otherwise a send returns False and the message takes the
+ordinary path, so the closing handshake, a dropped connection (autobahn's ``Disconnected``) and order (every
+message of a socket goes out under one lock) stay the frameworks'.
 """
 
 from __future__ import annotations
@@ -24,32 +25,39 @@ from typing import Any
 
 SCOPE_KEY = "parley.server_send"  # the server's own ``send`` for this socket, put there by ServerSendMiddleware
 
-_FINAL_BINARY = 0x82  # FIN + opcode 2
+FINAL_TEXT, FINAL_BINARY = 0x81, 0x82  # FIN + opcode 1 or 2
 
 
-def frame_header(length: int) -> bytes:
-    """The header of a final, unmasked binary frame with ``length`` payload bytes (RFC 6455 5.2)."""
+def frame_header(length: int, first_byte: int = FINAL_BINARY) -> bytes:
+    """The header of a final, unmasked frame with ``length`` payload bytes (RFC 6455 5.2)."""
     if length <= 125:
-        return bytes((_FINAL_BINARY, length))
+        return bytes((first_byte, length))
     if length <= 0xFFFF:
-        return struct.pack("!BBH", _FINAL_BINARY, 126, length)
-    return struct.pack("!BBQ", _FINAL_BINARY, 127, length)
+        return struct.pack("!BBH", first_byte, 126, length)
+    return struct.pack("!BBQ", first_byte, 127, length)
 
 
-class AudioLane:
+class SocketLane:
     """Writes binary messages to one daphne WebSocket connection's transport (see the module's note)."""
 
     def __init__(self, protocol: Any):
         self.protocol = protocol
 
     @classmethod
-    def for_scope(cls, scope: dict) -> AudioLane | None:
+    def for_scope(cls, scope: dict) -> SocketLane | None:
         """The lane for the socket of ``scope``, or None when the server is not daphne's autobahn protocol."""
         protocol = _daphne_protocol(scope.get(SCOPE_KEY))
         return cls(protocol) if protocol is not None else None
 
     def send_binary(self, payload: bytes) -> bool:
         """Write ``payload`` as one binary message; False (nothing written) when the ordinary path must send it."""
+        return self._write(payload, FINAL_BINARY)
+
+    def send_text(self, text: str) -> bool:
+        """Write ``text`` as one text message (UTF-8); False when the ordinary path must send it."""
+        return self._write(text.encode("utf-8"), FINAL_TEXT)
+
+    def _write(self, payload: bytes, first_byte: int) -> bool:
         p = self.protocol
         if (
             p.state != p.STATE_OPEN
@@ -60,7 +68,7 @@ class AudioLane:
             or p.transport is None
         ):
             return False
-        p.transport.write(frame_header(len(payload)) + payload)
+        p.transport.write(frame_header(len(payload), first_byte) + payload)
         return True
 
 
@@ -77,7 +85,7 @@ def _daphne_protocol(send: Any) -> Any | None:
 
 
 class ServerSendMiddleware:
-    """ASGI, outermost: keeps the server's own ``send`` of a WebSocket in its scope, for ``AudioLane``."""
+    """ASGI, outermost: keeps the server's own ``send`` of a WebSocket in its scope, for ``SocketLane``."""
 
     def __init__(self, app):
         self.app = app
