@@ -68,6 +68,9 @@ rm -f "$DEST/before.tar.xz" "$DEST/BEFORE"
 if [ -n "${BEFORE:-}" ]; then
     source_at "$BEFORE" > "$DEST/before.tar.xz"
     git -C "$ROOT" rev-parse --short=7 "$BEFORE" > "$DEST/BEFORE"
+    # A call carries 64 MiB with the checkout's tracked files: the second commit's code takes py-spy's place
+    # (only serving_e2e.py --profile-s needs it)
+    rm -f "$DEST/py-spy.xz"
 fi
 cp "$ROOT"/bench/loadpath/{env.sh,run.sh,soak.sh,two_cores.sh,unit.sh} "$DEST/"
 du -sh "$DEST"/*
