@@ -23,7 +23,7 @@ calls, because Mimi has no execution mask.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,7 +33,7 @@ from inference.models.moshi.config import LMConfig
 from inference.models.moshi.fast.step import FastLockstep
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
 from inference.models.moshi.lm import MoshiLM
-from inference.models.moshi.mimi import MimiCodec
+from inference.models.moshi.mimi import MimiCodec, per_row_tensors, state_tensors
 from inference.models.moshi.personaplex import SILENCE_TOKENS
 
 BACKENDS = ("auto", "eager", "fast")
@@ -252,23 +252,6 @@ def _one_hot(slot: int, size: int) -> torch.Tensor:
     return mask
 
 
-def _state_tensors(obj, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor inside a codec stream state, with a stable path (the state is plain objects and lists)."""
-    if isinstance(obj, torch.Tensor):
-        yield path, obj
-    elif isinstance(obj, list | tuple):
-        for i, item in enumerate(obj):
-            yield from _state_tensors(item, f"{path}[{i}]")
-    elif hasattr(obj, "__dict__") and not isinstance(obj, torch.nn.Module):
-        for name, value in vars(obj).items():
-            yield from _state_tensors(value, f"{path}.{name}")
-
-
-def per_row_tensors(state) -> list[tuple[str, torch.Tensor]]:
-    """The tensors of a codec stream state that hold one row per slot (batch first), with their paths."""
-    return [(path, t) for path, t in _state_tensors(state) if t.dim() and t.shape[0] == state.batch_size]
-
-
 def save_codec_rows(state, rows: list[int]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Copies of the given batch rows of every per-row tensor of a Mimi stream state.
 
@@ -283,7 +266,7 @@ def save_codec_rows(state, rows: list[int]) -> tuple[torch.Tensor, dict[str, tor
 
 def restore_codec_rows(state, saved: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> None:
     index, values = saved
-    tensors = dict(_state_tensors(state))
+    tensors = dict(state_tensors(state))
     for path, value in values.items():
         target = tensors[path]
         target[index.to(target.device)] = value

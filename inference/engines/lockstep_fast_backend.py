@@ -119,6 +119,7 @@ class FastBackend(LockstepBackend):
         self._capacity: EngineCapacity | None = None  # the pool never changes size: computed once
         self._admissible: int | None = None  # the last estimate, until a session opens or ends or it ages out
         self._passes_since_estimate = 0
+        self._open: set[int] = set()  # slots holding a session (claimed, not yet released): their codec rows stay
 
     def warmup(self) -> None:
         from inference.models.moshi.fast.tuning import check_fused_gemv, tune_attention
@@ -139,6 +140,7 @@ class FastBackend(LockstepBackend):
 
     def reset_slot(self, slot: int) -> None:
         self._admissible = None  # the slot's pages go back
+        self._open.discard(slot)
         self.lockstep.reset_slot(slot)
         self.mimi.reset_slot(slot)
 
@@ -150,7 +152,10 @@ class FastBackend(LockstepBackend):
 
     def claim_kv(self, slot: int) -> bool:
         self._admissible = None
-        return self.lockstep.claim_first_page(slot)
+        if not self.lockstep.claim_first_page(slot):
+            return False
+        self._open.add(slot)
+        return True
 
     def _tick_every_slot_then_reset(self) -> None:
         with self.lockstep.trash_pages():  # a paged pool may hold fewer pages than there are slots
@@ -158,6 +163,7 @@ class FastBackend(LockstepBackend):
 
     def release_kv(self, slot: int) -> None:
         self._admissible = None
+        self._open.discard(slot)
         self.lockstep.kv.release(slot)
 
     def capacity(self) -> EngineCapacity:
@@ -201,16 +207,17 @@ class FastBackend(LockstepBackend):
         saved = None
         if n_live:
             assert pcm is not None, "live rows need their audio"
-            saved = save_codec_rows(self.mimi.state, list(frozen)) if frozen else None
-            # the codec runs over the slots up to the highest live one (the pool fills the lowest free slot first)
-            highest = max(rows.slots[:n_live])
-            codes = self.mimi.encode(pcm.to(dev).view(n_live, 1, -1), ids[:n_live], highest)  # [n_live, 8]
+            # the codec runs over the rows up to the highest live one; a call left on a high row moves down
+            self.mimi.compact(self._open)
+            codec_rows, highest = self.mimi.rows_of(rows.slots[:n_live])
+            saved = save_codec_rows(self.mimi.state, [self.mimi.row_of[s] for s in frozen]) if frozen else None
+            codes = self.mimi.encode(pcm.to(dev).view(n_live, 1, -1), codec_rows, highest)  # [n_live, 8]
             forced[:n_live, self._user_columns()] = codes
         tokens, valid = self.graphed.step(ids, forced, mask, embeddings, use_embeddings, slots=rows.slots)
         pcm_out = None
         if n_live:
             agent = self.agent_codes(tokens[:n_live], valid[:n_live])
-            decoded = self.mimi.decode(agent, ids[:n_live], highest)[:, 0]  # [n_live, frame]
+            decoded = self.mimi.decode(agent, codec_rows, highest)[:, 0]  # [n_live, frame]
             if saved is not None:
                 restore_codec_rows(self.mimi.state, saved)
             pcm_out = decoded.cpu()

@@ -8,9 +8,9 @@ import torch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-from inference.engines.lockstep_backends import per_row_tensors  # noqa: E402
 from inference.models.moshi.config import read_checkpoint_dir  # noqa: E402
 from inference.models.moshi.fast.codec import GraphedMimi  # noqa: E402
+from inference.models.moshi.mimi import per_row_tensors  # noqa: E402
 from inference.models.moshi.mimi_config import MimiConfig  # noqa: E402
 from inference.models.moshi.mimi_loading import load_mimi  # noqa: E402
 from tests.inference.models.moshi_fast.tiny_pack import DATA  # noqa: E402

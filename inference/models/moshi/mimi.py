@@ -23,6 +23,7 @@ from it); the configuration is `mimi_config.py`. Numerics follow moshi 0.2.13 (f
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -158,6 +159,23 @@ class MimiStreamState:
         parts = (self.encoder if encoder else []) + (self.decoder if decoder else [])
         for part in parts:
             part.reset(mask.to(self.device))
+
+
+def state_tensors(obj: Any, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor inside a codec stream state, with a stable path (the state is plain objects and lists)."""
+    if isinstance(obj, torch.Tensor):
+        yield path, obj
+    elif isinstance(obj, list | tuple):
+        for i, item in enumerate(obj):
+            yield from state_tensors(item, f"{path}[{i}]")
+    elif hasattr(obj, "__dict__") and not isinstance(obj, torch.nn.Module):
+        for name, value in vars(obj).items():
+            yield from state_tensors(value, f"{path}.{name}")
+
+
+def per_row_tensors(state: MimiStreamState) -> list[tuple[str, torch.Tensor]]:
+    """The tensors of a codec stream state that hold one row per slot (batch first), with their paths."""
+    return [(path, t) for path, t in state_tensors(state) if t.dim() and t.shape[0] == state.batch_size]
 
 
 def _describe(x: Any) -> str:

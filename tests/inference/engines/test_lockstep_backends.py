@@ -160,10 +160,11 @@ def test_fast_backend_on_cpu_is_the_graph_free_fast_path_and_keeps_slots_apart(m
 
 
 def _codec_rows(backend: FastBackend, slot: int) -> list[torch.Tensor]:
-    from inference.engines.lockstep_backends import _state_tensors
+    from inference.models.moshi.mimi import state_tensors
 
     state = backend.mimi.state
-    return [t[slot].clone() for _, t in _state_tensors(state) if t.dim() and t.shape[0] == state.batch_size]
+    row = backend.mimi.row_of[slot]
+    return [t[row].clone() for _, t in state_tensors(state) if t.dim() and t.shape[0] == state.batch_size]
 
 
 def test_backend_choice_and_bad_names(moshiko_dir):
@@ -190,3 +191,39 @@ def test_fast_backend_sampling_follows_the_engine_seed(moshiko_dir):
     torch.manual_seed(123)  # the global RNG must not matter
     assert sampled_text(7) == first
     assert sampled_text(8) != first
+
+
+def test_calls_left_on_high_slots_move_to_lower_codec_rows_and_say_the_same(moshiko_dir):
+    """20 calls, then the first 16 end: the 4 left on slots 16-19 move to rows 3-0, one a tick, so Mimi runs over
+    16 rows instead of 32; their tokens and text are exactly, and their audio within float noise, what they are
+    on an engine whose calls keep their rows."""
+    frames = {s: speech_like(s, 12) for s in range(20)}
+
+    def run(compact: bool) -> tuple[LockstepEngine, list[dict]]:
+        engine = LockstepEngine(moshiko_dir, 40, greedy=True, backend="fast")
+        engine.warmup()
+        if not compact:
+            engine.backend.mimi.compact = lambda open_slots: False
+        for s in range(20):
+            engine.open_slot(s, SlotConfig())
+        engine.step({})  # all live (Moshi has no prefill)
+        ticks = []
+        for k in range(12):
+            if k == 4:
+                for s in range(16):
+                    engine.close_slot(s)
+            live = range(20) if k < 4 else range(16, 20)
+            frame = {s: SlotInput(audio=frames[s][k * 1920 : (k + 1) * 1920]) for s in live}
+            ticks.append(engine.step(frame))
+        return engine, ticks
+
+    moved, moved_ticks = run(compact=True)
+    kept, kept_ticks = run(compact=False)
+    mimi = moved.backend.mimi
+    assert [mimi.row_of[s] for s in range(16, 20)] == [3, 2, 1, 0] and mimi.moves == 4  # the highest moves first
+    assert mimi.prefix_for(3) == 16 and kept.backend.mimi.prefix_for(19) == 32
+    for k, (a, b) in enumerate(zip(moved_ticks, kept_ticks, strict=True)):
+        assert a.keys() == b.keys()
+        for s in a:
+            assert (a[s].tokens, a[s].text) == (b[s].tokens, b[s].text), f"tick {k}, slot {s}"
+            np.testing.assert_allclose(a[s].audio, b[s].audio, rtol=0, atol=1e-5, err_msg=f"tick {k}, slot {s}")

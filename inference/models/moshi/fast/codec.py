@@ -8,19 +8,26 @@ be captured. A slot's row holds its own stream state and live slots are written 
 Graphed, the cost follows the rows: on one H100 encode + decode over all 320 rows took 19 ms of a 50 ms tick
 whatever the calls (``bench/serving_gpu_service.py --tick-split-log``). So each step is captured once per prefix
 size (``PREFIXES``, and ``num_slots``) over views of the first rows of the state, and a tick replays the
-smallest prefix that holds its highest live slot: the pool hands out the lowest free slot, so the live slots
-stay near the front. Rows past the prefix do not move (no live slot is there); idle rows inside it recompute
-stale input, and a joining slot resets its row.
+smallest prefix that holds its highest live row. Rows past the prefix do not move (no live slot is there); idle
+rows inside it recompute stale input, and a joining slot resets its row.
+
+Each slot has a row of its own (``row_of``), not always the row of its number. The pool hands out the lowest free
+slot, but a call keeps its slot for minutes: after a ramp to 229 calls that admission then held near 130, the
+calls left on the high slots kept the prefix at 256 rows to the end of a 5-minute run (14.9 ms of Mimi a tick at
+~130 calls on the H200, bench/notes/serving-e2e.md). ``compact`` moves the call on the highest row to the lowest
+row no open slot holds (one row's state copied on the device) whenever the open slots would fit a smaller
+prefix, one call a tick, so the prefix follows the number of calls rather than their history.
 """
 
 from __future__ import annotations
 
 import copy
 from bisect import bisect_left
+from collections.abc import Collection, Sequence
 
 import torch
 
-from inference.models.moshi.mimi import MimiCodec, MimiStreamState
+from inference.models.moshi.mimi import MimiCodec, MimiStreamState, per_row_tensors
 
 PREFIXES = (16, 32, 64, 96, 128, 160, 192, 256)
 
@@ -74,6 +81,9 @@ class GraphedMimi:
         self.pcm_out: dict[int, torch.Tensor] = {}
         self._encode_graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._decode_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.row_of = list(range(num_slots))  # slot -> its row of the stream state
+        self.slot_at = list(range(num_slots))  # row -> the slot it belongs to
+        self.moves = 0  # calls moved to a lower row (``compact``)
 
     @property
     def graphed(self) -> bool:
@@ -109,42 +119,67 @@ class GraphedMimi:
         torch.cuda.synchronize()
         self.state.reset()
 
-    def prefix_for(self, highest_slot: int | None) -> int:
-        """The fewest rows a step may run over to reach ``highest_slot`` (None: every row)."""
-        if highest_slot is None:
+    def prefix_for(self, highest_row: int | None) -> int:
+        """The fewest rows a step may run over to reach ``highest_row`` (None: every row)."""
+        if highest_row is None:
             return self.num_slots
-        return self.prefixes[bisect_left(self.prefixes, highest_slot + 1)]
+        return self.prefixes[bisect_left(self.prefixes, highest_row + 1)]
+
+    def rows_of(self, slots: Sequence[int]) -> tuple[torch.Tensor, int]:
+        """The rows of ``slots`` on the device, and the highest of them (for ``encode`` and ``decode``)."""
+        rows = [self.row_of[s] for s in slots]
+        return torch.tensor(rows, dtype=torch.long).to(self.device), max(rows)
 
     def reset_slot(self, slot: int) -> None:
-        """A new session in ``slot``: fresh encoder and decoder streams for that row only."""
+        """A new session in ``slot``: fresh encoder and decoder streams for its row only."""
         mask = torch.zeros(self.num_slots, dtype=torch.bool, device=self.device)
-        mask[slot] = True
+        mask[self.row_of[slot]] = True
         self.state.reset(mask)
 
     @torch.no_grad()
-    def encode(self, pcm: torch.Tensor, slot_ids: torch.Tensor, highest_slot: int | None = None) -> torch.Tensor:
-        """pcm [n, 1, frame] of the slots ``slot_ids`` [n] -> codes [n, K] (a view, valid until the next call).
-
-        ``highest_slot``: the largest of ``slot_ids`` if the caller knows it on the host (the step then runs
-        over the prefix that holds it); None runs every row."""
-        rows = self.prefix_for(highest_slot)
-        self.pcm_in[slot_ids] = pcm.to(self.pcm_in.dtype)
-        graph = self._encode_graphs.get(rows)
-        if graph is None:
-            self.codes_out[rows] = self.codec.encode_step(self.pcm_in[:rows], self._states[rows])
-        else:
-            graph.replay()
-        return self.codes_out[rows][slot_ids, :, 0]
+    def compact(self, open_slots: Collection[int]) -> bool:
+        """Between steps: when the ``open_slots`` would fit a smaller prefix than their highest row needs, move the
+        slot on that row to the lowest row no open slot holds (its streams copied there; the row it leaves goes
+        to the idle slot that held the lower one). True when a slot moved."""
+        if not open_slots:
+            return False
+        held = {self.row_of[s] for s in open_slots}
+        top = max(held)
+        if self.prefix_for(top) == self.prefix_for(len(held) - 1):
+            return False  # as compact as the prefixes can tell
+        low = next(row for row in range(top) if row not in held)
+        for _, tensor in per_row_tensors(self.state):
+            tensor[low].copy_(tensor[top])
+        moving, idle = self.slot_at[top], self.slot_at[low]
+        self.row_of[moving], self.row_of[idle] = low, top
+        self.slot_at[low], self.slot_at[top] = moving, idle
+        self.moves += 1
+        return True
 
     @torch.no_grad()
-    def decode(self, codes: torch.Tensor, slot_ids: torch.Tensor, highest_slot: int | None = None) -> torch.Tensor:
-        """codes [n, K] (in range) of the slots ``slot_ids`` -> pcm [n, 1, frame]; ``highest_slot`` as in
-        ``encode``."""
-        rows = self.prefix_for(highest_slot)
-        self.codes_in[slot_ids, :, 0] = codes
-        graph = self._decode_graphs.get(rows)
+    def encode(self, pcm: torch.Tensor, rows: torch.Tensor, highest_row: int | None = None) -> torch.Tensor:
+        """pcm [n, 1, frame] of the streams in ``rows`` [n] -> codes [n, K] (a view, valid until the next call).
+
+        ``rows``: the slots' rows (``rows_of``); ``highest_row``: the largest of them if the caller knows it on the
+        host (the step then runs over the prefix that holds it); None runs every row."""
+        prefix = self.prefix_for(highest_row)
+        self.pcm_in[rows] = pcm.to(self.pcm_in.dtype)
+        graph = self._encode_graphs.get(prefix)
         if graph is None:
-            self.pcm_out[rows] = self.codec.decode_step(self.codes_in[:rows], self._states[rows], validate=False)
+            self.codes_out[prefix] = self.codec.encode_step(self.pcm_in[:prefix], self._states[prefix])
         else:
             graph.replay()
-        return self.pcm_out[rows][slot_ids]
+        return self.codes_out[prefix][rows, :, 0]
+
+    @torch.no_grad()
+    def decode(self, codes: torch.Tensor, rows: torch.Tensor, highest_row: int | None = None) -> torch.Tensor:
+        """codes [n, K] (in range) of the streams in ``rows`` -> pcm [n, 1, frame]; ``rows`` and ``highest_row`` as
+        in ``encode``."""
+        prefix = self.prefix_for(highest_row)
+        self.codes_in[rows, :, 0] = codes
+        graph = self._decode_graphs.get(prefix)
+        if graph is None:
+            self.pcm_out[prefix] = self.codec.decode_step(self.codes_in[:prefix], self._states[prefix], validate=False)
+        else:
+            graph.replay()
+        return self.pcm_out[prefix][rows]

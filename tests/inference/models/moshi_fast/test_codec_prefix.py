@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from inference.engines.lockstep_backends import per_row_tensors
 from inference.models.moshi.config import read_checkpoint_dir
 from inference.models.moshi.fast.codec import GraphedMimi
+from inference.models.moshi.mimi import per_row_tensors
 from inference.models.moshi.mimi_config import MimiConfig
 from inference.models.moshi.mimi_loading import load_mimi
 from tests.inference.models.moshi_fast.tiny_pack import DATA
@@ -31,9 +31,9 @@ def test_a_prefix_step_matches_the_step_over_every_row_and_leaves_the_rest():
     live = torch.tensor([0, 2, 5])
     for _ in range(5):  # several frames: the state (conv tails, the transformers' rings) carries over
         pcm = torch.randn(3, 1, prefix.frame, generator=g) * 0.1
-        codes = prefix.encode(pcm, live, highest_slot=5)
+        codes = prefix.encode(pcm, live, highest_row=5)
         assert torch.equal(codes, every.encode(pcm, live)), "the prefix's codes are the full step's"
-        out = prefix.decode(codes, live, highest_slot=5)
+        out = prefix.decode(codes, live, highest_row=5)
         torch.testing.assert_close(out, every.decode(codes, live), rtol=0, atol=1e-5)
     after = dict(per_row_tensors(prefix.state))
     assert all(torch.equal(after[path][8:], rows) for path, rows in fresh.items()), "rows past the prefix stay fresh"
@@ -57,8 +57,37 @@ def test_a_joining_slot_past_the_prefix_widens_it_from_a_fresh_row():
             prefix.reset_slot(9)
             every.reset_slot(9)
         pcm = torch.randn(len(live), 1, prefix.frame, generator=g) * 0.1
-        codes = prefix.encode(pcm, live, highest_slot=highest)
+        codes = prefix.encode(pcm, live, highest_row=highest)
         assert torch.equal(codes, every.encode(pcm, live))
         torch.testing.assert_close(
-            prefix.decode(codes, live, highest_slot=highest), every.decode(codes, live), rtol=0, atol=1e-5
+            prefix.decode(codes, live, highest_row=highest), every.decode(codes, live), rtol=0, atol=1e-5
         )
+
+
+def test_a_call_moved_to_a_lower_row_goes_on_as_if_it_had_stayed():
+    codec = _codec()
+    moved = GraphedMimi(codec, SLOTS, prefixes=(4, 8))
+    stayed = GraphedMimi(codec, SLOTS, prefixes=())  # every row, slot = row: the reference
+    g = torch.Generator().manual_seed(7)
+
+    def frame(slots: list[int]) -> None:
+        pcm = torch.randn(len(slots), 1, moved.frame, generator=g) * 0.1
+        rows, highest = moved.rows_of(slots)
+        codes = moved.encode(pcm, rows, highest)
+        assert torch.equal(codes, stayed.encode(pcm, torch.tensor(slots)))
+        torch.testing.assert_close(
+            moved.decode(codes, rows, highest), stayed.decode(codes, torch.tensor(slots)), rtol=0, atol=1e-5
+        )
+
+    for _ in range(3):  # two calls, on slots 1 and 9: the step runs over all 12 rows to reach row 9
+        frame([1, 9])
+    assert moved.compact({1, 9})  # two calls fit the 4-row prefix: slot 9's call moves to row 0, the lowest free
+    assert (moved.row_of[9], moved.row_of[0], moved.slot_at[0], moved.slot_at[9], moved.moves) == (0, 9, 9, 0, 1)
+    assert not moved.compact({1, 9}), "nothing left to gain"
+    assert moved.prefix_for(moved.rows_of([1, 9])[1]) == 4
+    for _ in range(3):
+        frame([1, 9])
+    moved.reset_slot(0)  # a new call on slot 0 starts on the row slot 9 left, fresh; slot 9's stream is untouched
+    stayed.reset_slot(0)
+    for _ in range(3):
+        frame([0, 1, 9])
