@@ -4,8 +4,9 @@ What a ramp leaves behind: ``--open`` calls start on slots 0..open-1, then all b
 ones kept spread evenly over those slots (the highest among them). The same engine then ticks the kept calls
 ``--ticks`` times as they are (the codec runs over the prefix that reaches the highest slot), then with
 ``GraphedMimi.compact`` on: it moves one call a tick until the prefix fits the calls, and the same number of
-ticks is timed again. Each tick's Mimi encode + decode from CUDA events around the graph replays (wall clock on
-the CPU), the engine's whole step, and the prefix it ran over; ratios of the two halves at the end.
+ticks is timed again. Each tick's Mimi encode + decode and LM step from CUDA events around the graph replays (wall
+clock on the CPU), the engine's whole step, and the prefix it ran over; ratios of the two halves at the end. The
+calls age between the halves (their KV positions, and the LM's time, grow), so the step is compared less the LM.
 
 On the GPU: the PersonaPlex 7B shape with random bf16 weights, fp8 paged KV, as bench/serving_gpu_service.py
 builds it. ``--tiny``: the repository's tiny checkpoint on the CPU, to try it here.
@@ -38,14 +39,14 @@ from inference.engines.base import SlotInput  # noqa: E402
 FRAME = 1920
 
 
-class MimiTimer:
-    """Device (CUDA events) or wall time of every Mimi encode and decode, summed per tick."""
+class DeviceTimer:
+    """Device (CUDA events) or wall time of the named methods' calls, summed per tick."""
 
-    def __init__(self, mimi):
-        self.cuda = mimi.device.type == "cuda"
+    def __init__(self, target, names: tuple[str, ...], device: torch.device):
+        self.cuda = device.type == "cuda"
         self.events: list[tuple] = []
-        for name in ("encode", "decode"):
-            setattr(mimi, name, self._timed(getattr(mimi, name)))
+        for name in names:
+            setattr(target, name, self._timed(getattr(target, name)))
 
     def _timed(self, fn):
         def run(*args, **kwargs):
@@ -79,20 +80,24 @@ def build(args):
     return build_lockstep(config, Path(tempfile.mkdtemp()), args.reserve_gib, args.tiny)
 
 
-def time_ticks(engine, timer: MimiTimer, kept: list[int], ticks: int, audio: dict) -> dict:
-    mimi = engine.backend.mimi
-    step_ms, mimi_ms, prefixes = [], [], []
+def time_ticks(engine, timers: dict[str, DeviceTimer], kept: list[int], ticks: int, audio: dict) -> dict:
+    """``ticks`` steps of the kept calls: the step's wall time, Mimi's and the LM's time, the KV positions the
+    calls attend over (the LM's time grows with them between the two halves; Mimi's does not)."""
+    mimi, passes = engine.backend.mimi, engine.backend.lockstep.passes
+    times: dict[str, list[float]] = {"step_ms": [], "mimi_ms": [], "lm_ms": []}
+    prefixes = []
+    positions = sum(passes[s] for s in kept)
     for i in range(ticks):
         inputs = {s: SlotInput(audio=audio[s][(i % 8) * FRAME : (i % 8 + 1) * FRAME]) for s in kept}
         prefixes.append(mimi.prefix_for(max(mimi.row_of[s] for s in kept)))  # the prefix this tick runs over
         t = time.perf_counter()
         engine.step(inputs)
-        step_ms.append((time.perf_counter() - t) * 1e3)
-        mimi_ms.append(timer.take_ms())
-    return {
-        "step_ms": summary(step_ms, (50, 90, 99), digits=3),
-        "mimi_ms": summary(mimi_ms, (50, 90, 99), digits=3),
+        times["step_ms"].append((time.perf_counter() - t) * 1e3)
+        times["mimi_ms"].append(timers["mimi"].take_ms())
+        times["lm_ms"].append(timers["lm"].take_ms())
+    return {name: summary(values, (50, 90, 99), digits=3) for name, values in times.items()} | {
         "prefix_rows": sorted(set(prefixes)),
+        "kv_positions_first_tick": positions,
     }
 
 
@@ -109,7 +114,10 @@ def main() -> None:
 
     engine = build(args)
     mimi = engine.backend.mimi
-    timer = MimiTimer(mimi)
+    timers = {
+        "mimi": DeviceTimer(mimi, ("encode", "decode"), mimi.device),
+        "lm": DeviceTimer(engine.backend.graphed, ("step",), mimi.device),
+    }
     open_all_live(engine, args.open)
     kept = sorted({round(i * (args.open - 1) / (args.keep - 1)) for i in range(args.keep)})
     for s in range(args.open):
@@ -118,14 +126,15 @@ def main() -> None:
     audio = {s: caller_audio(100 + s, 8) for s in kept}
     compact = mimi.compact
     mimi.compact = lambda open_slots: False  # the calls keep their rows
-    time_ticks(engine, timer, kept, 5, audio)  # warm
-    as_they_are = time_ticks(engine, timer, kept, args.ticks, audio)
+    time_ticks(engine, timers, kept, 5, audio)  # warm
+    as_they_are = time_ticks(engine, timers, kept, args.ticks, audio)
     mimi.compact = compact
     while compact_pending(mimi, kept):
         engine.step({s: SlotInput(audio=audio[s][:FRAME]) for s in kept})
-        timer.take_ms()
+        for timer in timers.values():
+            timer.take_ms()
     moves = mimi.moves
-    moved = time_ticks(engine, timer, kept, args.ticks, audio)
+    moved = time_ticks(engine, timers, kept, args.ticks, audio)
     result = {
         "bench": "codec_rows",
         "device": "cpu" if args.tiny else torch.cuda.get_device_name(0),
@@ -138,6 +147,11 @@ def main() -> None:
         "moved": moved,
         "ratio_mimi_p50": round(as_they_are["mimi_ms"]["p50"] / moved["mimi_ms"]["p50"], 3),
         "ratio_step_p50": round(as_they_are["step_ms"]["p50"] / moved["step_ms"]["p50"], 3),
+        "ratio_step_less_lm_p50": round(
+            (as_they_are["step_ms"]["p50"] - as_they_are["lm_ms"]["p50"])
+            / (moved["step_ms"]["p50"] - moved["lm_ms"]["p50"]),
+            3,
+        ),
         "command": " ".join(sys.argv),
     }
     print(result, flush=True)
