@@ -38,7 +38,7 @@ def frame_header(length: int, first_byte: int = FINAL_BINARY) -> bytes:
 
 
 class SocketLane:
-    """Writes binary messages to one daphne WebSocket connection's transport (see the module's note)."""
+    """Writes text and binary messages to one daphne WebSocket connection's transport (see the module's note)."""
 
     def __init__(self, protocol: Any):
         self.protocol = protocol
