@@ -129,10 +129,13 @@ def main() -> None:
     time_ticks(engine, timers, kept, 5, audio)  # warm
     as_they_are = time_ticks(engine, timers, kept, args.ticks, audio)
     mimi.compact = compact
-    while compact_pending(mimi, kept):
+    while True:  # one move a tick, until a tick moves none
+        before = mimi.moves
         engine.step({s: SlotInput(audio=audio[s][:FRAME]) for s in kept})
         for timer in timers.values():
             timer.take_ms()
+        if mimi.moves == before:
+            break
     moves = mimi.moves
     moved = time_ticks(engine, timers, kept, args.ticks, audio)
     result = {
@@ -157,11 +160,6 @@ def main() -> None:
     print(result, flush=True)
     what = f"codec-rows-{args.open}-keep{len(kept)}" + ("-tiny" if args.tiny else "")
     print("wrote", write_result(result, what, gpu=not args.tiny, out=args.out))
-
-
-def compact_pending(mimi, kept: list[int]) -> bool:
-    top = max(mimi.row_of[s] for s in kept)
-    return mimi.prefix_for(top) != mimi.prefix_for(len(kept) - 1)
 
 
 if __name__ == "__main__":

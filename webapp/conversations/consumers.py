@@ -394,22 +394,21 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             for item in outgoing:
                 if self.socket_closed:
                     return
+                if isinstance(item, bytes):
+                    message: bytes | str = item
+                else:
+                    if item.get("type") == "error":
+                        count_error(item["error"]["code"])  # the process's /ops/metrics, by code
+                    message = json.dumps(item, separators=(",", ":"))
+                if self.lane is not None and self.lane.send(message):
+                    MESSAGES_SENT["lane"] += 1
+                    continue
+                MESSAGES_SENT["framework"] += 1
                 try:
-                    if isinstance(item, bytes):
-                        if self.lane is not None and self.lane.send_binary(item):
-                            MESSAGES_SENT["lane"] += 1
-                        else:
-                            MESSAGES_SENT["framework"] += 1
-                            await self.send(bytes_data=item)
+                    if isinstance(message, bytes):
+                        await self.send(bytes_data=message)
                     else:
-                        if item.get("type") == "error":
-                            count_error(item["error"]["code"])  # the process's /ops/metrics, by code
-                        text = json.dumps(item, separators=(",", ":"))
-                        if self.lane is not None and self.lane.send_text(text):
-                            MESSAGES_SENT["lane"] += 1
-                        else:
-                            MESSAGES_SENT["framework"] += 1
-                            await self.send(text_data=text)
+                        await self.send(text_data=message)
                 except Disconnected:
                     # The client dropped the TCP connection (pipecat does on any error event) and daphne has
                     # not yet delivered websocket.disconnect: nothing more can be sent; disconnect() follows.

@@ -49,6 +49,10 @@ class SocketLane:
         protocol = _daphne_protocol(scope.get(SCOPE_KEY))
         return cls(protocol) if protocol is not None else None
 
+    def send(self, message: bytes | str) -> bool:
+        """Write ``message`` as one binary (bytes) or text (str) message; False when the ordinary path must."""
+        return self.send_binary(message) if isinstance(message, bytes) else self.send_text(message)
+
     def send_binary(self, payload: bytes) -> bool:
         """Write ``payload`` as one binary message; False (nothing written) when the ordinary path must send it."""
         return self._write(payload, FINAL_BINARY)
