@@ -35,6 +35,7 @@ from inference.contracts import (
     SessionRequest,
 )
 from webapp.accounts import revocation
+from webapp.common import loop_load
 from webapp.conversations import chat_items, secret_scope, services
 from webapp.conversations import protocol as p
 from webapp.conversations.account_watch import watch_account
@@ -108,6 +109,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             user_key=str(self.user.pk), model=self.view.model, mode=mode if mode == "chat" else None
         )
         try:
+            if not (load := loop_load.process_load()).admits():
+                raise ParleyError(load.refusal_message(), code="resource_exhausted", error_type="rate_limit_error")
             self.handle = await api.open_session(request)
         except ParleyError as exc:
             await self._reject(exc)

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 from inference import api
 from inference.contracts import ParleyError
 from webapp.accounts.services import apikey_authenticate
-from webapp.common import throttling
+from webapp.common import loop_load, throttling
 from webapp.operations.access import VIEW_CONSOLE, may
 
 PROCESS_REGISTRY = CollectorRegistry(auto_describe=True)
@@ -49,7 +49,16 @@ class _ClusterCollector(Collector):
         )
         for reason in ("capacity", "admission_stopped"):
             refused.add_metric([reason], api.admissions_refused.get(reason, 0))
+        load = loop_load.current()
+        refused.add_metric(["web_process_busy"], load.refused if load else 0)
         yield refused
+        late = GaugeMetricFamily(
+            "parley_web_loop_late_ms",
+            "How late this process's event loop runs its callbacks: the 90th percentile over the last 2 s. New calls "
+            "are refused while it is over PARLEY_WEB_LOOP_LAG_MS.",
+        )
+        late.add_metric([], load.p90_ms() if load else 0.0)
+        yield late
         sent = CounterMetricFamily(
             "parley_socket_messages_sent",
             "Messages this process sent to realtime callers, by path: written by the socket lane, or through "

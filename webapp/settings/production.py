@@ -20,7 +20,9 @@ if DEBUG:  # noqa: F405
 # (files stored through Django are 0600 in 0700 folders: FILE_UPLOAD_* in base.py; units set UMask=0077).
 private_dir(VAR_DIR)  # noqa: F405
 if STATIC_ROOT.resolve().is_relative_to(VAR_DIR.resolve()):  # noqa: F405
-    raise ImproperlyConfigured("DJANGO_STATIC_ROOT must be outside PARLEY_VAR_DIR (private): the front proxy serves it.")
+    raise ImproperlyConfigured(
+        "DJANGO_STATIC_ROOT must be outside PARLEY_VAR_DIR (private): the front proxy serves it."
+    )
 
 # TLS ends at the front proxy, which must set X-Forwarded-Proto (docs/security.md).
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

@@ -17,6 +17,9 @@ SECRET_KEY = ENV.secret_key or "parley-insecure-test-key-for-pytest-only"
 PARLEY_CONNECTS_PER_USER_PER_MINUTE = 100_000
 PARLEY_CONNECTS_PER_KEY_PER_MINUTE = 100_000
 PARLEY_KEY_FAILURE_RATE = "100000/minute"
+# A test machine's loop runs late whenever the suite is busy: calls must not be refused for that
+# (tests/webapp/realtime/test_loop_load.py turns the limit on).
+PARLEY_WEB_LOOP_LAG_MS = 0
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # The suite's consent clips are tones or espeak-ng, which no recogniser hears the phrase in;
 # tests/webapp/personas/test_consent_phrase.py turns the check on with recorded human speech.
