@@ -1,5 +1,6 @@
 """ASGI entry point: the server's own send kept for the socket lane, the client's address from trusted proxies
-only, then HTTP -> Django; WebSocket -> origin policy -> cookie auth -> API-key auth -> connect limits -> routes."""
+only, then HTTP -> Django; WebSocket -> origin policy -> the process's own load (a realtime connect while it is
+busy goes straight to the consumer, which says so) -> cookie auth -> API-key auth -> connect limits -> routes."""
 
 import gc
 import os
@@ -16,12 +17,13 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from webapp.calls.warm_start import begin_warm_start  # noqa: E402
 from webapp.common.forwarded import TrustedProxyMiddleware  # noqa: E402
+from webapp.common.loop_load import LoopLoadMiddleware  # noqa: E402
 from webapp.conversations.auth import (  # noqa: E402
     BearerKeyAuthMiddleware,
     ConnectLimitMiddleware,
     OriginPolicyMiddleware,
 )
-from webapp.conversations.routing import websocket_urlpatterns  # noqa: E402
+from webapp.conversations.routing import REALTIME_PATHS, websocket_urlpatterns  # noqa: E402
 from webapp.conversations.socket_lane import ServerSendMiddleware  # noqa: E402
 from webapp.operations.routing import websocket_urlpatterns as operations_websockets  # noqa: E402
 
@@ -41,7 +43,11 @@ application = ServerSendMiddleware(
             {
                 "http": http_app,
                 "websocket": OriginPolicyMiddleware(
-                    AuthMiddlewareStack(BearerKeyAuthMiddleware(ConnectLimitMiddleware(websocket_routes)))
+                    LoopLoadMiddleware(
+                        AuthMiddlewareStack(BearerKeyAuthMiddleware(ConnectLimitMiddleware(websocket_routes))),
+                        busy_app=websocket_routes,  # refused before any credential is looked up
+                        paths=REALTIME_PATHS,
+                    )
                 ),
             }
         )

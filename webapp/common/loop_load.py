@@ -11,6 +11,10 @@ The engine's admission cannot see it (its tick keeps time), so the web process g
   process is *busy*: new sessions are refused with ``resource_exhausted`` (close 4013), so the live calls keep
   the loop they have; it stays busy until the percentile falls to half the limit, so that the calls it then lets
   in do not push it straight back;
+- the check comes before authentication (``LoopLoadMiddleware``): a refused connect costs the process its
+  handshake and one error event, not the credential's database lookup, which at the limit, with callers retrying
+  every few seconds, would be load of its own (8.7 ms of CPU a connect on the 2-core dev box, most of it that
+  lookup); a client secret sent with it is not spent;
 - a call takes a few seconds to cost what it will (session open, then audio), so calls admitted before the loop
   shows them would overshoot: while the percentile is past half the limit, at most one call is admitted every
   ``CAUTIOUS_ADMIT_S``.
@@ -28,6 +32,7 @@ import time
 
 logger = logging.getLogger(__name__)
 
+SCOPE_KEY = "parley.web_busy"  # why this connect is refused, set by LoopLoadMiddleware; the consumer says it
 PROBE_PERIOD_S = 0.05
 WINDOW = 40  # 2 s of probes
 CAUTIOUS_ADMIT_S = 1.0
@@ -124,3 +129,19 @@ def process_load() -> LoopLoad:
 def current() -> LoopLoad | None:
     """This process's ``LoopLoad`` once a call has asked for it (the metrics read it), else None."""
     return _load
+
+
+class LoopLoadMiddleware:
+    """ASGI: a WebSocket connect to one of ``paths`` while this process is busy goes straight to ``busy_app`` with
+    the reason in ``scope[SCOPE_KEY]`` (no authentication, no database); everything else goes to ``app``.
+    Other sockets (the operations console's) are never turned away: an overloaded process is when it is needed."""
+
+    def __init__(self, app, *, busy_app, paths: tuple[str, ...]):
+        self.app, self.busy_app, self.paths = app, busy_app, paths
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "websocket" and scope.get("path") in self.paths:
+            load = process_load()
+            if not load.admits():
+                return await self.busy_app({**scope, SCOPE_KEY: load.refusal_message()}, receive, send)
+        return await self.app(scope, receive, send)

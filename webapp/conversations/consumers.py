@@ -89,6 +89,10 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.revocation_groups: list[str] = []
         await self.accept(subprotocol=secret_scope.selected_subprotocol(self.scope))
         self.lane = SocketLane.for_scope(self.scope)  # what this socket sends, past the frameworks' send path
+        if busy := self.scope.get(loop_load.SCOPE_KEY):  # this process is at its load (see common.loop_load)
+            await self._reject(p.ProtocolError("resource_exhausted", busy, error_type="rate_limit_error"))
+            await self._close(CloseCode.QUEUE_FULL)
+            return
         if throttled := self.scope.get("throttled"):  # accepted only to say why (see conversations.auth)
             error = p.ProtocolError("rate_limit_exceeded", throttled.message, error_type="rate_limit_error")
             await self._reject(error)
@@ -109,8 +113,6 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             user_key=str(self.user.pk), model=self.view.model, mode=mode if mode == "chat" else None
         )
         try:
-            if not (load := loop_load.process_load()).admits():
-                raise ParleyError(load.refusal_message(), code="resource_exhausted", error_type="rate_limit_error")
             self.handle = await api.open_session(request)
         except ParleyError as exc:
             await self._reject(exc)

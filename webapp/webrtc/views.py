@@ -5,7 +5,8 @@ The body is the offer (``Content-Type: application/sdp``), or a form with ``sdp`
 Credentials: ``Authorization: Bearer`` with an API key or a client secret (``conversations.client_secrets.
 realtime_identity``; a secret's session is applied and fixed by the consumer), or the session cookie of a signed-in page together with its CSRF token. Answers 201 with the answer SDP
 and ``Location: /v1/realtime/calls/<call id>``; refusals are JSON ``{"error": {...}}`` in the realtime
-error shape, with the status a client expects (400, 401, 403, 415, 429).
+error shape, with the status a client expects (400, 401, 403, 415, 429; 503 while this web process is at
+the load it can carry, ``common.loop_load``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from webapp.common import throttling
+from webapp.common import loop_load, throttling
 from webapp.conversations.client_secrets import realtime_identity
 from webapp.webrtc.call import RtcCall
 from webapp.webrtc.ice import server_ice_servers
@@ -61,6 +62,8 @@ def _offer_and_session(request: HttpRequest) -> tuple[str, dict | None]:
 async def realtime_calls(request: HttpRequest) -> HttpResponse:
     if len(request.body) > MAX_OFFER_BYTES:
         return _refusal(413, "offer_too_large", f"The offer is larger than {MAX_OFFER_BYTES} bytes.")
+    if not (load := loop_load.process_load()).admits():  # before any credential lookup, as for a socket
+        return _refusal(503, "resource_exhausted", load.refusal_message(), error_type="rate_limit_error")
     ip = throttling.client_ip(request.scope)
     user, api_key_id, client_secret = None, None, None
     if (raw := _bearer(request)) is not None:

@@ -12,6 +12,7 @@ import asyncio
 import json
 import re
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -22,6 +23,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from tests.live_server import live_server_env, run_live_server
+from webapp.accounts.models import ApiKey
 from webapp.accounts.services import apikey_create
 from webapp.common.loop_load import CAUTIOUS_ADMIT_S, PROBE_PERIOD_S, LoopLoad
 from webapp.conversations.close_codes import CloseCode
@@ -105,7 +107,8 @@ def events_until_closed(ws) -> list[dict]:
 @pytest.mark.django_db(transaction=True)
 def test_a_real_daphne_whose_loop_is_late_refuses_the_next_call_with_4013_and_counts_it(django_db_blocker):
     """The limit is set below any real loop's lateness: the first call starts the probe and gets in, the next
-    finds the loop "late" and is refused as an overloaded process refuses."""
+        finds the loop "late" and is refused as an overloaded process refuses: before its credential is looked up, so its
+    key is never marked used."""
     first, second, watcher = key_for("loop-first"), key_for("loop-second"), key_for("loop-watcher", staff=True)
     url = "/v1/realtime?model=echo"
     with (
@@ -118,13 +121,23 @@ def test_a_real_daphne_whose_loop_is_late_refuses_the_next_call_with_4013_and_co
             with connect(server.ws_url + url, additional_headers={"Authorization": f"Bearer {second}"}) as refused:
                 events = events_until_closed(refused)
                 code = refused.close_code
+            offer = urllib.request.Request(  # a WebRTC call is turned away the same way, before its offer is read
+                server.url + "/v1/realtime/calls",
+                data=b"v=0",
+                headers={"Authorization": f"Bearer {second}", "Content-Type": "application/sdp"},
+            )
+            with pytest.raises(urllib.error.HTTPError) as webrtc:
+                urllib.request.urlopen(offer, timeout=10)
         request = urllib.request.Request(server.url + "/ops/metrics", headers={"Authorization": f"Bearer {watcher}"})
         with urllib.request.urlopen(request, timeout=10) as response:
             scrape = response.read().decode()
+    assert webrtc.value.code == 503
+    assert json.loads(webrtc.value.read())["error"]["code"] == "resource_exhausted"
     assert [e["type"] for e in events] == ["error"]
     error = events[0]["error"]
     assert error["code"] == "resource_exhausted" and "event loop runs" in error["message"]
     assert code == CloseCode.QUEUE_FULL
+    assert ApiKey.objects.get(user__username="loop-second").last_used_at is None
     busy = re.search(r'^parley_admissions_refused_total\{reason="web_process_busy"\} (\S+)$', scrape, re.MULTILINE)
-    assert busy and float(busy.group(1)) >= 1
+    assert busy and float(busy.group(1)) >= 2
     assert re.search(r"^parley_web_loop_late_ms (\S+)$", scrape, re.MULTILINE)
