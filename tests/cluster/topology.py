@@ -236,6 +236,9 @@ class Cluster:
                 "PARLEY_HEARTBEAT_S": str(self.heartbeat_s),
                 "PARLEY_HEARTBEAT_TIMEOUT_S": str(self.heartbeat_timeout_s),
                 "PARLEY_RECORDINGS_DIR": str(self.var_dir / "recordings" / "raw"),
+                # a web process's own load limit would turn callers away whenever the suite keeps the machine busy;
+                # it has its own test (tests/webapp/realtime/test_loop_load.py)
+                "PARLEY_WEB_LOOP_LAG_MS": "0",
             }
             | self.extra_env
         )

@@ -104,9 +104,12 @@ class LoopLoad:
         return True
 
     def refusal_message(self) -> str:
+        late = f"its event loop runs {self.p90_ms():.0f} ms late against a limit of {self.limit_ms:g} ms"
+        if self.busy:
+            return f"This server is at the load it can carry without making its calls late ({late}); try again later."
         return (
-            f"This server is at the load it can carry without making its calls late (its event loop runs "
-            f"{self.p90_ms():.0f} ms late); try again later."
+            f"This server is near the load it can carry ({late}) and lets one new call in a second; "
+            f"try again in a few seconds."
         )
 
 

@@ -57,6 +57,7 @@ def test_the_limit_its_hysteresis_and_one_admission_a_second_near_it():
     for _ in range(10):
         load.observe(45.0)
     assert load.busy and not load.admits()
+    assert "45 ms late against a limit of 40 ms" in load.refusal_message()
     for _ in range(10):
         load.observe(30.0)  # under the limit, over half of it: still busy (the calls it would admit push back)
     assert load.busy and not load.admits()
@@ -68,6 +69,7 @@ def test_the_limit_its_hysteresis_and_one_admission_a_second_near_it():
     clock.now += CAUTIOUS_ADMIT_S
     assert not load.busy
     assert load.admits() and not load.admits()
+    assert "one new call in a second" in load.refusal_message()
     clock.now += CAUTIOUS_ADMIT_S
     assert load.admits()
     assert load.refused == 3
