@@ -19,7 +19,7 @@ The engine's admission cannot see it (its tick keeps time), so the web process g
   shows them would overshoot: while the percentile is past half the limit, at most one call is admitted every
   ``CAUTIOUS_ADMIT_S``.
 
-The probe costs a timer callback every 50 ms. ``/ops/metrics`` shows the lateness (``parley_web_loop_lag_ms``) and
+The probe costs a timer callback every 50 ms. ``/ops/metrics`` shows the lateness (``parley_web_loop_late_ms``) and
 the calls refused for it (``parley_admissions_refused_total{reason="web_process_busy"}``).
 """
 

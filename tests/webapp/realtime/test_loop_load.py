@@ -40,7 +40,8 @@ class Clock:
 async def test_a_held_up_loop_is_measured_late_and_turns_calls_away_until_it_keeps_time():
     load = LoopLoad(40.0, window=4)
     load.watch(asyncio.get_running_loop())
-    time.sleep(0.25)  # noqa: ASYNC251 - the point: the loop runs nothing else for 250 ms: the probe due 50 ms in waits ~200 ms
+    # the loop runs nothing else for 250 ms: the probe due 50 ms in waits about 200 ms
+    time.sleep(0.25)  # noqa: ASYNC251 - holding the loop up is the point
     await asyncio.sleep(PROBE_PERIOD_S * 2.5)
     assert max(load.late_ms) >= 250 - PROBE_PERIOD_S * 1000
     assert load.busy and not load.admits() and load.refused == 1
@@ -109,8 +110,8 @@ def events_until_closed(ws) -> list[dict]:
 @pytest.mark.django_db(transaction=True)
 def test_a_real_daphne_whose_loop_is_late_refuses_the_next_call_with_4013_and_counts_it(django_db_blocker):
     """The limit is set below any real loop's lateness: the first call starts the probe and gets in, the next
-        finds the loop "late" and is refused as an overloaded process refuses: before its credential is looked up, so its
-    key is never marked used."""
+    finds the loop "late" and is refused as an overloaded process refuses: before its credential is looked up, so
+    its key is never marked used."""
     first, second, watcher = key_for("loop-first"), key_for("loop-second"), key_for("loop-watcher", staff=True)
     url = "/v1/realtime?model=echo"
     with (
