@@ -54,7 +54,7 @@ class _ClusterCollector(Collector):
         yield refused
         late = GaugeMetricFamily(
             "parley_web_loop_late_ms",
-            "How late this process's event loop runs its callbacks: the 90th percentile over the last 2 s. New calls "
+            "How late this process's event loop runs its callbacks: the 90th percentile over the last 5 s. New calls "
             "are refused while it is over PARLEY_WEB_LOOP_LAG_MS.",
         )
         late.add_metric([], load.p90_ms() if load else 0.0)

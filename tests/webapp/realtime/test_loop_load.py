@@ -60,13 +60,17 @@ def test_the_limit_its_hysteresis_and_one_admission_a_second_near_it():
     assert load.busy and not load.admits()
     assert "45 ms late against a limit of 40 ms" in load.refusal_message()
     for _ in range(10):
-        load.observe(30.0)  # under the limit, over half of it: still busy (the calls it would admit push back)
+        load.observe(25.0)  # under the limit, over half of it: still busy (the calls it would admit push back)
     assert load.busy and not load.admits()
     for _ in range(10):
         load.observe(20.0)  # half the limit: no longer busy
     assert not load.busy and load.admits() and load.admits()
     for _ in range(10):
-        load.observe(30.0)  # past half the limit: callers come in one a second
+        load.observe(25.0)  # past half the limit, under three quarters: no pacing
+    clock.now += CAUTIOUS_ADMIT_S
+    assert load.admits() and load.admits()
+    for _ in range(10):
+        load.observe(35.0)  # past three quarters of the limit: callers come in one a second
     clock.now += CAUTIOUS_ADMIT_S
     assert not load.busy
     assert load.admits() and not load.admits()
