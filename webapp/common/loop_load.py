@@ -65,9 +65,13 @@ class LoopLoad:
         self._due = loop.time() + PROBE_PERIOD_S
         loop.call_at(self._due, self._probe, loop)
 
+    def stop(self) -> None:
+        """Stop probing (its next probe does not schedule another)."""
+        self._loop = None
+
     def _probe(self, loop: asyncio.AbstractEventLoop) -> None:
         if loop is not self._loop:
-            return  # a newer loop is watched (tests start one per case)
+            return  # stopped, or a newer loop is watched (tests start one per case)
         now = loop.time()
         self.observe((now - self._due) * 1000.0)
         self._due = now + PROBE_PERIOD_S
@@ -127,6 +131,8 @@ def process_load() -> LoopLoad:
 
     limit = float(settings.PARLEY_WEB_LOOP_LAG_MS)
     if _load is None or _load.limit_ms != limit:
+        if _load is not None:
+            _load.stop()
         _load = LoopLoad(limit)
     if limit > 0:
         _load.watch(asyncio.get_running_loop())
