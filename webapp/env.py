@@ -85,8 +85,8 @@ class WebEnv(BaseSettings):
     # a guard against a runaway client, not a quota (an office behind one address is many users)
     connects_per_user_per_minute: int = Field(120, ge=1, validation_alias="PARLEY_CONNECTS_PER_USER_PER_MINUTE")
     connects_per_key_per_minute: int = Field(600, ge=1, validation_alias="PARLEY_CONNECTS_PER_KEY_PER_MINUTE")
-    # new calls wait while this web process's event loop runs later than this (90th percentile over 5 s, in ms):
-    # past it every call of the process is served late together (conversations.loop_load); 0 = no such limit
+    # new calls are refused while this web process's event loop runs later than this (90th percentile over 5 s, ms):
+    # past it every call of the process is served late together (common.loop_load); 0 = no such limit
     web_loop_lag_ms: float = Field(40.0, ge=0, validation_alias="PARLEY_WEB_LOOP_LAG_MS")
     # failed authentications (wrong API keys, connects without credentials) per client IP before that IP
     # is refused for a while: the only per-address limit

@@ -109,7 +109,7 @@ PARLEY_ICE_SERVERS = [server.model_dump(exclude_none=True) for server in ENV.ice
 # ("limits" notation) before that IP is refused: see webapp/common/throttling.py.
 PARLEY_CONNECTS_PER_USER_PER_MINUTE = ENV.connects_per_user_per_minute
 PARLEY_CONNECTS_PER_KEY_PER_MINUTE = ENV.connects_per_key_per_minute
-PARLEY_WEB_LOOP_LAG_MS = ENV.web_loop_lag_ms  # conversations.loop_load
+PARLEY_WEB_LOOP_LAG_MS = ENV.web_loop_lag_ms  # common.loop_load
 PARLEY_KEY_FAILURE_RATE = ENV.key_failure_rate
 # A live call re-reads its user this often (s): one deactivated without a save signal loses the call.
 PARLEY_ACCOUNT_CHECK_S = ENV.account_check_s
