@@ -202,9 +202,10 @@ def _attend_block(
     offs = at[:, None] * D + d[None, :]
     k = tl.load(k_ring_ptr + offs, mask=valid[:, None], other=0.0).to(tl.float32)
     v = tl.load(v_ring_ptr + offs, mask=valid[:, None], other=0.0).to(tl.float32)
+    if FP8:
+        k = k * tl.load(k_scale_ptr + at, mask=valid, other=0.0)[:, None]
+        v = v * tl.load(v_scale_ptr + at, mask=valid, other=0.0)[:, None]
     s = tl.sum(k * q[None, :], axis=1)
-    if FP8:  # one scale per vector: applied to its score, not to each of its D elements (a multiply less each)
-        s = s * tl.load(k_scale_ptr + at, mask=valid, other=0.0)
     s = tl.where(valid, s, -float("inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=0))
     p = tl.exp(s - m_new)
@@ -212,8 +213,6 @@ def _attend_block(
     correction = tl.where(m_new == -float("inf"), 1.0, tl.exp(m_i - m_new))
     p = tl.where(valid, p, 0.0)
     l_i = l_i * correction + tl.sum(p, axis=0)
-    if FP8:  # the value's scale rides on its weight in the sum, likewise
-        p = p * tl.load(v_scale_ptr + at, mask=valid, other=0.0)
     acc = acc * correction + tl.sum(p[:, None] * v, axis=0)
     return m_new, l_i, acc
 
