@@ -47,8 +47,17 @@ def _gpu_model() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     names = done.stdout.split("\n") if done.returncode == 0 else []
-    # "NVIDIA H200" -> "h200": the model is the last word of the first GPU's name.
-    return names[0].split()[-1].lower() if names and names[0].strip() else None
+    return gpu_model_of(names[0]) if names else None
+
+
+def gpu_model_of(name: str) -> str | None:
+    """The model in a GPU's name: "NVIDIA H200" -> "h200", "NVIDIA H100 80GB HBM3" -> "h100" (the first word that
+    is a letter and digits, not the memory's size or kind), else the name's last word."""
+    words = name.split()
+    for word in words:
+        if re.fullmatch(r"[A-Za-z]+\d+[A-Za-z]?", word) and not re.fullmatch(r"(?i)hbm\d+e?", word):
+            return word.lower()
+    return words[-1].lower() if words else None
 
 
 def hardware(gpu: bool) -> str:

@@ -33,6 +33,14 @@ def test_a_result_name_says_what_hardware_and_commit():
     assert results_io.result_name("Latency echo/jitter", "2core", "aeb0979") == "latency-echo-jitter-2core-aeb0979.json"
 
 
+def test_a_gpu_is_named_by_its_model_not_its_memory():
+    # nvidia-smi's names as the device machines give them: an H100's ends in its memory's kind
+    assert results_io.gpu_model_of("NVIDIA H200") == "h200"
+    assert results_io.gpu_model_of("NVIDIA H100 80GB HBM3") == "h100"
+    assert results_io.gpu_model_of("NVIDIA L40S") == "l40s"
+    assert results_io.gpu_model_of("") is None
+
+
 def test_a_name_part_without_letters_or_digits_is_refused():
     with pytest.raises(ValueError, match="letters or digits"):
         results_io.result_name("--", "h200", "101a038")
