@@ -22,6 +22,9 @@ DEFAULT_VOICE_ROOTS = (_VAR / "media" / "voices", _VAR / "media" / "voice-prompt
 # The unit engine's smallest context: its window then slides back to 896 positions (28 s of an audio-only call
 # at least: an audio unit takes at most 32), of which a system prompt with a voice clip takes a few hundred.
 MIN_UNIT_CONTEXT = 2048
+# The lockstep engine's smallest context: 10 s of call. A session whose voice prompt and persona do not fit the
+# context is refused when it opens (``LockstepEngine.open_slot``), so this only keeps a setting from being absurd.
+MIN_LOCKSTEP_CONTEXT = 125
 
 
 class ConfigError(ValueError):
@@ -68,6 +71,11 @@ class InferenceConfig:
             tokens; capped by the checkpoint's own limit). The engine's tick grows with its calls' contexts, so a
             shorter one holds more aged calls on a GPU at the price of what the model remembers of the call; the
             engine reports what it keeps (``memory_s`` in its capabilities).
+        lockstep_context: the lockstep engine's context in 80 ms frames (Moshi, PersonaPlex); 0 = the
+            checkpoint's own (3000: 4 minutes). Past it the oldest frames slide out of the KV ring, the system
+            prompt first, as they do past the checkpoint's context. Each tick reads every live call's context,
+            so a shorter one holds more aged calls per GPU and pages fewer bytes, at the price of what the model
+            remembers of the call; the engine reports it (``context_s`` in its capabilities).
         inference_url: None = in-process service; ``unix:///path.sock`` or ``tcp://host:port`` = one remote service.
         registry_url: Redis URL of the service registry: services heartbeat there and the web tier places
             sessions on the least loaded one (takes precedence over ``inference_url`` in the web tier).
@@ -115,6 +123,7 @@ class InferenceConfig:
     kv_mean_call_s: float = 180.0
     tick_budget: float = 0.8
     unit_context: int = 8192
+    lockstep_context: int = 0
     inference_url: str | None = None
     registry_url: str | None = None
     service_id: str | None = None
@@ -147,6 +156,11 @@ class InferenceConfig:
         if self.unit_context < MIN_UNIT_CONTEXT:
             raise ConfigError(
                 f"unit_context must be >= {MIN_UNIT_CONTEXT} (the prompt and half a minute of units), got {self.unit_context}"
+            )
+        if self.lockstep_context and self.lockstep_context < MIN_LOCKSTEP_CONTEXT:
+            raise ConfigError(
+                f"lockstep_context must be 0 (the checkpoint's) or >= {MIN_LOCKSTEP_CONTEXT} frames (10 s), "
+                f"got {self.lockstep_context}"
             )
         if self.queue_max < 0:
             raise ConfigError(f"queue_max must be >= 0, got {self.queue_max}")

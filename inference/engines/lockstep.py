@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +86,8 @@ class LockstepEngine(Engine):
         backend: ``auto`` (= ``fast``: graphed on CUDA, torch twins on CPU) or ``eager`` (the native reference).
         kv_fp8: fast path KV rings in fp8; None means on for bfloat16 on CUDA.
         prefill_cache_entries: instant starts kept (``prefill_cache``); 0 turns the cache off.
+        context: frames the model attends to, below the checkpoint's own (None or 0: the checkpoint's); the KV
+            ring, its pages and admission all follow it (``PARLEY_LOCKSTEP_CONTEXT``).
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class LockstepEngine(Engine):
         kv_fp8: bool | None = None,
         kv_paging: KVPaging | None = None,
         prefill_cache_entries: int = DEFAULT_MAX_ENTRIES,
+        context: int | None = None,
     ):
         if num_slots < 1:
             raise EngineError("num_slots must be >= 1")
@@ -113,6 +116,9 @@ class LockstepEngine(Engine):
             self.info: CheckpointInfo = read_checkpoint_dir(checkpoint)
         except CheckpointError as exc:
             raise EngineError(f"cannot use checkpoint {checkpoint}: {exc}") from exc
+        if context and context < self.info.lm.context:
+            # the model as if its checkpoint had this context: every size and mask derives from LMConfig.context
+            self.info = replace(self.info, lm=replace(self.info.lm, context=context))
         self.num_slots = num_slots
         self.device = device
         self.dtype = DTYPES[dtype]
@@ -141,6 +147,7 @@ class LockstepEngine(Engine):
             greedy=getattr(config, "greedy", False),
             backend=config.lockstep_backend,
             kv_fp8=KV_DTYPES[getattr(config, "kv_dtype", "auto")],
+            context=getattr(config, "lockstep_context", 0),
             kv_paging=KVPaging(
                 page_frames=config.kv_page_frames,
                 pool_gb=config.kv_pool_gb,
@@ -163,7 +170,13 @@ class LockstepEngine(Engine):
     def _capabilities(self) -> EngineCapabilities:
         lm = self.info.lm
         demo = self.info.demo_weights
-        extra = {"dep_q": lm.dep_q, "persona": lm.personaplex, "voice_prompt": lm.personaplex, "demo_weights": demo}
+        extra = {
+            "dep_q": lm.dep_q,
+            "persona": lm.personaplex,
+            "voice_prompt": lm.personaplex,
+            "demo_weights": demo,
+            "context_s": lm.kv_window * FRAME_MS / 1000,  # what the model hears of a call, at most
+        }
         if demo:
             extra["demo_notice"] = DEMO_NOTICE
         return EngineCapabilities(
@@ -272,6 +285,12 @@ class LockstepEngine(Engine):
             return
         try:
             prefill, total = slot_prefill(self.info.lm, self.tokenizer, self.backend, config)
+            if total >= self.info.lm.kv_window:  # the prompt would slide out before the call began
+                raise EngineError(
+                    f"the voice prompt and persona take {total * FRAME_MS / 1000:.1f} s, and this engine's context "
+                    f"is {self.info.lm.kv_window * FRAME_MS / 1000:.1f} s (PARLEY_LOCKSTEP_CONTEXT): use a shorter "
+                    "voice prompt or persona"
+                )
         except EngineError:
             self.backend.release_kv(slot)
             raise
