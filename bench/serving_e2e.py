@@ -291,6 +291,8 @@ def run(args) -> dict:
                 if args.engine == "unit"
                 else {}
             ),
+            # the lockstep engine's context in frames (PARLEY_LOCKSTEP_CONTEXT; 0: the checkpoint's)
+            **({"lockstep_context": InferenceConfig.from_env().lockstep_context} if args.engine == "lockstep" else {}),
             "daphnes": args.daphnes,
             "services": args.services or "in daphne",
             "nginx": bool(args.nginx or args.daphnes > 1),

@@ -75,7 +75,9 @@ def build_lockstep(config, tmp: Path, reserve_gib: float, tiny: bool):
     from inference.engines.lockstep import LockstepEngine
 
     if tiny:
-        engine = LockstepEngine(TINY_CHECKPOINT, config.slots, device="cpu", dtype="float32")
+        engine = LockstepEngine(
+            TINY_CHECKPOINT, config.slots, device="cpu", dtype="float32", context=config.lockstep_context
+        )
         engine.warmup()
         return engine
     import sentencepiece as spm
@@ -85,7 +87,7 @@ def build_lockstep(config, tmp: Path, reserve_gib: float, tiny: bool):
     from bench.lockstep.paged import build_native_random, pool_gb_for
     from inference.engines.lockstep_fast_backend import KVPaging
 
-    lm = build_native_random(16)
+    lm = build_native_random(16, context=config.lockstep_context)
     pool_gb = pool_gb_for(lm, config.slots, reserve_gib)
     paging = KVPaging(
         page_frames=config.kv_page_frames or 128,
@@ -93,7 +95,15 @@ def build_lockstep(config, tmp: Path, reserve_gib: float, tiny: bool):
         mean_call_frames=round(config.kv_mean_call_s * 12.5),
     )
     ckpt = checkpoint_dir(tmp)
-    engine = LockstepEngine(ckpt, config.slots, device="cuda", dtype="bfloat16", kv_fp8=True, kv_paging=paging)
+    engine = LockstepEngine(
+        ckpt,
+        config.slots,
+        device="cuda",
+        dtype="bfloat16",
+        kv_fp8=True,
+        kv_paging=paging,
+        context=config.lockstep_context,
+    )
     tokenizer = spm.SentencePieceProcessor(model_file=str(ckpt / "tokenizer.model"))
     t0 = time.time()
     engine.warmup(loaded=(lm, build_mimi(), tokenizer))

@@ -9,7 +9,11 @@
 # the service's switch interval through those values, 10 s each, its windows' ticks in $OUT/switch-interval.jsonl,
 # and adds "-switchab" to the result's name (bench/serving_gpu_service.py --switch-intervals-ms). TICK_SPLIT=1 writes
 # each engine tick's device and host time to $OUT/tick-split.jsonl and adds "-ticksplit" (--tick-split-log).
+# CONTEXT=1500 sets the lockstep engine's context in frames (PARLEY_LOCKSTEP_CONTEXT; default the checkpoint's 3000)
+# and adds "-context1500" to the result's name.
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader   # HARDWARE=h100 on an H100 (the result's name)
+context_tag=
+if [ -n "${CONTEXT:-}" ]; then export PARLEY_LOCKSTEP_CONTEXT=$CONTEXT; context_tag="-context$CONTEXT"; fi
 lines=${LINES:-183}
 arena_tag=${MALLOC_ARENA_MAX:+-arena$MALLOC_ARENA_MAX}   # an allocator setting goes into the name: it changes what RSS shows
 hold=${HOLD_S:-450}
@@ -31,4 +35,4 @@ fi
 exec bash "$(dirname "$0")/run.sh" soak --hardware "${HARDWARE:-h200}" --engine lockstep --services 1 --gpu-service gpu \
     --env PARLEY_SLOTS=320 --env PARLEY_KV_PAGE_FRAMES=128 --env PARLEY_KV_MEAN_CALL_S=180 \
     --lines "$lines" --daphnes 4 --gen-procs 4 --gen-uvloop --ramp-s 30 --seconds "$hold" --service-args "$memlog" \
-    --what "serving-e2e-lockstep-paged-$lines-4daphne-hold${hold}s$arena_tag$memlog_tag$switch_tag$split_tag" --recordings-sample 24 --render-sample "${RENDER_SAMPLE:-3}"
+    --what "serving-e2e-lockstep-paged-$lines-4daphne-hold${hold}s$context_tag$arena_tag$memlog_tag$switch_tag$split_tag" --recordings-sample 24 --render-sample "${RENDER_SAMPLE:-3}"

@@ -51,10 +51,11 @@ from inference.models.moshi.loading import load_lm_state
 FRAMES_PER_S = 1000.0 / FRAME_MS
 
 
-def build_native_random(dep_q: int = 16, seed: int = 0) -> MoshiLM:
-    """Parley's MoshiLM at the published shape with random bf16 weights made on the GPU (norm gains 1)."""
+def build_native_random(dep_q: int = 16, seed: int = 0, context: int | None = None) -> MoshiLM:
+    """Parley's MoshiLM at the published shape with random bf16 weights made on the GPU (norm gains 1); ``context``
+    in frames, the published one by default (``PARLEY_LOCKSTEP_CONTEXT`` serves a shorter one)."""
     with torch.device("meta"):
-        lm = MoshiLM(LMConfig(dep_q=dep_q))
+        lm = MoshiLM(LMConfig(dep_q=dep_q, **({"context": context} if context else {})))
     g = torch.Generator(device="cuda").manual_seed(seed)
     state = {}
     for name, meta in lm.state_dict().items():

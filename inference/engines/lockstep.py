@@ -215,6 +215,10 @@ class LockstepEngine(Engine):
         info = self.info
         if loaded is not None:
             lm, codec, self.tokenizer = loaded
+            if lm.config.context != info.lm.context:
+                raise EngineError(
+                    f"the LM handed in has a context of {lm.config.context}, the engine {info.lm.context}"
+                )
         else:
             try:
                 lm = load_lm(info.moshi_weights, info.lm, device=self.device, dtype=self.dtype)
