@@ -56,12 +56,18 @@ class CapacityPlan:
 
 
 def lockstep_plan(lm, gpu_gib: float, *, mean_call_s: float = 180.0, kv_fp8: bool = True,
-                  weight_bytes: int | None = None) -> CapacityPlan:  # fmt: skip
-    """The Moshi / PersonaPlex plan (``lm`` an ``LMConfig``); weights default to the LM's parameters in bf16."""
+                  weight_bytes: int | None = None, context: int = 0) -> CapacityPlan:  # fmt: skip
+    """The Moshi / PersonaPlex plan (``lm`` an ``LMConfig``); weights default to the LM's parameters in bf16;
+    ``context`` frames below the checkpoint's serve a shorter context (``PARLEY_LOCKSTEP_CONTEXT``)."""
+    import dataclasses
+
     import torch
 
     from inference.models.moshi.fast.kv import SlotKV
 
+    shorter = 0 < context < lm.context
+    if shorter:
+        lm = dataclasses.replace(lm, context=context)
     if weight_bytes is None:
         weight_bytes = 2 * lm_parameters(lm)
     free = gpu_gib * GiB - weight_bytes - GRAPH_RESERVE_GIB * GiB
@@ -92,6 +98,7 @@ def lockstep_plan(lm, gpu_gib: float, *, mean_call_s: float = 180.0, kv_fp8: boo
         "PARLEY_DEVICE": "cuda", "PARLEY_DTYPE": "bfloat16", "PARLEY_KV_DTYPE": "fp8" if kv_fp8 else "bf16",
         "PARLEY_SLOTS": str(slots), "PARLEY_KV_PAGE_FRAMES": str(PAGE_FRAMES), "PARLEY_KV_POOL_GB": str(pool_gb),
         "PARLEY_KV_MEAN_CALL_S": f"{mean_call_s:g}",
+        **({"PARLEY_LOCKSTEP_CONTEXT": str(context)} if shorter else {}),
     }  # fmt: skip
     return CapacityPlan(gpu_gib, weight_bytes, per_session, full, mix, mean_call_s, settings)
 

@@ -20,16 +20,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="GPU memory in GiB as nvidia-smi shows it / 1024 (default 141: an H200)")  # fmt: skip
     parser.add_argument("--mean-call-s", type=float, default=180.0, help="mean call length of the mix, seconds")
     parser.add_argument("--kv-dtype", choices=("fp8", "bf16"), default="fp8", help="lockstep KV format")
+    parser.add_argument("--lockstep-context", type=int, default=0,
+                        help="lockstep context in frames below the checkpoint's (PARLEY_LOCKSTEP_CONTEXT)")  # fmt: skip
 
 
-def plan_for(report: CheckpointReport, gpu_gb: float, mean_call_s: float, kv_fp8: bool = True) -> CapacityPlan | None:
+def plan_for(
+    report: CheckpointReport, gpu_gb: float, mean_call_s: float, kv_fp8: bool = True, lockstep_context: int = 0
+) -> CapacityPlan | None:
     """The capacity plan for an inspected checkpoint (None when its config could not be read)."""
     if report.lm_config is None:
         return None
     if report.family == "minicpmo":
         return unit_plan(report.lm_config, gpu_gb, weight_bytes=2 * report.parameters, mean_call_s=mean_call_s)
     weights = 2 * report.parameters if report.parameters else None
-    return lockstep_plan(report.lm_config, gpu_gb, mean_call_s=mean_call_s, kv_fp8=kv_fp8, weight_bytes=weights)
+    return lockstep_plan(
+        report.lm_config, gpu_gb, mean_call_s=mean_call_s, kv_fp8=kv_fp8, weight_bytes=weights, context=lockstep_context
+    )
 
 
 def render(name: str, report: CheckpointReport, plan: CapacityPlan | None) -> str:
@@ -76,6 +82,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {folder}: no such folder (and not a hub id org/name[@revision])")
         return 2
     report = inspect_checkpoint(folder)
-    plan = plan_for(report, args.gpu_gb, args.mean_call_s, args.kv_dtype == "fp8")
+    plan = plan_for(report, args.gpu_gb, args.mean_call_s, args.kv_dtype == "fp8", args.lockstep_context)
     print(render(name, report, plan))
     return 0 if report.ok else 1

@@ -49,6 +49,16 @@ def test_full_context_sessions_against_the_h200(plan, measured):
     assert abs(plan.full_context_sessions - 152) <= 2  # the same memory without the reference's copies (v2)
 
 
+def test_a_shorter_context_plans_less_kv_a_session_and_says_so():
+    personaplex_7b = dataclasses.replace(LMConfig.moshiko_7b(), dep_q=16)
+    whole = lockstep_plan(personaplex_7b, H200_GIB)
+    half = lockstep_plan(personaplex_7b, H200_GIB, context=1500)
+    assert half.kv_bytes_per_session * 2 == pytest.approx(whole.kv_bytes_per_session, rel=1e-3)
+    assert half.mix_sessions > whole.mix_sessions and half.full_context_sessions > 1.9 * whole.full_context_sessions
+    assert half.settings["PARLEY_LOCKSTEP_CONTEXT"] == "1500" and "PARLEY_LOCKSTEP_CONTEXT" not in whole.settings
+    assert lockstep_plan(personaplex_7b, H200_GIB, context=4000) == whole  # past the checkpoint's: its own
+
+
 def test_call_mix_sessions_against_the_h200(plan, measured):
     paged = measured["goal4_paged_kv"]
     served = paged["concurrent_sessions_default_admission"]["mean"]
