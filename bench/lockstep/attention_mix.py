@@ -20,6 +20,7 @@ Reported per rows x lengths x module: the launch tuning picks at full context an
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import os
 import statistics
@@ -182,10 +183,10 @@ def main() -> None:
                 else:
                     error = float((out.float() - reference).norm() / reference.norm())
                 run["modules"][name] = {
-                    "best_launch": vars(best) if hasattr(best, "__dict__") else str(best),
+                    "best_launch": dataclasses.asdict(best),
                     "best_ms": round(timed[best], 4),
                     "best_TBps": round(ring_bytes / (timed[best] * 1e-3) / 1e12, 2),
-                    "tuned_launch": str(tuned),
+                    "tuned_launch": dataclasses.asdict(tuned),
                     "tuned_ms": round(timed[tuned], 4),
                     "tuned_TBps": round(ring_bytes / (timed[tuned] * 1e-3) / 1e12, 2),
                     "lm_attention_ms_per_tick_tuned": round(timed[tuned] * config.num_layers, 2),
