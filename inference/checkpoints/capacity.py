@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from inference.models.moshi.fast.pages import PagePool, mix_population
@@ -59,15 +59,13 @@ def lockstep_plan(lm, gpu_gib: float, *, mean_call_s: float = 180.0, kv_fp8: boo
                   weight_bytes: int | None = None, context: int = 0) -> CapacityPlan:  # fmt: skip
     """The Moshi / PersonaPlex plan (``lm`` an ``LMConfig``); weights default to the LM's parameters in bf16;
     ``context`` frames below the checkpoint's serve a shorter context (``PARLEY_LOCKSTEP_CONTEXT``)."""
-    import dataclasses
-
     import torch
 
     from inference.models.moshi.fast.kv import SlotKV
 
     shorter = 0 < context < lm.context
     if shorter:
-        lm = dataclasses.replace(lm, context=context)
+        lm = replace(lm, context=context)
     if weight_bytes is None:
         weight_bytes = 2 * lm_parameters(lm)
     free = gpu_gib * GiB - weight_bytes - GRAPH_RESERVE_GIB * GiB

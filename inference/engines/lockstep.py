@@ -8,7 +8,8 @@ within ``prefill_budget_ms``, so it never stalls the slots already talking for m
 
 This module decides what a tick does; the backend does the device work: by default the fast path (CUDA graphs
 and Triton kernels on a GPU, their torch twins on CPU), or the eager ``LockstepGen`` it is tested against
-(``PARLEY_LOCKSTEP_BACKEND=eager``); ``lockstep_backend_choice.choose_backend`` picks.
+(``PARLEY_LOCKSTEP_BACKEND=eager``); ``lockstep_backend_choice.choose_backend`` picks. The checkpoint as served
+(its context, the capabilities announced) is ``lockstep_checkpoint``'s.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,6 @@ import torch
 
 from inference.engines.base import (
     Engine,
-    EngineCapabilities,
     EngineCapacity,
     EngineError,
     ProgressFn,
@@ -34,10 +34,17 @@ from inference.engines.base import (
 )
 from inference.engines.lockstep_backend_choice import choose_backend
 from inference.engines.lockstep_backends import BACKENDS, USER_CODEBOOKS, LockstepBackend, StepRows
+from inference.engines.lockstep_checkpoint import (
+    DEMO_NOTICE,
+    FRAME_MS,
+    check_prompt_fits,
+    lockstep_capabilities,
+    read_served_checkpoint,
+)
 from inference.engines.lockstep_fast_backend import KVPaging
 from inference.engines.lockstep_prefill import slot_prefill
 from inference.engines.prefill_cache import DEFAULT_MAX_ENTRIES, PrefillCache, restore_slot, snapshot_slot, start_key
-from inference.models.moshi.config import CheckpointError, CheckpointInfo, read_checkpoint_dir
+from inference.models.moshi.config import CheckpointError, CheckpointInfo
 from inference.models.moshi.fast.step import FastLockstep
 from inference.models.moshi.gen import LockstepGen, SamplingConfig
 from inference.models.moshi.personaplex import (
@@ -50,15 +57,8 @@ from inference.models.moshi.text import TextDetokenizer
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_RATE = 24_000
-FRAME_MS = 80
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 KV_DTYPES: dict[str, bool | None] = {"auto": None, "fp8": True, "bf16": False}  # PARLEY_KV_DTYPE -> kv_fp8
-DEMO_NOTICE = (
-    "Random demo weights: the agent babbles. To serve a real model, set PARLEY_CHECKPOINT to a checkpoint "
-    "directory in the Kyutai layout (config.json, model.safetensors, Mimi and tokenizer files), e.g. a local "
-    "copy of kyutai/moshiko-pytorch-bf16 or nvidia/personaplex-7b-v1, and PARLEY_ENGINE=moshi or personaplex."
-)
 
 
 @dataclass
@@ -112,14 +112,8 @@ class LockstepEngine(Engine):
             raise EngineError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         if backend not in BACKENDS:
             raise EngineError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-        try:
-            self.info: CheckpointInfo = read_checkpoint_dir(checkpoint)
-        except CheckpointError as exc:
-            raise EngineError(f"cannot use checkpoint {checkpoint}: {exc}") from exc
-        # the model as if its checkpoint had this context: every size and mask derives from LMConfig.context
-        self.context_shortened = bool(context) and context < self.info.lm.context
-        if self.context_shortened:
-            self.info = replace(self.info, lm=replace(self.info.lm, context=context))
+        self.info: CheckpointInfo
+        self.info, self.context_shortened = read_served_checkpoint(checkpoint, context)
         self.num_slots = num_slots
         self.device = device
         self.dtype = DTYPES[dtype]
@@ -129,7 +123,7 @@ class LockstepEngine(Engine):
         self.requested_backend = backend
         self.kv_fp8 = kv_fp8
         self.kv_paging = kv_paging or KVPaging()
-        self.capabilities = self._capabilities()
+        self.capabilities = lockstep_capabilities(self.info)
         self._slots: dict[int, _Slot] = {}
         self.backend: LockstepBackend | None = None
         self._prefill_pass_ms = 0.0  # measured cost of one prefill-only pass (warm-up, then every such pass)
@@ -167,30 +161,6 @@ class LockstepEngine(Engine):
         if self.backend is None:
             raise EngineError("the codec is loaded by warmup()")
         return self.backend.codec
-
-    def _capabilities(self) -> EngineCapabilities:
-        lm = self.info.lm
-        demo = self.info.demo_weights
-        extra = {
-            "dep_q": lm.dep_q,
-            "persona": lm.personaplex,
-            "voice_prompt": lm.personaplex,
-            "demo_weights": demo,
-            "context_s": lm.kv_window * FRAME_MS / 1000,  # what the model hears of a call, at most
-        }
-        if demo:
-            extra["demo_notice"] = DEMO_NOTICE
-        return EngineCapabilities(
-            engine="personaplex" if lm.personaplex else "moshi",
-            family="lockstep",
-            chunk_period_ms=FRAME_MS,
-            input_rate=SAMPLE_RATE,
-            input_chunk_samples=FRAME_SAMPLES,
-            output_rate=SAMPLE_RATE,
-            barge_in=False,
-            demo_weights=demo,
-            extra=extra,
-        )
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -290,14 +260,7 @@ class LockstepEngine(Engine):
             return
         try:
             prefill, total = slot_prefill(self.info.lm, self.tokenizer, self.backend, config)
-            # A prompt longer than a context the deployment shortened would slide out before the call began: refused
-            # with the reason. At a checkpoint's own context it wraps as in the reference (test_personaplex_wrap).
-            if self.context_shortened and total >= self.info.lm.kv_window:
-                raise EngineError(
-                    f"the voice prompt and persona take {total * FRAME_MS / 1000:.1f} s, and this engine's context "
-                    f"is {self.info.lm.kv_window * FRAME_MS / 1000:.1f} s (PARLEY_LOCKSTEP_CONTEXT): use a shorter "
-                    "voice prompt or persona"
-                )
+            check_prompt_fits(self.info, total, self.context_shortened)
         except EngineError:
             self.backend.release_kv(slot)
             raise
