@@ -15,6 +15,7 @@ import numpy as np
 
 from inference.engines.base import EngineError, SlotConfig
 from inference.engines.lockstep_backends import LockstepBackend
+from inference.engines.lockstep_checkpoint import SAMPLE_RATE
 from inference.models.moshi.codes_prompt import read_codes_prompt
 from inference.models.moshi.config import LMConfig
 from inference.models.moshi.personaplex import (
@@ -31,8 +32,6 @@ from inference.models.moshi.personaplex import (
     voice_frames_from_prompt,
     voice_pass_count,
 )
-
-SAMPLE_RATE = 24_000
 
 
 def slot_prefill(
