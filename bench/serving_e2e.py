@@ -244,11 +244,13 @@ def run(args) -> dict:
             time.sleep(max(0.0, hold_from - time.perf_counter()))
             cpu_start = {kind: cpu_seconds(p) for kind, p in pids.items()}
             wall_start = time.perf_counter()
-            if args.profile_s:  # the service's threads in the hold's middle, where the calls are oldest but one
-                time.sleep(max(0.0, args.seconds / 2 - args.profile_s / 2))
-                profile_service(
-                    pids, args.profile_s, Path(args.out_dir or ".") / f"{args.what}-service-profile.jsonl.gz"
-                )
+            if args.profile_s:  # the service's threads, by default in the hold's middle
+                at = args.profile_at_s if args.profile_at_s is not None else args.seconds / 2 - args.profile_s / 2
+                time.sleep(max(0.0, at))
+                stem = Path(args.out_dir or ".") / f"{args.what}-service-profile"
+                profile_service(pids, args.profile_s, stem.with_name(stem.name + ".jsonl.gz"))
+                if args.profile_gil:  # then as long again, only the thread that holds the interpreter
+                    profile_service(pids, args.profile_s, stem.with_name(stem.name + "-gil.jsonl.gz"), gil=True)
             time.sleep(max(0.0, until - time.perf_counter()))
             cpu_end = {kind: cpu_seconds(p) for kind, p in pids.items()}
             wall = time.perf_counter() - wall_start
@@ -363,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lines", type=int, default=20, help="callers in progress at once (caller lines)")
     p.add_argument("--seconds", type=float, default=30.0, help="the hold after the ramp")
     p.add_argument("--profile-s", type=float, default=0.0, help="py-spy the service this long mid-hold (0: no)")
+    p.add_argument("--profile-at-s", type=float, default=None, help="start the profile this far into the hold")
+    p.add_argument("--profile-gil", action="store_true", help="then profile as long again with py-spy --gil")
     p.add_argument("--ramp-s", type=float, default=30.0)
     p.add_argument("--mean-call-s", type=float, default=180.0, help="the call mix: exponential, this mean")
     p.add_argument("--max-call-s", type=float, default=600.0)

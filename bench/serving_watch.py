@@ -63,16 +63,18 @@ def service_row(address: str) -> dict:
     }
 
 
-def profile_service(pids: dict[str, list[int]], seconds: float, out: Path) -> None:
+def profile_service(pids: dict[str, list[int]], seconds: float, out: Path, *, gil: bool = False) -> None:
     """py-spy's stacks of every service thread for ``seconds``, without pausing it (a paused tick would be late),
     written to ``out`` (.jsonl.gz) one stack a line with its sample count; wants py-spy on PATH (the GPU carry
-    has it) and ptrace, and says why when it cannot."""
+    has it) and ptrace, and says why when it cannot. ``gil``: only the thread holding the interpreter at each
+    sample (who keeps the tick's thread waiting for it), where the default shows every thread that is busy."""
     service = pids.get("service")
     if not service or shutil.which("py-spy") is None:
         print("profile: no service process or no py-spy on PATH", flush=True)
         return
     raw = out.with_suffix(".raw")
     command = ["py-spy", "record", "--nonblocking", "--threads", "--rate", "100", "--format", "raw"]
+    command += ["--gil"] if gil else []
     command += ["--duration", str(int(seconds)), "--output", str(raw), "--pid", str(service[0])]
     done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
     if done.returncode != 0:

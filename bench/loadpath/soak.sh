@@ -10,7 +10,9 @@
 # and adds "-switchab" to the result's name (bench/serving_gpu_service.py --switch-intervals-ms). TICK_SPLIT=1 writes
 # each engine tick's device and host time to $OUT/tick-split.jsonl and adds "-ticksplit" (--tick-split-log).
 # CONTEXT=1500 sets the lockstep engine's context in frames (PARLEY_LOCKSTEP_CONTEXT; default the checkpoint's 3000)
-# and adds "-context1500" to the result's name.
+# and adds "-context1500" to the result's name. PROFILE_S=30 py-spies the service's threads that long from
+# PROFILE_AT_S (default 20) seconds into the hold, then as long again with --gil (who holds the interpreter),
+# into $OUT, and adds "-profile" to the result's name.
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader   # HARDWARE=h100 on an H100 (the result's name)
 context_tag=
 if [ -n "${CONTEXT:-}" ]; then export PARLEY_LOCKSTEP_CONTEXT=$CONTEXT; context_tag="-context$CONTEXT"; fi
@@ -32,7 +34,13 @@ if [ -n "${TICK_SPLIT:-}" ]; then
     split_tag=-ticksplit
     memlog="$memlog --tick-split-log ${OUT:-/tmp/loadpath-out}/tick-split.jsonl"
 fi
+profile_args=() profile_tag=
+if [ -n "${PROFILE_S:-}" ]; then
+    profile_tag=-profile
+    profile_args=(--profile-s "$PROFILE_S" --profile-at-s "${PROFILE_AT_S:-20}" --profile-gil)
+fi
 exec bash "$(dirname "$0")/run.sh" soak --hardware "${HARDWARE:-h200}" --engine lockstep --services 1 --gpu-service gpu \
     --env PARLEY_SLOTS=320 --env PARLEY_KV_PAGE_FRAMES=128 --env PARLEY_KV_MEAN_CALL_S=180 \
     --lines "$lines" --daphnes 4 --gen-procs 4 --gen-uvloop --ramp-s 30 --seconds "$hold" --service-args "$memlog" \
-    --what "serving-e2e-lockstep-paged-$lines-4daphne-hold${hold}s$context_tag$arena_tag$memlog_tag$switch_tag$split_tag" --recordings-sample 24 --render-sample "${RENDER_SAMPLE:-3}"
+    "${profile_args[@]}" \
+    --what "serving-e2e-lockstep-paged-$lines-4daphne-hold${hold}s$context_tag$arena_tag$memlog_tag$switch_tag$split_tag$profile_tag" --recordings-sample 24 --render-sample "${RENDER_SAMPLE:-3}"
