@@ -72,6 +72,7 @@ def profile_service(pids: dict[str, list[int]], seconds: float, out: Path, *, gi
     if not service or shutil.which("py-spy") is None:
         print("profile: no service process or no py-spy on PATH", flush=True)
         return
+    out.parent.mkdir(parents=True, exist_ok=True)
     raw = out.with_suffix(".raw")
     command = ["py-spy", "record", "--nonblocking", "--threads", "--rate", "100", "--format", "raw"]
     command += ["--gil"] if gil else []
