@@ -92,6 +92,10 @@ def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S)
         added, wait = np.concatenate(added_parts) * 1000.0, np.concatenate(wait_parts) * 1000.0
     consistent = sum(p["consistent"] for p in phases)
     used = sum(p["of"] for p in phases)
+    # A frame sent moments before a tick reaches the framer after it and goes with the next one: a whole period
+    # of server-added latency that comes from the caller's phase against the tick, not from load. Counted
+    # apart, so that the tail of the frames that made their tick shows what the stack adds.
+    later = added >= period * 1000.0
     return {
         "frames_sent_in_time": sent_in_time,
         "frames_sent_late_by_generator": sent_late,
@@ -102,6 +106,8 @@ def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S)
         "frames_echoed": int(s.size),
         "server_added_ms": summary(added, (50, 90, 99, 99.9), digits=2),
         "tick_wait_ms": summary(wait, (50, 99), digits=2),
+        "frames_a_tick_later": round(float(later.mean()), 4) if added.size else None,
+        "server_added_made_tick_ms": summary(added[~later], (50, 90, 99, 99.9), digits=2),
         "echo_total_minus_delay_ms": summary((r - s) * 1000.0 - delay * period * 1000.0, (50, 99), digits=2),
         "tick_grid": {
             "windows": len(phases),

@@ -74,3 +74,25 @@ def test_callers_hold_their_audio_while_the_model_prepares_and_lose_none_after(t
     assert counters["prefill_dropped_frames"] <= 3 * calls
     assert counters["lost_live_frames"] == 0
     assert result["frames"]["frames_lost_sent_in_time"] == 0 and result["internal_error"] == 0
+
+
+def test_frames_that_go_with_the_next_tick_are_counted_apart_from_the_stacks_tail():
+    # Ticks at 100.04 s + k * 80 ms; a call at each millisecond of lead before the tick up to 70 (with a little
+    # jitter; none sent just after a tick, where the grid's estimate could place it either side); every echo
+    # leaves 9-11 ms after the tick that took its frame. The calls sending less than 4 ms before a tick miss it
+    # (their frames reach the framer after it) and are echoed a tick later.
+    rng = np.random.default_rng(0)
+    period, n, calls = 0.08, 30, []
+    ticks = 100.04 + np.arange(n) * period
+    for lead_ms in range(1, 71):
+        c = call(0.0, 1.0)
+        c.sent = ticks - (lead_ms + rng.uniform(0.0, 0.9, n)) / 1000.0
+        c.echoed = ticks + (period if lead_ms < 4 else 0.0) + rng.uniform(0.009, 0.011, n)
+        c.frames_sent = n
+        calls.append(c)
+    frames = analyse_echoes(calls, delay=0)
+    counted = frames["server_added_ms"]["n"]
+    assert counted == 70 * (n - 2) and frames["frames_a_tick_later"] == round(3 / 70, 4)
+    made = frames["server_added_made_tick_ms"]
+    assert made["n"] == 67 * (n - 2) and made["p99"] < 20.0  # what the stack adds, the phase apart
+    assert frames["server_added_ms"]["p99"] > 80.0  # the tail of all frames is the missed tick
