@@ -364,7 +364,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lines", type=int, default=20, help="callers in progress at once (caller lines)")
     p.add_argument("--seconds", type=float, default=30.0, help="the hold after the ramp")
-    p.add_argument("--profile-s", type=float, default=0.0, help="py-spy the service this long mid-hold (0: no)")
+    p.add_argument(
+        "--profile-s",
+        type=float,
+        default=0.0,
+        help="py-spy the service this long, mid-hold unless --profile-at-s (0: no)",
+    )
     p.add_argument("--profile-at-s", type=float, default=None, help="start the profile this far into the hold")
     p.add_argument("--profile-gil", action="store_true", help="then profile as long again with py-spy --gil")
     p.add_argument("--ramp-s", type=float, default=30.0)
