@@ -117,6 +117,41 @@ def test_a_burst_of_many_sessions_events_is_written_whole(tmp_path):
     assert [end["problem"] for end in ends] == [None] * 229
 
 
+def test_a_ticks_callers_are_written_exactly_as_each_alone(tmp_path):
+    """One tick's steps for many sessions are one item: every session's caller track must be what its own frames
+    give, a step without caller audio must stay a gap, and a frame of another length must come out whole."""
+    rng = np.random.default_rng(7)
+    recorder = Recorder(tmp_path)
+    recorder.start()
+    recordings = [recorder.begin(f"sess_{i}", META) for i in range(6)]
+    sent = {i: [] for i in range(6)}
+    for _ in range(4):
+        steps = []
+        for i, recording in enumerate(recordings):
+            frame = (rng.integers(-32768, 32768, CHUNK if i != 4 else CHUNK // 2) / 32768.0).astype(np.float32)
+            frame = None if i == 2 else frame  # no caller audio came in time for this session's steps
+            if frame is not None:
+                sent[i].append(np.clip(frame, -1.0, 32767 / 32768))
+            steps.append(recording.step_item(frame, pcm(i), SlotOutput(audio=np.zeros(0)), 1.0))
+        record_steps(steps)
+    for recording in recordings:
+        recording.finish("client_close")
+    wait_for(lambda: all(folder_state(tmp_path / f"sess_{i}") == "finished" for i in range(6)))
+    recorder.stop()
+    for i in range(6):
+        raw = read_recording(tmp_path / f"sess_{i}")
+        assert raw.problems == [] and raw.steps == 4
+        if i == 2:
+            assert not raw.caller.any()  # the gaps are kept as silence on the timeline
+            continue
+        expected = np.concatenate(sent[i]) if i != 4 else None
+        if expected is not None:
+            np.testing.assert_array_equal(raw.caller, (expected * 32768.0).astype(np.int16))
+        else:  # the shorter frames, each at its step's place on the timeline
+            got = raw.caller.reshape(4, CHUNK)[:, : CHUNK // 2].reshape(-1)
+            np.testing.assert_array_equal(got, (np.concatenate(sent[i]) * 32768.0).astype(np.int16))
+
+
 def test_a_corrupted_chunk_is_named_and_the_rest_is_read(tmp_path):
     recorder = Recorder(tmp_path)
     recorder.start()
