@@ -94,7 +94,10 @@ def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S)
     used = sum(p["of"] for p in phases)
     # A frame sent moments before a tick reaches the framer after it and goes with the next one: a whole period
     # of server-added latency that comes from the caller's phase against the tick, not from load. Counted
-    # apart, so that the tail of the frames that made their tick shows what the stack adds.
+    # apart, so that the tail of the frames that made their tick shows what the stack adds. The grid's phase is the
+    # middle of the span every echo allows, so this holds for an engine whose tick is short against the period
+    # (the echo engine's few ms); an engine that computes for half the period moves that middle into its compute,
+    # and the frames sent in the period's first part would be counted a tick later too.
     later = added >= period * 1000.0
     return {
         "frames_sent_in_time": sent_in_time,
