@@ -247,10 +247,11 @@ def run(args) -> dict:
             if args.profile_s:  # the service's threads, by default in the hold's middle
                 at = args.profile_at_s if args.profile_at_s is not None else args.seconds / 2 - args.profile_s / 2
                 time.sleep(max(0.0, at))
-                stem = Path(args.out_dir or ".") / f"{args.what}-service-profile"
-                profile_service(pids, args.profile_s, stem.with_name(stem.name + ".jsonl.gz"))
+                stem = f"{args.what}-service-profile"
+                out = Path(args.out_dir or ".")
+                profile_service(pids, args.profile_s, out / f"{stem}.jsonl.gz")
                 if args.profile_gil:  # then as long again, only the thread that holds the interpreter
-                    profile_service(pids, args.profile_s, stem.with_name(stem.name + "-gil.jsonl.gz"), gil=True)
+                    profile_service(pids, args.profile_s, out / f"{stem}-gil.jsonl.gz", gil=True)
             time.sleep(max(0.0, until - time.perf_counter()))
             cpu_end = {kind: cpu_seconds(p) for kind, p in pids.items()}
             wall = time.perf_counter() - wall_start
