@@ -55,8 +55,12 @@ def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S)
         n = c.frames_sent
         sent = c.sent[:n]
         countable = (np.arange(n) < n - (delay + 2)) & ~np.isnan(sent)  # held back while preparing: not sent
-        # generator lateness: sent vs the call's own schedule (its first frame + k * 80 ms)
-        due = sent[0] + np.arange(n) * period if n else sent
+        # generator lateness: sent vs the call's own schedule (its first frame + k * 80 ms, and the phase moves
+        # of a caller that follows the advice: a frame cut later moves its send and every later one)
+        moved = np.zeros(n)
+        for k, shift_s in c.moves:
+            moved[k:] += shift_s
+        due = sent[0] + np.arange(n) * period + moved if n else sent
         in_time = countable & (sent - due <= SENT_IN_TIME_S)
         echoed = ~np.isnan(c.echoed[:n])
         # Sent before the first session.prefill reached the caller, while the model was already preparing:
@@ -89,7 +93,8 @@ def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S)
             tick_in = ws + np.mod(phase - ws, period)
             wait_parts.append(tick_in - ws)
             added_parts.append(wr - (tick_in + delay * period))
-        added, wait = np.concatenate(added_parts) * 1000.0, np.concatenate(wait_parts) * 1000.0
+        if added_parts:  # none when no window's echoes fit a grid (a saturated run)
+            added, wait = np.concatenate(added_parts) * 1000.0, np.concatenate(wait_parts) * 1000.0
     consistent = sum(p["consistent"] for p in phases)
     used = sum(p["of"] for p in phases)
     # A frame sent moments before a tick reaches the framer after it and goes with the next one: a whole period
@@ -99,6 +104,7 @@ def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S)
     # (the echo engine's few ms); an engine that computes for half the period moves that middle into its compute,
     # and the frames sent in the period's first part would be counted a tick later too.
     later = added >= period * 1000.0
+    shifts = [abs(shift_s) * 1000.0 for c in calls for _, shift_s in c.moves]
     return {
         "frames_sent_in_time": sent_in_time,
         "frames_sent_late_by_generator": sent_late,
@@ -115,6 +121,12 @@ def analyse_echoes(calls: list[CallRecord], delay: int, period: float = FRAME_S)
         "tick_grid": {
             "windows": len(phases),
             "echoes_consistent_with_grid": round(consistent / used, 4) if used else None,
+        },
+        # callers that follow the phase advice (--follow-phase): how often and how far they moved their cut
+        "phase_moves": {
+            "calls_moved": sum(1 for c in calls if c.moves),
+            "moves": len(shifts),
+            "abs_shift_ms": summary(np.asarray(shifts), (50, 90), digits=1),
         },
     }
 

@@ -10,6 +10,9 @@ the number of calls in progress stays at the number of lines. A call:
   like the call page, it sends no audio while the model prepares (from a ``session.prefill`` not ``done`` until
   one that is, or until the agent's audio comes): those frames are counted as held back, not sent;
 - sends ``playback.ack`` every 500 ms with the audio it has "played" (received minus a 120 ms buffer);
+- with ``follow_phase``, follows ``session.metrics``' phase advice (``input_shift_ms``, docs/protocol.md): the next
+  frame is cut that much longer (more of the speech) or shorter, and the frames after it keep the new phase; the
+  call page does not do this yet, so it is off unless asked for;
 - notes the engine's period and output rate from ``session.created``, and a unit engine's decision per unit
   (``response.listen`` / ``response.speak``: one per unit, so their arrivals show the unit cadence);
 - ends with ``session.close`` and waits for ``session.closed``; a refused call's line backs off (1, 2, 4 ... 16 s,
@@ -78,20 +81,46 @@ class CallRecord:
     frames_held: int = 0  # not sent: due while the model prepared (session.prefill), as the call page holds them
     prefill_noticed_at: float = 0.0  # the first session.prefill (not done) arrived
     tail: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))  # a mark may straddle chunks
+    moves: list[tuple[int, float]] = field(default_factory=list)  # (frame cut longer or shorter, by how many s)
+
+
+class PhaseFollower:
+    """A client's side of the phase advice: the next piece's change, taken only from advice measured on audio
+    sent after the previous change (``input_shift_from_samples`` at or past where that change ended)."""
+
+    def __init__(self) -> None:
+        self.moved_at = 0  # input samples sent on this connection up to the end of the latest changed piece
+        self.pending_ms = 0.0
+
+    def on_metrics(self, metrics: dict) -> None:
+        shift, since = metrics.get("input_shift_ms"), metrics.get("input_shift_from_samples")
+        if shift and since is not None and since >= self.moved_at and not self.pending_ms:
+            self.pending_ms = float(shift)
+
+    def take(self, sent_samples: int, frame_samples: int, rate: int) -> int:
+        """Samples to add to the next piece (negative: to leave out); ``sent_samples`` before it."""
+        extra = round(self.pending_ms * rate / 1000.0)
+        extra = max(extra, 1 - frame_samples)  # a piece keeps at least a sample
+        if extra:
+            self.moved_at, self.pending_ms = sent_samples + frame_samples + extra, 0.0
+        return extra
 
 
 def marked_frames(speech: np.ndarray, frames: int, offset: int) -> list[bytes]:
     """``frames`` binary frames of speech (looped from ``offset``), frame k marked with its index."""
-    out = []
+    return [marked_frame(speech, offset, k) for k in range(frames)]
+
+
+def marked_frame(speech: np.ndarray, offset: int, k: int, extra: int = 0) -> bytes:
+    """Frame ``k`` of ``marked_frames``, ``extra`` samples longer (more of the speech that follows it) or shorter."""
     n = len(speech)
-    for k in range(frames):
-        start = (offset + k * FRAME_SAMPLES) % max(1, n - FRAME_SAMPLES)
-        pcm = speech[start : start + FRAME_SAMPLES].copy()
-        v = MARK_STEP * (k % MARK_MOD + 1)
-        pcm[: MARK_SAMPLES // 2] = v
-        pcm[MARK_SAMPLES // 2 : MARK_SAMPLES] = -v
-        out.append(AUDIO_KIND + pcm.tobytes())
-    return out
+    length = FRAME_SAMPLES + extra
+    start = (offset + k * FRAME_SAMPLES) % max(1, n - FRAME_SAMPLES - max(0, extra))
+    pcm = speech[start : start + length].copy()
+    v = MARK_STEP * (k % MARK_MOD + 1)
+    pcm[: MARK_SAMPLES // 2] = v
+    pcm[MARK_SAMPLES // 2 : MARK_SAMPLES] = -v
+    return AUDIO_KIND + pcm.tobytes()
 
 
 def find_marks(samples: np.ndarray) -> np.ndarray:
@@ -132,14 +161,22 @@ def note_audio(payload: bytes, call: CallRecord, now: float) -> None:
 
 
 async def one_call(
-    url: str, key: str, call: CallRecord, speech: np.ndarray, rng: random.Random, until: float = float("inf")
+    url: str,
+    key: str,
+    call: CallRecord,
+    speech: np.ndarray,
+    rng: random.Random,
+    until: float = float("inf"),
+    follow_phase: bool = False,
 ) -> None:
     """One call; a caller still queued at ``until`` (perf_counter, the run's end) hangs up, and one admitted late
     sends no frame due after it (a queue wait must not stretch the run)."""
     from websockets.asyncio.client import connect
 
     frames = max(1, int(call.planned_s / FRAME_S))
-    payloads = marked_frames(speech, frames, rng.randrange(len(speech)))
+    offset = rng.randrange(len(speech))
+    payloads = marked_frames(speech, frames, offset)
+    follower = PhaseFollower() if follow_phase else None
     closed = asyncio.Event()
     preparing = False  # between a session.prefill not done and the model's readiness: the uplink is held
     try:
@@ -194,6 +231,8 @@ async def one_call(
                             call.counters[name] = max(call.counters.get(name, 0), int(values.get(name, 0)))
                         call.in_wait_ms_max = max(call.in_wait_ms_max, float(values.get("in_wait_ms_max", 0.0)))
                         call.out_wait_ms_max = max(call.out_wait_ms_max, float(values.get("out_wait_ms_max", 0.0)))
+                        if follower is not None:
+                            follower.on_metrics(values)
                     elif kind in ("response.listen", "response.speak"):
                         call.decisions_at.append(now)
                         call.units_spoken += kind == "response.speak"
@@ -209,7 +248,14 @@ async def one_call(
             start = loop.time() + 0.02
             frames = min(frames, max(0, int((until - time.perf_counter()) / FRAME_S)))  # admitted late: to the end
             next_ack = start + ACK_EVERY_S
+            sent_samples = 0
             for k in range(frames):
+                payload = payloads[k]
+                extra = follower.take(sent_samples, FRAME_SAMPLES, 24000) if follower and not preparing else 0
+                if extra:  # this frame is cut that much later (or earlier): it and every later one move
+                    start += extra / 24000
+                    call.moves.append((k, extra / 24000))
+                    payload = marked_frame(speech, offset, k, extra)
                 due = start + k * FRAME_S
                 delay = due - loop.time()
                 if delay > 0:
@@ -219,7 +265,8 @@ async def one_call(
                     call.frames_held += 1
                 else:
                     call.sent[k] = time.perf_counter()
-                    await ws.send(payloads[k])
+                    await ws.send(payload)
+                    sent_samples += (len(payload) - 1) // 2
                 if loop.time() >= next_ack:
                     next_ack += ACK_EVERY_S
                     received_ms = call.audio_samples_in * 1000.0 / call.output_rate
@@ -249,6 +296,7 @@ async def caller_line(
     speech: np.ndarray,
     calls: list[CallRecord],
     seed: int,
+    follow_phase: bool = False,
 ) -> None:
     """Calls back to back from ``start_after_s`` until ``until`` (perf_counter), lengths from the mix."""
     rng = random.Random(seed)
@@ -260,7 +308,7 @@ async def caller_line(
         frames = max(1, int(planned / FRAME_S))
         call = CallRecord(line, planned, np.full(frames, np.nan), np.full(frames, np.nan))
         calls.append(call)
-        await one_call(url, key, call, speech, rng, until)
+        await one_call(url, key, call, speech, rng, until, follow_phase)
         refused_in_a_row = refused_in_a_row + 1 if call.failed else 0
         if call.failed:  # tries again later, backing off as a client should ("try again later"), with jitter
             await asyncio.sleep(min(RETRY_MAX_S, 2.0 ** (refused_in_a_row - 1)) * rng.uniform(0.5, 1.5))

@@ -123,6 +123,7 @@ def _generator(args_dict: dict, lines: list[int], keys: list[str], url: str, t0:
                     speech,
                     calls,
                     seed=args_dict["seed"] * 100003 + i,
+                    follow_phase=args_dict.get("follow_phase", False),
                 )
                 for i in lines
             )
@@ -389,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--vocoder", choices=("none", "token2wav"), default="none", help="the unit engine's vocoder")
     p.add_argument("--gen-uvloop", action="store_true", help="the load generator on uvloop")
+    p.add_argument(
+        "--follow-phase", action="store_true", help="callers follow session.metrics' phase advice (input_shift_ms)"
+    )
     p.add_argument("--engine", default="echo")
     p.add_argument("--slots", type=int, default=0, help="PARLEY_SLOTS (default lines + 8)")
     p.add_argument("--queue-max", type=int, default=8, help="PARLEY_QUEUE_MAX (the service's default: 8)")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.serving_analysis import analyse_echoes, calls_held, service_counters
-from bench.serving_callers import CallRecord
+from bench.serving_callers import FRAME_S, FRAME_SAMPLES, CallRecord, PhaseFollower, find_marks, marked_frame
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,3 +96,37 @@ def test_frames_that_go_with_the_next_tick_are_counted_apart_from_the_stacks_tai
     made = frames["server_added_made_tick_ms"]
     assert made["n"] == 67 * (n - 2) and made["p99"] < 20.0  # what the stack adds, the phase apart
     assert frames["server_added_ms"]["p99"] > 80.0  # the tail of all frames is the missed tick
+
+
+def test_a_follower_moves_once_per_measurement_and_its_frame_keeps_its_mark():
+    follower = PhaseFollower()
+    follower.on_metrics({"input_shift_ms": 12.5, "input_shift_from_samples": 0})
+    assert follower.take(sent_samples=4 * FRAME_SAMPLES, frame_samples=FRAME_SAMPLES, rate=24000) == 300
+    assert follower.moved_at == 5 * FRAME_SAMPLES + 300
+    # measured on audio from before that frame ended: stale, skipped; measured after it: taken
+    follower.on_metrics({"input_shift_ms": -7.0, "input_shift_from_samples": 5 * FRAME_SAMPLES})
+    assert follower.take(5 * FRAME_SAMPLES + 300, FRAME_SAMPLES, 24000) == 0
+    follower.on_metrics({"input_shift_ms": -7.0, "input_shift_from_samples": 5 * FRAME_SAMPLES + 300})
+    follower.on_metrics({"input_shift_ms": 0.0, "input_shift_from_samples": 6 * FRAME_SAMPLES})  # kept until used
+    assert follower.take(6 * FRAME_SAMPLES, FRAME_SAMPLES, 24000) == -168
+    speech = (np.arange(50_000) % 1000).astype("<i2")
+    for extra in (300, -168):
+        frame = np.frombuffer(marked_frame(speech, 123, 7, extra)[1:], "<i2").astype(np.int32)
+        assert len(frame) == FRAME_SAMPLES + extra and list(find_marks(frame)) == [7]
+        plain = np.frombuffer(marked_frame(speech, 123, 7)[1:], "<i2")
+        np.testing.assert_array_equal(frame[: min(len(frame), FRAME_SAMPLES)], plain[: len(frame)])
+
+
+def test_a_followers_moves_shift_its_schedule_not_its_lateness():
+    sent = 10.0 + np.arange(10) * FRAME_S
+    sent[3:] += 0.060  # frame 3 cut 60 ms later: it and the rest go 60 ms after the first schedule
+    c = CallRecord(0, 1.0, sent, sent + 0.03, session_id="s", frames_sent=10)
+    assert analyse_echoes([c], delay=0)["frames_sent_late_by_generator"] == 5  # frames 3-7 (the last two uncounted)
+    c.moves = [(3, 0.060)]
+    frames = analyse_echoes([c], delay=0)
+    assert frames["frames_sent_late_by_generator"] == 0 and frames["frames_sent_in_time"] == 8
+    assert frames["phase_moves"] == {
+        "calls_moved": 1,
+        "moves": 1,
+        "abs_shift_ms": {"n": 1, "p50": 60.0, "p90": 60.0, "max": 60.0},
+    }

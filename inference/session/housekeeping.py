@@ -100,7 +100,8 @@ class Housekeeping:
             sent_audio_ms=self._output.sent_audio_ms,
             played_ms=host.played_ms,
         )
-        return values | self._positions.heard_fields()
+        advice = counters.phase_advice if counters is not None else None
+        return values | self._positions.heard_fields() | self._positions.advice_fields(advice)
 
     def _dropped(self) -> int:
         """Input dropped here plus outbound audio dropped by this and earlier connections' outboxes."""

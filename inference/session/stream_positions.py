@@ -7,6 +7,8 @@ connection had been sent by then, the page measures mouth-to-ear from it.
 
 from __future__ import annotations
 
+from inference.audio.framing import PhaseAdvice
+
 
 class StreamPositions:
     """Input and output sample positions of one session, relative to its current connection.
@@ -43,4 +45,19 @@ class StreamPositions:
         return {
             "heard_input_samples": round((heard - self._attached_at) * self.input_rate / self.engine_rate),
             "heard_output_samples": sent,
+        }
+
+    def advice_fields(self, advice: PhaseAdvice | None) -> dict[str, float]:
+        """The framer's phase advice for Metrics, once measured on this connection's input; else nothing.
+
+        ``input_shift_from_samples`` is where (in this connection's input, the client's rate) the audio the
+        advice was measured on began: a client that moved its cut after that point skips it as stale.
+        """
+        if advice is None or advice.from_position <= self._attached_at:
+            return {}
+        return {
+            "input_shift_ms": advice.shift_ms,
+            "input_shift_from_samples": round(
+                (advice.from_position - self._attached_at) * self.input_rate / self.engine_rate
+            ),
         }

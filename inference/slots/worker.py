@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inference.audio.framing import TickAlignedFramer
+from inference.audio.framing import PhaseAdvice, TickAlignedFramer
 from inference.engines.base import ChatRequest, Engine, SlotConfig, SlotInput, SlotOutput, SlotTurn
 from inference.slots.chats import ChatJobs, ChatListener
 from inference.slots.delivery import SlotListener, hand_off, post_to
@@ -78,6 +78,7 @@ class SlotCounters:
     trimmed: int
     inbox_depth: float  # frames' worth of input waiting
     max_in_wait_s: float  # longest inbox wait since the previous take
+    phase_advice: PhaseAdvice | None = None  # where the client should cut its pieces (the framer's latest window)
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,9 @@ class EngineWorker:
         # what the first take after a prefill (or a pause) found from before it: discarded like the prefill's
         dropped_in = s.dropped_in + round(s.inbox.stale_dropped / self._frame)
         depth = round(s.inbox.pending / self._frame, 2)
-        return SlotCounters(s.frames_in, s.frames_out, s.underruns, dropped_in, trimmed, depth, s.max_in_wait_s)
+        return SlotCounters(
+            s.frames_in, s.frames_out, s.underruns, dropped_in, trimmed, depth, s.max_in_wait_s, s.inbox.advice
+        )
 
     def stats(self) -> WorkerStats:
         # Every session reads these for its once-a-second metrics: a few hundred reads a second of the

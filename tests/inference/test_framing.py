@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from inference.audio.framing import MIN_MARGIN_MS, START_MARGIN_MS, WINDOW_TICKS, TickAlignedFramer
+from inference.audio.framing import (
+    ADVICE_MIN_MS,
+    ADVICE_SAFETY_MS,
+    MIN_MARGIN_MS,
+    START_MARGIN_MS,
+    WINDOW_TICKS,
+    TickAlignedFramer,
+)
 
 RATE = 24_000
 N = 1920  # 80 ms
@@ -384,3 +391,75 @@ def test_a_backlog_in_speech_without_gaps_stays_until_the_pause():
         framer.push(tone(N))
         assert len(framer.take().audio) == N
     assert framer.dropped == 0 and framer.pending >= 2 * N
+
+
+class AdvisedCaller:
+    """A caller of whole 80 ms pieces on a clock, each arriving as its last sample is captured (sample ``i`` at
+    ``i / RATE``; pieces listed in ``late`` that much later), with ticks ``lead_s`` after every nominal piece end;
+    ``follow``: it cuts its next piece longer or shorter by the framer's advice, skipping advice measured on audio
+    from before its latest move."""
+
+    def __init__(self, lead_s: float, *, follow: bool, late: dict[int, float] | None = None, audio=ramp) -> None:
+        self.now = 0.0
+        self.framer = TickAlignedFramer(N, RATE, clock=lambda: self.now)
+        self.lead_s, self.follow, self.late, self.audio = lead_s, follow, late or {}, audio
+        self.pieces = 0
+        self.boundary = 0  # the end of the newest piece pushed
+        self.next_boundary = N
+        self.moved_at = 0  # the end of the piece the latest move changed
+        self.moves: list[float] = []
+
+    def run(self, ticks: int) -> list[float]:
+        """Each tick's wait for its frame's end: tick time less when that sample was captured (ms)."""
+        waits = []
+        for j in range(1, ticks + 1):
+            tick_at = 0.080 * j + self.lead_s
+            while (arrival := self.next_boundary / RATE + self.late.get(self.pieces, 0.0)) <= tick_at:
+                self.now = arrival
+                self.framer.push(self.audio(self.boundary, self.next_boundary - self.boundary))
+                self.boundary, self.next_boundary = self.next_boundary, self.next_boundary + N
+                self.pieces += 1
+            self.now = tick_at
+            taken = self.framer.take()
+            waits.append((tick_at - taken.end_position / RATE) * 1000.0 if taken else float("nan"))
+            advice = self.framer.advice
+            if self.follow and advice and advice.shift_ms and advice.from_position >= self.moved_at:
+                self.next_boundary += round(advice.shift_ms * RATE / 1000)
+                self.moved_at = self.next_boundary
+                self.moves.append(advice.shift_ms)
+        return waits
+
+
+GOAL_MS = MIN_MARGIN_MS + ADVICE_SAFETY_MS  # the frame end's wait a follower settles at, once the margin is down
+
+
+def test_a_caller_following_the_phase_advice_lands_its_pieces_just_the_margin_before_the_tick():
+    settled = 3 * WINDOW_TICKS
+    # leads across the period; and 2 ms with one piece 5 ms late: it misses its tick, and from then on every
+    # frame ends a whole piece back (the lead is inside the margin), 82 ms, for the rest of the call
+    for lead_s, late, alone_ms in ((0.030, {}, 30.0), (0.041, {}, 41.0), (0.070, {}, 70.0), (0.002, {50: 0.005}, 82.0)):
+        alone = AdvisedCaller(lead_s, follow=False, late=late)
+        np.testing.assert_allclose(alone.run(25 * WINDOW_TICKS)[-settled:], alone_ms, atol=0.05)
+        caller = AdvisedCaller(lead_s, follow=True, late=late)
+        waits = caller.run(40 * WINDOW_TICKS)  # past the memory of the late piece's margin
+        assert caller.framer.margin * 1000 / RATE == MIN_MARGIN_MS  # back at its floor: no piece of its own late
+        assert all(GOAL_MS - 0.05 <= w < GOAL_MS + ADVICE_MIN_MS for w in waits[-settled:]), (lead_s, caller.moves)
+        assert all(-40 <= m <= 80 for m in caller.moves) and len(caller.moves) <= 4
+        # the late piece's tick found nothing (silence), no take was padded, and the stream stays whole: every
+        # sample heard, trimmed as quiet standing audio, or still buffered
+        assert np.isnan(waits).sum() == len(late) and caller.framer.short_frames == 0
+        heard = (len(waits) - len(late)) * N
+        assert heard + caller.framer.dropped + caller.framer.pending == caller.boundary
+
+
+def test_a_caller_whose_pieces_land_under_the_goal_is_asked_for_no_move():
+    caller = AdvisedCaller(0.002, follow=True)  # 2 ms before every tick, and never late
+    waits = caller.run(10 * WINDOW_TICKS)
+    assert caller.moves == [] and caller.framer.advice.shift_ms == 0.0
+    np.testing.assert_allclose(waits, 2.0, atol=0.05)
+
+
+def test_a_loud_caller_following_the_advice_loses_no_speech_to_it():
+    caller = AdvisedCaller(0.041, follow=True, audio=lambda _start, count: tone(count))
+    caller.run(10 * WINDOW_TICKS)
+    assert caller.moves and caller.framer.dropped == 0  # it moved; the audio that freed stands until a pause
