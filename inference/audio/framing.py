@@ -70,6 +70,10 @@ ADVICE_MIN_MS = 3.0
 # its current value: the margin gives back its excess within seconds of calm, and a client moved that close to the
 # tick again meets the next late piece.
 ADVICE_MEMORY_WINDOWS = 20
+# A move that lands pieces closer to their tick only after this many windows (~1 min) with no late piece: where late
+# pieces recur, each such move met the next one (a tick without the caller's audio). At 120 callers on the 2-core dev
+# box, with the loop 20-35 ms late, callers advised either way had 75 % more of those than callers not advised.
+ADVICE_CALM_WINDOWS = 60
 
 
 def quiet_blocks(samples: np.ndarray, block: int, quiet_rms: float) -> np.ndarray:
@@ -163,6 +167,7 @@ class TickAlignedFramer:
         self._window_from: int | None = None  # stream position of the window's first frame end
         self._windows = 0  # windows ended
         self._margin_peaks: deque[tuple[int, int]] = deque()  # (window, margin) just after each growth for late audio
+        self._late_window = -ADVICE_CALM_WINDOWS  # the window of the latest growth for late audio
         self._empty_take_at: float | None = None  # a take found nothing (an underrun): when, until the next push
         self.advice: PhaseAdvice | None = None  # from the latest window with a whole frame (see PhaseAdvice)
         self.dropped = 0  # samples lost: overflow, alignment and standing-depth trims
@@ -231,7 +236,8 @@ class TickAlignedFramer:
                 short = False
             elif self._size == 0:
                 self._window_short = True
-                self._empty_take_at = self._clock()
+                if self._empty_take_at is None:  # the first tick the newest piece missed
+                    self._empty_take_at = self._clock()
                 return None
             else:
                 got = min(self._size, n)
@@ -275,6 +281,7 @@ class TickAlignedFramer:
             self._new_window()
             self.advice, self._empty_take_at = None, None
             self._margin_peaks.clear()
+            self._late_window = -ADVICE_CALM_WINDOWS
             self.dropped = self.stale_dropped = self.short_frames = 0
 
     def keep_newest(self, samples: int) -> int:
@@ -392,12 +399,15 @@ class TickAlignedFramer:
         tick, and the window's trims then free the rest: the move is the lead beyond the goal, modulo the period,
         the nearer way round unless a shorter piece would leave less than a frame for its tick (a padded take).
         The goal's margin is the highest it grew to for late audio in the last ``ADVICE_MEMORY_WINDOWS``: a
-        piece that came late keeps the client that much further from the tick for a while. A wait already
+        piece that came late keeps the client that much further from the tick for a while, and no move closer
+        to the tick is asked for until ``ADVICE_CALM_WINDOWS`` have passed without one. A wait already
         within ``ADVICE_MIN_MS`` of the goal, or under it (a lead inside the margin with no late piece yet),
         asks for no move. The standing depth is counted without the trim this window's end decided, which
         goes anyway.
         """
         self._windows += 1
+        if self._margin_peaks:
+            self._late_window = self._margin_peaks[-1][0]
         while self._margin_peaks and self._margin_peaks[0][0] < self._windows - ADVICE_MEMORY_WINDOWS:
             self._margin_peaks.popleft()
         if self._window_lead == float("inf") or self._window_from is None:
@@ -411,6 +421,8 @@ class TickAlignedFramer:
             shift_ms = period_ms / 2 - (period_ms / 2 - (lead_ms - goal_ms)) % period_ms
             if shift_ms < -standing_ms:
                 shift_ms += period_ms
+            if lead_ms > goal_ms and self._windows - self._late_window < ADVICE_CALM_WINDOWS:
+                shift_ms = 0.0  # closer to the tick only where no piece came late for a while
             shift_ms = round(shift_ms, 1) if abs(shift_ms) >= ADVICE_MIN_MS else 0.0
         self.advice = PhaseAdvice(shift_ms, self._window_from)
 

@@ -1,10 +1,11 @@
 """The phase advice (``session.metrics``' ``input_shift_ms``, docs/protocol.md) as a real client gets it: a real
 daphne with the echo engine in its process, a real WebSocket client pacing 80 ms frames on its own clock.
 
-The client does not know the engine's tick, so its phase is whatever it is. It moves its cut once on purpose,
-half a period later than the first advice says, so that a frame comes after its tick; following the advice from
-there must bring it to no move at all within a few moves, with the frame ends' wait well down from where the late
-frame left it.
+The client does not know the engine's tick, so its phase is whatever it is. It moves its phase on purpose by a
+pause of two periods and a bit (a muted microphone: no frame is late, the server only finds the next ones at
+another phase), to half a period beyond where the first advice says to land; the next advice must ask for a move,
+and following the advice from there must bring it to no move at all within a few moves, with the frame ends'
+wait well down from where the pause left it.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ HALF_PERIOD_MS = 40.0
 
 class PacedClient:
     """Sends 80 ms frames of silence (quiet: the audio a move frees is trimmed at once) on an absolute schedule
-    from a thread; ``move(samples)`` makes the next frame that much longer (or shorter)."""
+    from a thread; ``move(samples)`` makes the next frame that much longer (or shorter), ``pause(s)`` sends
+    nothing for that long before it."""
 
     def __init__(self, ws) -> None:
         self.ws = ws
         self.sent_samples = 0
         self._extra = 0
+        self._pause_s = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.moved_to = 0  # input samples sent up to the end of the latest changed frame
@@ -45,17 +48,21 @@ class PacedClient:
         with self._lock:
             self._extra = samples
 
+    def pause(self, seconds: float) -> None:
+        with self._lock:
+            self._pause_s = seconds
+
     def _run(self) -> None:
         due = time.monotonic()
         while not self._stop.is_set():
             with self._lock:
-                extra, self._extra = self._extra, 0
+                (extra, self._extra), (pause_s, self._pause_s) = (self._extra, 0), (self._pause_s, 0.0)
             length = FRAME + extra
-            due += length / RATE
+            due += length / RATE + pause_s
             time.sleep(max(0.0, due - time.monotonic()))
             self.ws.send(audio_frame(bytes(2 * length)))
             self.sent_samples += length
-            if extra:
+            if extra or pause_s:
                 self.moved_to = self.sent_samples
 
     def stop(self) -> None:
@@ -94,15 +101,15 @@ def test_a_client_moved_half_a_period_off_is_told_so_and_following_the_advice_br
             deadline = time.monotonic() + 40
             try:
                 first = advice_after(ws, 0, deadline)
-                # Off on purpose: the next frame half a period later than the advice says, so it comes after its
-                # tick (that tick finds nothing, and the margin grows by how late it came, as for any late frame).
-                off_by_ms = first["input_shift_ms"] + HALF_PERIOD_MS
-                client.move(round((off_by_ms if off_by_ms > 0 else off_by_ms + 2 * HALF_PERIOD_MS) * RATE / 1000))
+                # The pieces land first["input_shift_ms"] beyond the goal: a pause that long less half a period
+                # (modulo the period), and two periods more, lands them half a period beyond it.
+                off_by_ms = (first["input_shift_ms"] - HALF_PERIOD_MS) % (2 * HALF_PERIOD_MS)
+                client.pause((4 * HALF_PERIOD_MS + off_by_ms) / 1000)
                 while not client.moved_to:
                     time.sleep(0.01)
                 off = advice_after(ws, client.moved_to, deadline)
                 off_wait_ms = off["in_wait_ms_max"]
-                assert off["input_shift_ms"] and off_wait_ms >= HALF_PERIOD_MS, (first, off)
+                assert off["input_shift_ms"] and off_wait_ms >= HALF_PERIOD_MS - 5, (first, off)
                 follower = PhaseFollower()
                 follower.moved_at = client.moved_to
                 advice, moves = off, 0
@@ -121,6 +128,6 @@ def test_a_client_moved_half_a_period_off_is_told_so_and_following_the_advice_br
                 client.stop()
             ws.send(json.dumps({"type": "session.close"}))
     assert advice["input_shift_ms"] == 0.0
-    # the frame ends' longest wait in a report: the grown margin and the safety plus this machine's jitter, down
-    # from the whole period the frames stood after the late one
+    # the frame ends' longest wait in a report: the margin and the safety plus this machine's jitter, down from
+    # half a period more
     assert float(np.median(settled)) <= off_wait_ms - 20, (off_wait_ms, settled)
