@@ -27,6 +27,9 @@ always ends with audio that arrived moments before the tick:
   frame's last sample was 10-16 ms in most 60 s echo calls, and 1-2 ms in those whose frames happened to end
   at a piece boundary, which were 20-30 ms faster end to end (bench/notes/latency.md, 96926a3).
 
+A client of whole frames (80 ms, say) fixes by where it cuts them how long their ends wait for the tick, and only
+it can move that: each window's ``PhaseAdvice`` says how (``session.metrics``' ``input_shift_ms``, docs/protocol.md).
+
 Trims never cut the caller's words: a standing backlog or a phase alignment is dropped only when the audio it
 would drop is quiet (RMS below ``QUIET_RMS``). While the caller speaks, the backlog goes through the gaps inside
 their speech: each take may consume up to the trim's remainder beyond its frame and cut that much out of its
@@ -63,7 +66,7 @@ QUIET_RMS = 0.01  # -40 dBFS: below speech, above a quiet room's noise; only aud
 GAP_BLOCK_MS = 5.0  # the quiet blocks a take may cut from speech to shrink a backlog: shorter than any phoneme
 # The phase advice (``PhaseAdvice``): a client is asked to land its pieces this much beyond the margin before the
 # tick, and only to move by 3 ms or more. 3 ms beyond it, callers of 80 ms frames at 20 lines on the 2-core dev box
-# had 2.3 % of their frames come after their tick and stand a period (server-added p99 87 ms); 10 ms, none (11 ms).
+# had 2.3 % of their frames come after their tick and stand a period (server-added p99 87 ms); 10 ms, 0-0.2 % (12-14).
 ADVICE_SAFETY_MS = 10.0
 ADVICE_MIN_MS = 3.0
 # The advice aims past the highest the margin grew to (for late audio) in the last this many windows (~20 s), not
@@ -91,14 +94,15 @@ class PhaseAdvice:
     end waits for its tick: 0 to a whole period, fixed for the call by its phase against the tick; and once a
     piece that lands just before its tick comes after it, the frames after it stand a whole period more. The
     framer can cut frames only at piece ends (a frame ending inside a piece holds that piece's start back), so
-    only the client can move that phase.
-    Cutting the next piece ``shift_ms`` longer (shorter when negative) lands the pieces after it just the margin
+    only the client can move that phase. Cutting the next piece ``shift_ms`` longer (shorter when negative) lands the pieces after it just the margin
     (plus ``ADVICE_SAFETY_MS``) before their tick; the framer then trims the standing audio that frees, as it
     trims any, when it is quiet. No sample is captured later for it: only the piece boundaries move.
 
     Attributes:
         shift_ms: the move, in (-period/2, period/2] the nearer way round, up to a period when a shorter piece
-            would leave a tick without a whole frame; 0 when the pieces already land within ``ADVICE_MIN_MS``.
+            would leave a tick without a whole frame; 0 when the pieces already land within ``ADVICE_MIN_MS`` of
+            the goal or closer to the tick, or when the move would land them closer within ``ADVICE_CALM_WINDOWS``
+            of a late piece.
         from_position: the stream position of the window's first frame end: advice measured on audio the client
             sent before its latest move is stale, and a client skips it.
     """
