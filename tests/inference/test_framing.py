@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from inference.audio.framing import (
+    ADVICE_CALM_WINDOWS,
     ADVICE_MIN_MS,
     ADVICE_SAFETY_MS,
     MIN_MARGIN_MS,
@@ -409,6 +410,7 @@ class AdvisedCaller:
         self.next_boundary = N
         self.moved_at = 0  # the end of the piece the latest move changed
         self.moves: list[float] = []
+        self.move_ticks: list[int] = []
 
     def run(self, ticks: int) -> list[float]:
         """Each tick's wait for its frame's end: tick time less when that sample was captured (ms)."""
@@ -428,6 +430,7 @@ class AdvisedCaller:
                 self.next_boundary += round(advice.shift_ms * RATE / 1000)
                 self.moved_at = self.next_boundary
                 self.moves.append(advice.shift_ms)
+                self.move_ticks.append(j)
         return waits
 
 
@@ -464,3 +467,17 @@ def test_a_loud_caller_following_the_advice_loses_no_speech_to_it():
     caller = AdvisedCaller(0.041, follow=True, audio=lambda _start, count: tone(count))
     caller.run(10 * WINDOW_TICKS)
     assert caller.moves and caller.framer.dropped == 0  # it moved; the audio that freed stands until a pause
+
+
+def test_after_a_late_piece_no_move_lands_the_pieces_closer_to_the_tick_for_a_while():
+    # 30 ms before the tick, then piece 50 comes 40 ms late: its tick finds nothing and the margin grows by how
+    # late it came; the move that keeps the pieces clear of that margin comes at once, the one back closer to the
+    # tick only once ADVICE_CALM_WINDOWS have passed without another late piece
+    caller = AdvisedCaller(0.030, follow=True, late={50: 0.040})
+    waits = caller.run(75 * WINDOW_TICKS)
+    late_tick = 51
+    after = [(j, m) for j, m in zip(caller.move_ticks, caller.moves, strict=True) if j > late_tick]
+    assert after[0][1] < 0 and after[0][0] <= late_tick + 2 * WINDOW_TICKS  # further from the tick, at once
+    closer = [j for j, m in after if m > 0]
+    assert closer and min(closer) >= late_tick + (ADVICE_CALM_WINDOWS - 1) * WINDOW_TICKS
+    assert GOAL_MS - 0.05 <= waits[-1] < GOAL_MS + ADVICE_MIN_MS
