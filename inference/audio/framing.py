@@ -28,7 +28,8 @@ always ends with audio that arrived moments before the tick:
   at a piece boundary, which were 20-30 ms faster end to end (bench/notes/latency.md, 96926a3).
 
 A client of whole frames (80 ms, say) fixes by where it cuts them how long their ends wait for the tick, and only
-it can move that: each window's ``PhaseAdvice`` says how (``session.metrics``' ``input_shift_ms``, docs/protocol.md).
+it can move that: each window's ``PhaseAdvice`` says how (``inference.audio.phase_advice``, sent as
+``session.metrics``' ``input_shift_ms``).
 
 Trims never cut the caller's words: a standing backlog or a phase alignment is dropped only when the audio it
 would drop is quiet (RMS below ``QUIET_RMS``). While the caller speaks, the backlog goes through the gaps inside
@@ -52,6 +53,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from inference.audio.phase_advice import PhaseAdvice, PhaseAdviser
+
 WINDOW_TICKS = 12  # about 1 s at 80 ms: long enough to see the jitter, short enough to cut a backlog quickly
 START_MARGIN_MS = 15.0
 MIN_MARGIN_MS = 5.0
@@ -64,19 +67,6 @@ DECAY_FRACTION = 0.25
 HYSTERESIS_MS = 10.0  # standing depth tolerated above the margin before it is dropped
 QUIET_RMS = 0.01  # -40 dBFS: below speech, above a quiet room's noise; only audio this quiet is ever trimmed
 GAP_BLOCK_MS = 5.0  # the quiet blocks a take may cut from speech to shrink a backlog: shorter than any phoneme
-# The phase advice (``PhaseAdvice``): a client is asked to land its pieces this much beyond the margin before the
-# tick, and only to move by 3 ms or more. 3 ms beyond it, callers of 80 ms frames at 20 lines on the 2-core dev box
-# had 2.3 % of their frames come after their tick and stand a period (server-added p99 87 ms); 10 ms, 0-0.2 % (12-14).
-ADVICE_SAFETY_MS = 10.0
-ADVICE_MIN_MS = 3.0
-# The advice aims past the highest the margin grew to (for late audio) in the last this many windows (~20 s), not
-# its current value: the margin gives back its excess within seconds of calm, and a client moved that close to the
-# tick again meets the next late piece.
-ADVICE_MEMORY_WINDOWS = 20
-# A move that lands pieces closer to their tick only after this many windows (~1 min) with no late piece: where late
-# pieces recur, each such move met the next one (a tick without the caller's audio). At 120 callers on the 2-core dev
-# box, with the loop 20-35 ms late, callers advised either way had 75 % more of those than callers not advised.
-ADVICE_CALM_WINDOWS = 60
 
 
 def quiet_blocks(samples: np.ndarray, block: int, quiet_rms: float) -> np.ndarray:
@@ -84,31 +74,6 @@ def quiet_blocks(samples: np.ndarray, block: int, quiet_rms: float) -> np.ndarra
     count = len(samples) // block
     rows = samples[: count * block].reshape(count, block)
     return np.flatnonzero(np.einsum("ij,ij->i", rows, rows) < block * quiet_rms**2)
-
-
-@dataclass(frozen=True)
-class PhaseAdvice:
-    """How the client should move where it cuts its audio pieces, measured over one window of takes.
-
-    A client that sends whole pieces (80 ms frames, say) decides by where it cuts them how long the frame's
-    end waits for its tick: 0 to a whole period, fixed for the call by its phase against the tick; and once a
-    piece that lands just before its tick comes after it, the frames after it stand a whole period more. The
-    framer can cut frames only at piece ends (a frame ending inside a piece holds that piece's start back), so
-    only the client can move that phase. Cutting the next piece ``shift_ms`` longer (shorter when negative) lands the pieces after it just the margin
-    (plus ``ADVICE_SAFETY_MS``) before their tick; the framer then trims the standing audio that frees, as it
-    trims any, when it is quiet. No sample is captured later for it: only the piece boundaries move.
-
-    Attributes:
-        shift_ms: the move, in (-period/2, period/2] the nearer way round, up to a period when a shorter piece
-            would leave a tick without a whole frame; 0 when the pieces already land within ``ADVICE_MIN_MS`` of
-            the goal or closer to the tick, or when the move would land them closer within ``ADVICE_CALM_WINDOWS``
-            of a late piece.
-        from_position: the stream position of the window's first frame end: advice measured on audio the client
-            sent before its latest move is stale, and a client skips it.
-    """
-
-    shift_ms: float
-    from_position: int
 
 
 @dataclass(frozen=True)
@@ -169,9 +134,7 @@ class TickAlignedFramer:
         self._window_short = False
         self._window_lead = float("inf")  # smallest lead of the newest piece over the window's takes (s)
         self._window_from: int | None = None  # stream position of the window's first frame end
-        self._windows = 0  # windows ended
-        self._margin_peaks: deque[tuple[int, int]] = deque()  # (window, margin) just after each growth for late audio
-        self._late_window = -ADVICE_CALM_WINDOWS  # the window of the latest growth for late audio
+        self._adviser = PhaseAdviser(frame_samples / self._per_ms)
         self._empty_take_at: float | None = None  # a take found nothing (an underrun): when, until the next push
         self.advice: PhaseAdvice | None = None  # from the latest window with a whole frame (see PhaseAdvice)
         self.dropped = 0  # samples lost: overflow, alignment and standing-depth trims
@@ -215,7 +178,7 @@ class TickAlignedFramer:
                 late_ms = (now - self._empty_take_at) * 1000.0
                 if late_ms < self.frame_samples / self._per_ms:
                     self.margin = min(self._samples(MAX_MARGIN_MS), self.margin + self._samples(late_ms))
-                    self._margin_peaks.append((self._windows, self.margin))
+                    self._adviser.margin_grew(self.margin / self._per_ms)
                 self._empty_take_at = None
             return overflow
 
@@ -250,7 +213,7 @@ class TickAlignedFramer:
                     self.short_frames += 1
                     self._window_short = True
                     self.margin = min(self._samples(MAX_MARGIN_MS), self.margin + (n - got))
-                    self._margin_peaks.append((self._windows, self.margin))
+                    self._adviser.margin_grew(self.margin / self._per_ms)
                 frame = self._pop_through_gaps() if self._waiting_trim and not short else None
                 if frame is None:
                     frame = self._pop_padded(got)
@@ -284,8 +247,7 @@ class TickAlignedFramer:
             self.margin = self._samples(START_MARGIN_MS)
             self._new_window()
             self.advice, self._empty_take_at = None, None
-            self._margin_peaks.clear()
-            self._late_window = -ADVICE_CALM_WINDOWS
+            self._adviser.reset()
             self.dropped = self.stale_dropped = self.short_frames = 0
 
     def keep_newest(self, samples: int) -> int:
@@ -394,42 +356,6 @@ class TickAlignedFramer:
         self._window_lead = float("inf")
         self._window_from = None
 
-    def _advise(self, trim: int) -> None:
-        """The window's ``PhaseAdvice``.
-
-        A frame's end waited the newest piece's lead plus the depth left standing behind the frame; the goal is
-        the margin plus ``ADVICE_SAFETY_MS``. Only a trim of standing audio brings the wait down (the engine
-        hears real time at real time), so the move only lands the newest piece's end that long before its
-        tick, and the window's trims then free the rest: the move is the lead beyond the goal, modulo the period,
-        the nearer way round unless a shorter piece would leave less than a frame for its tick (a padded take).
-        The goal's margin is the highest it grew to for late audio in the last ``ADVICE_MEMORY_WINDOWS``: a
-        piece that came late keeps the client that much further from the tick for a while, and no move closer
-        to the tick is asked for until ``ADVICE_CALM_WINDOWS`` have passed without one. A wait already
-        within ``ADVICE_MIN_MS`` of the goal, or under it (a lead inside the margin with no late piece yet),
-        asks for no move. The standing depth is counted without the trim this window's end decided, which
-        goes anyway.
-        """
-        self._windows += 1
-        if self._margin_peaks:
-            self._late_window = self._margin_peaks[-1][0]
-        while self._margin_peaks and self._margin_peaks[0][0] < self._windows - ADVICE_MEMORY_WINDOWS:
-            self._margin_peaks.popleft()
-        if self._window_lead == float("inf") or self._window_from is None:
-            return
-        period_ms = self.frame_samples / self._per_ms
-        lead_ms, standing_ms = self._window_lead * 1000.0, (self._window_min - trim) / self._per_ms
-        margin = max([self.margin, *(peak for _, peak in self._margin_peaks)])
-        goal_ms = margin / self._per_ms + ADVICE_SAFETY_MS
-        shift_ms = 0.0
-        if lead_ms + standing_ms - goal_ms >= ADVICE_MIN_MS:
-            shift_ms = period_ms / 2 - (period_ms / 2 - (lead_ms - goal_ms)) % period_ms
-            if shift_ms < -standing_ms:
-                shift_ms += period_ms
-            if lead_ms > goal_ms and self._windows - self._late_window < ADVICE_CALM_WINDOWS:
-                shift_ms = 0.0  # closer to the tick only where no piece came late for a while
-            shift_ms = round(shift_ms, 1) if abs(shift_ms) >= ADVICE_MIN_MS else 0.0
-        self.advice = PhaseAdvice(shift_ms, self._window_from)
-
     def _trim_when_quiet(self) -> None:
         """Drop the trim the last window found as soon as the oldest audio it covers is quiet.
 
@@ -461,7 +387,13 @@ class TickAlignedFramer:
             floor = self._samples(MIN_MARGIN_MS)
             give_back = max(self._samples(DECAY_MS), int((self.margin - floor) * DECAY_FRACTION))
             self.margin = max(floor, self.margin - give_back)
-        self._advise(max(0, trim))  # against the margin the next takes keep
+        advice = self._adviser.window_ended(  # against the margin the next takes keep
+            lead_ms=self._window_lead * 1000.0,
+            standing_ms=(self._window_min - max(0, trim)) / self._per_ms,
+            margin_ms=self.margin / self._per_ms,
+            from_position=self._window_from,
+        )
+        self.advice = advice or self.advice
         self._new_window()
         self._waiting_trim, self._trim_keeps = max(0, trim), self._size - max(0, trim)
         self._trim_when_quiet()

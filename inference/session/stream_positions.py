@@ -7,7 +7,7 @@ connection had been sent by then, the page measures mouth-to-ear from it.
 
 from __future__ import annotations
 
-from inference.audio.framing import PhaseAdvice
+from inference.audio.phase_advice import PhaseAdvice
 
 
 class StreamPositions:

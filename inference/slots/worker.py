@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inference.audio.framing import PhaseAdvice, TickAlignedFramer
+from inference.audio.framing import TickAlignedFramer
+from inference.audio.phase_advice import PhaseAdvice
 from inference.engines.base import ChatRequest, Engine, SlotConfig, SlotInput, SlotOutput, SlotTurn
 from inference.slots.chats import ChatJobs, ChatListener
 from inference.slots.delivery import SlotListener, hand_off, post_to

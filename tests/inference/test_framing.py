@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from inference.audio.framing import (
-    ADVICE_CALM_WINDOWS,
-    ADVICE_MIN_MS,
-    ADVICE_SAFETY_MS,
-    MIN_MARGIN_MS,
-    START_MARGIN_MS,
-    WINDOW_TICKS,
-    TickAlignedFramer,
-)
+from inference.audio.framing import MIN_MARGIN_MS, START_MARGIN_MS, WINDOW_TICKS, TickAlignedFramer
+from inference.audio.phase_advice import ADVICE_CALM_WINDOWS, ADVICE_MIN_MS, ADVICE_SAFETY_MS
 
 RATE = 24_000
 N = 1920  # 80 ms
