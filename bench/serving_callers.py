@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 FRAME_S = 0.080
+RATE = 24000  # the callers' pcm16, as the call page sends it
 FRAME_SAMPLES = 1920  # 80 ms at 24 kHz
 MARK_SAMPLES = 16
 MARK_STEP = 8  # the mark is 8 * (index mod MARK_MOD + 1): survives the echo's float round trip
@@ -206,7 +207,7 @@ async def one_call(
                 if event["type"] == "error":  # refused: the code, and the message that says by what
                     call.failed = f"{event['error']['code']}: {event['error'].get('message', '')}"[:200]
                     return
-            fmt = {"type": "audio/pcm", "rate": 24000}
+            fmt = {"type": "audio/pcm", "rate": RATE}
             update = {"audio": {"input": {"format": fmt}}, "duplex": {"binary_audio": True}}
             await ws.send(json.dumps({"type": "session.update", "session": update}))
 
@@ -251,10 +252,10 @@ async def one_call(
             sent_samples = 0
             for k in range(frames):
                 payload = payloads[k]
-                extra = follower.take(sent_samples, FRAME_SAMPLES, 24000) if follower and not preparing else 0
+                extra = follower.take(sent_samples, FRAME_SAMPLES, RATE) if follower and not preparing else 0
                 if extra:  # this frame is cut that much later (or earlier): it and every later one move
-                    start += extra / 24000
-                    call.moves.append((k, extra / 24000))
+                    start += extra / RATE
+                    call.moves.append((k, extra / RATE))
                     payload = marked_frame(speech, offset, k, extra)
                 due = start + k * FRAME_S
                 delay = due - loop.time()
