@@ -11,6 +11,7 @@ from inference.contracts import ParleyError
 Encoding = Literal["pcm16", "f32"]
 MIN_RATE = 8_000
 MAX_RATE = 192_000
+PCM16_STEP = np.float32(1 / 32768)  # a power of two: k * PCM16_STEP is exactly k / 32768
 
 
 def check_format(encoding: str, rate: int) -> None:
@@ -38,7 +39,9 @@ def decode(data: bytes, encoding: str) -> np.ndarray:
     if encoding == "pcm16":
         if len(data) % 2:
             raise ParleyError(f"pcm16 audio needs an even byte count, got {len(data)}", code="invalid_audio")
-        return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+        samples = np.frombuffer(data, dtype="<i2").astype(np.float32)
+        samples *= PCM16_STEP  # in place: one pass less than dividing into a new array (every caller frame)
+        return samples
     if encoding == "f32":
         if len(data) % 4:
             raise ParleyError(f"f32 audio needs a byte count divisible by 4, got {len(data)}", code="invalid_audio")

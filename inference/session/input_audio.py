@@ -34,7 +34,8 @@ class InputAudio:
             return samples
         if self._resampler is None or self._resampler.src_rate != rate:
             self._resampler = StreamingResampler(rate, self._engine_rate)
-        return self._resampler.process(samples)
+        # a resampling filter overshoots near full scale: clipped, so every stage after this sees [-1, 1]
+        return np.clip(self._resampler.process(samples), -1.0, 1.0)
 
     def overflowed(self) -> None:
         """The slot's inbox took this append by dropping older audio: counted, and raised as
