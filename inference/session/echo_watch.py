@@ -37,9 +37,9 @@ PERIOD_S = 5.0  # one window a call every 5 s: the warning comes within about 5-
 MAX_PERIOD_S = 30.0
 STEADY_AFTER_S = 60.0  # the first minute of a connection is watched every 5 s whatever the windows say
 # The agent's audio is heard up to the jitter buffer's depth (plus the network) after it was sent, and a window
-# is measured up to about 1.5 s after its last instant: 4 s of slack. Both rings hold int16 (the caller's scaled by
-# 32767: to_analysis_rate reads int16 as k / 32768, 0.0003 dB off, nothing a window can tell): 8 s at 24 kHz is 768 KB a session, both rings. (Half precision took as much memory, and its
-# conversion cost 4.5 us a caller frame against 1.8 on the 2-core dev box, on the event loop, interpreter held.)
+# is measured up to about 1.5 s after its last instant: 4 s of slack. Both rings hold int16, 8 s at 24 kHz: 768 KB
+# a session. The caller's is scaled by 32767 (to_analysis_rate reads int16 as k / 32768: 0.0003 dB off); float16
+# took as much memory, and its conversion cost 4.5 us a frame on the event loop against 1.8 (2-core dev box).
 KEEP_S = WINDOW_S + 4.0
 QUIET = AGENT_SILENT | {"window_s": WINDOW_S}
 MAX_ACKS = 256  # at least a window and a half of instants, two a chunk where playback stopped between chunks

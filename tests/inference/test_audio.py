@@ -9,6 +9,7 @@ from scipy.signal import resample_poly
 from inference.audio.pcm import check_format, decode, encode_pcm16
 from inference.audio.resample import StreamingResampler
 from inference.contracts import ParleyError
+from inference.session.input_audio import InputAudio
 
 
 @pytest.mark.parametrize("src,dst", [(48_000, 24_000), (16_000, 24_000), (44_100, 24_000), (24_000, 16_000)])
@@ -83,8 +84,6 @@ def test_unsupported_formats(encoding, rate):
 def test_resampled_input_stays_in_full_scale():
     """A resampling filter rings past full scale at a square wave's edges; the session's input is clipped to
     [-1, 1] after it, since the stages behind it (the echo watch's int16 ring) rely on that range."""
-    from inference.session.input_audio import InputAudio
-
     square = np.where(np.arange(48_000) % 96 < 48, 32767, -32768).astype("<i2")
     assert np.abs(StreamingResampler(48_000, 24_000).process(decode(square.tobytes(), "pcm16"))).max() > 1.0
     samples = InputAudio(24_000).samples(square.tobytes(), "pcm16", 48_000)
