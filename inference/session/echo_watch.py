@@ -1,12 +1,12 @@
 """Live echo watch: every few seconds, whether the caller's microphone picks up what their speakers play.
 
-The session hands over the caller's audio as it is pushed to the engine and the agent's audio as it is sent
-to the connection (a copy into a ring buffer each: no work per frame beyond that). The page's playback acks
-name one instant twice: where the agent's audio it had just finished playing ends among the connection's
-output samples, and where its microphone stream stood at that instant (``playback.ack``'s ``output_samples``
-and ``input_samples``, docs/protocol.md). Between acks the two positions are interpolated, which lines up
-what the caller heard with what their microphone took in, at the sample, whatever the network and the
-jitter buffer added. Each ``WINDOW_S`` window is measured with the recordings' maths
+The session hands over the caller's audio as it is pushed to the engine and the agent's audio as it is sent to
+the connection (a copy into an int16 ring buffer each, the caller's scaled on the way: no other work per frame).
+The page's playback acks name one instant twice: where the agent's audio it had just finished playing ends among
+the connection's output samples, and where its microphone stream stood at that instant (``playback.ack``'s
+``output_samples`` and ``input_samples``, docs/protocol.md). Between acks the two positions are interpolated,
+which lines up what the caller heard with what their microphone took in, at the sample, whatever the network and
+the jitter buffer added. Each ``WINDOW_S`` window is measured with the recordings' maths
 (``inference.audio.echo_leak.find_echo``) once every ``PERIOD_S``: the session's once-a-second housekeeping
 copies the window out, one thread of the process measures it, and the next housekeeping reports it; nothing of
 it is on the per-frame path (bench/echo_watch_cost.py measures both).
