@@ -168,8 +168,12 @@ class Deployment:
         return await router.admission_open() if router is not None else self._admission_open
 
     async def stop(self) -> None:
-        """Stop routing and forget the flags and history (the next call re-reads the env); counts stay."""
+        """Stop routing, close this process's links and forget the flags and history (the next call re-reads the
+        env); counts stay."""
+        from inference.transport.link import close_links
+
         router = self._routing
         self._reset()
         if router is not None:
             await router.stop()
+        await close_links()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from inference.contracts import AudioOut, SessionEvent, TextOut
 
@@ -25,6 +25,9 @@ class Outbox:
         self.finished = False
         self.dropped_audio = 0
         self._max_wait_s = 0.0
+        # Told when an event (or the end) is ready: a service link drains its sessions' outboxes together, once a
+        # loop iteration, rather than one waiting task per session (inference/transport/service_link.py).
+        self.on_ready: Callable[[], None] | None = None
 
     def put(self, event: SessionEvent) -> None:
         if self.finished:
@@ -35,6 +38,8 @@ class Outbox:
             self._audio += 1
         self._items.append((event, time.monotonic()))
         self._ready.set()
+        if self.on_ready is not None:
+            self.on_ready()
 
     def drop_epoch_before(self, epoch: int) -> None:
         """Barge-in: forget audio and text of older epochs that were not sent yet."""
@@ -45,6 +50,8 @@ class Outbox:
     def finish(self) -> None:
         self.finished = True
         self._ready.set()
+        if self.on_ready is not None:
+            self.on_ready()
 
     def take_max_wait_ms(self) -> float:
         """The longest wait of an audio event since the last call (ms)."""
@@ -68,6 +75,13 @@ class Outbox:
                 raise StopAsyncIteration
             self._ready.clear()
             await self._ready.wait()
+        return self._pop()
+
+    def take(self) -> SessionEvent | None:
+        """The next event without waiting; None when there is none (``finished`` says whether more can come)."""
+        return self._pop() if self._items else None
+
+    def _pop(self) -> SessionEvent:
         event, put_at = self._items.popleft()
         if isinstance(event, AudioOut):
             self._audio -= 1

@@ -1,11 +1,12 @@
 """The web tier's client of ``python -m inference serve``, used when ``PARLEY_INFERENCE_URL`` is set.
 
-- ``RemoteSessionHandle``: the ``SessionHandle`` over one connection (unix socket or TCP). Calls wait
-  for the service's reply, so bad input raises ``ParleyError`` here exactly as in-process
-  (``inference.session.local_handle.LocalHandle``). A connection lost before the session ended (the service
-  died) ends the session with ``engine_failed`` and the reason, as does ``fail`` (the registry watch
-  saw the service go silent).
-- ``remote_occupancy``, ``remote_end_session``, ``remote_status``, ``remote_capabilities``: one-shot calls.
+- ``RemoteSessionHandle``: the ``SessionHandle`` over a channel of this process's link to the service
+  (``inference.transport.link``). Calls wait for the service's reply, so bad input raises ``ParleyError`` here
+  exactly as in-process (``inference.session.local_handle.LocalHandle``). A link lost before the session ended
+  (the service died) ends the session with ``engine_failed`` and the reason, as does ``fail`` (the registry
+  watch saw the service go silent).
+- ``remote_occupancy``, ``remote_end_session``, ``remote_status``, ``remote_capabilities``: one-shot calls, each
+  on a connection of its own.
 
 An address is ``unix:///path``, a bare socket path, or ``tcp://host:port``.
 """
@@ -17,13 +18,11 @@ import contextlib
 import dataclasses
 import itertools
 import json
-import logging
 import socket
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from inference.audio import pcm
-from inference.config import InferenceConfig
 from inference.contracts import (
     ChatMessage,
     Closed,
@@ -41,19 +40,19 @@ from inference.errors import WireError
 from inference.session.handle_calls import NoArgumentCalls
 from inference.status import ServiceStatus, status_from_dict
 from inference.transport import auth, wire
-
-logger = logging.getLogger(__name__)
+from inference.transport.dial import connect, not_running, read_reply, service_closed, tcp_endpoint, token
+from inference.transport.link import Link
 
 GONE = "the inference service connection is closed"
 CLOSE_DRAIN_S = 2.0
-CONNECT_TIMEOUT_S = 5.0  # connect + handshake: a hung host must not hold a caller forever
 
 
 class RemoteSessionHandle(NoArgumentCalls):
-    """``SessionHandle`` backed by a connection to the inference service."""
+    """``SessionHandle`` backed by a channel of this process's link to the inference service."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, service_id: str | None = None):
-        self._reader, self._writer = reader, writer
+    def __init__(self, link: Link, service_id: str | None = None):
+        self._link = link
+        self.channel = link.attach(self)
         self.service_id = service_id  # the registry's name for the service, for failure messages
         self._ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future[Any]] = {}
@@ -61,20 +60,24 @@ class RemoteSessionHandle(NoArgumentCalls):
         self._session_id: str | None = None
         self._closed = False
         self._events_done = False
-        self._stream_ended = asyncio.Event()  # the service sent "end" (after Closed / Replaced)
-        self._reader_task = asyncio.create_task(self._read_loop())
+        self._stream_ended = (
+            asyncio.Event()
+        )  # the channel is finished: "end" came (after Closed / Replaced) or it was let go
 
     @classmethod
     async def open(cls, address: str, request: SessionRequest, *, service_id: str | None = None) -> RemoteSessionHandle:
-        reader, writer = await _connect(address)
+        handle = cls(await Link.to(address), service_id)
         try:
-            writer.write(wire.json_frame({"op": "open", "request": wire.request_to_dict(request)}))
-            await writer.drain()
-            await _read_reply(reader)
-        except BaseException:
-            writer.close()
+            await handle._call_raw("open", request=wire.request_to_dict(request))
+        except ParleyError as exc:
+            handle._let_go()
+            if exc.message == GONE:  # the link was lost under the open: as a service that does not answer
+                raise service_closed() from exc
             raise
-        return cls(reader, writer, service_id)
+        except BaseException:
+            handle._let_go()
+            raise
+        return handle
 
     @property
     def session_id(self) -> str | None:
@@ -125,9 +128,9 @@ class RemoteSessionHandle(NoArgumentCalls):
             raise ParleyError(GONE, code="session_not_ready")
         if encoding != "pcm16" or len(data) % 2:
             pcm.decode(data, encoding)  # raises the in-process session's invalid_audio / unsupported_audio_format
+        self._link.send(self.channel, wire.audio_in_frame(wire.UNANSWERED, encoding, rate, data))
         try:
-            self._writer.write(wire.audio_in_frame(wire.UNANSWERED, encoding, rate, data))
-            await self._writer.drain()
+            await self._link.drain()
         except ConnectionError as exc:
             raise ParleyError(GONE, code="session_not_ready") from exc
 
@@ -151,14 +154,14 @@ class RemoteSessionHandle(NoArgumentCalls):
         if not self._closed:
             with contextlib.suppress(ParleyError):  # already gone (replaced, closed): nothing to end
                 await self._call("close", reason=reason)
-            # Stay connected until the Closed event has arrived, as the in-process handle delivers it too.
+            # Keep the channel until the Closed event has arrived, as the in-process handle delivers it too.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stream_ended.wait(), CLOSE_DRAIN_S)
-        await self._disconnect()
+        self._detach_channel()
 
     async def detach(self) -> None:
-        """Drop the connection; the service keeps the session for the grace period."""
-        await self._disconnect()
+        """Let go of the channel; the service keeps the session for the grace period."""
+        self._detach_channel()
 
     async def fail(self, reason: str) -> None:
         """The service is gone (missed heartbeats): end this session with ``engine_failed`` and ``reason``."""
@@ -166,20 +169,53 @@ class RemoteSessionHandle(NoArgumentCalls):
             return
         self._closed = True
         self._end_failed(reason)
-        await self._disconnect()
+        self._detach_channel()
 
     def _end_failed(self, reason: str) -> None:
         self._events.put_nowait(ErrorEvent("engine_failed", reason, error_type="server_error"))
         self._events.put_nowait(Closed("engine_failed"))
 
-    # ---- internals ----------------------------------------------------------------------------
+    # ---- the link's side ------------------------------------------------------------------------
+
+    def on_frame(self, kind: int, payload: bytes) -> None:
+        try:
+            if kind == wire.JSON:
+                obj = wire.parse_json(payload)
+                if "reply" in obj:
+                    self._resolve(obj)
+                elif obj.get("event") == "end":  # Closed or Replaced came: this handle is finished
+                    self._let_go()
+                else:
+                    self._events.put_nowait(wire.event_from_dict(obj))
+            else:
+                self._events.put_nowait(wire.decode_event(kind, payload))
+        except WireError:
+            self._end_failed(f"the inference service{self._name()} sent a frame this process cannot read")
+            self._closed = True
+            self._detach_channel()
+
+    def on_link_lost(self) -> None:
+        """The connection to the service is gone: the service process died, unless this handle already let go."""
+        if not self._closed:
+            self._end_failed(f"lost the connection to the inference service{self._name()}")
+        self._let_go()
+
+    # ---- internals ------------------------------------------------------------------------------
+
+    def _name(self) -> str:
+        return f" {self.service_id}" if self.service_id else ""
 
     async def _forward(self, name: str) -> None:
         await self._call(name)
 
     async def _call(self, op: str, **args: Any) -> None:
+        await self._call_raw(op, **args)
+
+    async def _call_raw(self, op: str, **fields: Any) -> None:
+        """``open`` carries its request beside the id; every other call its arguments in ``args``."""
         call_id = next(self._ids)
-        await self._send_and_wait(call_id, wire.json_frame({"id": call_id, "op": op, "args": args}))
+        body = {"id": call_id, "op": op, **fields} if op == "open" else {"id": call_id, "op": op, "args": fields}
+        await self._send_and_wait(call_id, wire.json_frame(body))
 
     async def _send_and_wait(self, call_id: int, data: bytes) -> None:
         if self._closed:
@@ -187,43 +223,13 @@ class RemoteSessionHandle(NoArgumentCalls):
         future = asyncio.get_running_loop().create_future()
         self._replies[call_id] = future
         try:
-            self._writer.write(data)
-            await self._writer.drain()
+            self._link.send(self.channel, data)
+            await self._link.drain()
             await future
         except ConnectionError as exc:
             raise ParleyError(GONE, code="session_not_ready") from exc
         finally:
             self._replies.pop(call_id, None)
-
-    async def _read_loop(self) -> None:
-        ended = False  # the service said "end": the session finished normally (Closed / Replaced came)
-        try:
-            while (item := await wire.read_frame(self._reader)) is not None:
-                kind, payload = item
-                if kind == wire.JSON:
-                    obj = wire.parse_json(payload)
-                    if "reply" in obj:
-                        self._resolve(obj)
-                        continue
-                    if obj.get("event") == "end":
-                        ended = True
-                        break  # Closed or Replaced came: this handle is finished, free the socket
-                    self._events.put_nowait(wire.event_from_dict(obj))
-                else:
-                    self._events.put_nowait(wire.decode_event(kind, payload))
-        except (WireError, ConnectionError):
-            pass
-        finally:
-            if not ended and not self._closed:  # lost, not left: the service process died
-                name = f" {self.service_id}" if self.service_id else ""
-                self._end_failed(f"lost the connection to the inference service{name}")
-            self._closed = True
-            self._stream_ended.set()
-            self._events.put_nowait(None)
-            self._writer.close()
-            for future in self._replies.values():
-                if not future.done():
-                    future.set_exception(ParleyError(GONE, code="session_not_ready"))
 
     def _resolve(self, obj: dict[str, Any]) -> None:
         future = self._replies.get(obj["reply"])
@@ -234,79 +240,32 @@ class RemoteSessionHandle(NoArgumentCalls):
         else:
             future.set_result(obj.get("ok"))
 
-    async def _disconnect(self) -> None:
+    def _detach_channel(self) -> None:
+        """Tell the service this channel is let go of (it keeps the session for its grace), unless it has ended."""
+        if not self._stream_ended.is_set() and not self._link.lost:
+            self._link.send(self.channel, wire.json_frame({"id": 0, "op": "detach"}))
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """The channel is finished: no more events, calls fail, the link forgets it."""
+        if self._stream_ended.is_set():
+            return
         self._closed = True
-        self._writer.close()
-        with contextlib.suppress(ConnectionError):
-            await self._writer.wait_closed()
-        self._reader_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._reader_task
-
-
-def _not_running(address: str) -> ParleyError:
-    # The address is for the operator's log; callers (and the pages that show this) get no server paths.
-    logger.warning("inference.unreachable: nothing answers at %s", address)
-    return ParleyError("the inference service is not running", code="internal_error", error_type="server_error")
-
-
-def _token() -> str | None:
-    """This process's PARLEY_INFERENCE_TOKEN: every connection proves it holds it (and the service that it does)."""
-    return InferenceConfig.from_env().inference_token
-
-
-def _service_closed() -> ParleyError:
-    return ParleyError("the inference service closed the connection", code="internal_error", error_type="server_error")
-
-
-def _tcp_endpoint(address: str) -> tuple[str, int] | None:
-    """(host, port) of a ``tcp://host:port`` address; None for a unix socket."""
-    if not address.startswith("tcp://"):
-        return None
-    host, _, port = address.removeprefix("tcp://").rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-async def _connect(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection that has passed the service's handshake (inference/transport/auth.py)."""
-    endpoint = _tcp_endpoint(address)
-    try:
-        if endpoint is None:
-            opening = asyncio.open_unix_connection(address.removeprefix("unix://"), limit=wire.MAX_FRAME_BYTES)
-        else:
-            opening = asyncio.open_connection(*endpoint, limit=wire.MAX_FRAME_BYTES)
-        reader, writer = await asyncio.wait_for(opening, CONNECT_TIMEOUT_S)
-    except (OSError, TimeoutError) as exc:
-        raise _not_running(address) from exc
-    try:
-        await asyncio.wait_for(auth.client_handshake(reader, writer, _token(), peer=address), CONNECT_TIMEOUT_S)
-    except TimeoutError as exc:
-        writer.close()
-        raise _not_running(address) from exc
-    except BaseException:
-        writer.close()
-        raise
-    return reader, writer
-
-
-async def _read_reply(reader: asyncio.StreamReader) -> dict[str, Any]:
-    """The JSON body of the service's reply to a call; an error reply raises its ``ParleyError``."""
-    reply = await wire.read_frame(reader)
-    if reply is None:
-        raise _service_closed()
-    body = wire.parse_json(reply[1])
-    if "error" in body:
-        raise wire.error_from_dict(body["error"])
-    return body
+        self._stream_ended.set()
+        self._link.forget(self.channel)
+        self._events.put_nowait(None)
+        for future in self._replies.values():
+            if not future.done():
+                future.set_exception(ParleyError(GONE, code="session_not_ready"))
 
 
 async def one_shot(address: str, call: dict[str, Any]) -> Any:
     """Send one call on a fresh connection and return its ``ok`` value."""
-    reader, writer = await _connect(address)
+    reader, writer = await connect(address)
     try:
         writer.write(wire.json_frame(call))
         await writer.drain()
-        body = await _read_reply(reader)
+        body = await read_reply(reader)
     finally:
         writer.close()
     return body.get("ok")
@@ -327,15 +286,15 @@ async def remote_status(address: str) -> ServiceStatus:
 
 def remote_capabilities(address: str, timeout_s: float = 5.0) -> EngineCapabilities:
     """Blocking: the service's capabilities (for pages rendered outside an event loop)."""
-    endpoint = _tcp_endpoint(address)
+    endpoint = tcp_endpoint(address)
     family = socket.AF_UNIX if endpoint is None else socket.AF_INET6 if ":" in endpoint[0] else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout_s)
         try:
             sock.connect(address.removeprefix("unix://") if endpoint is None else endpoint)
         except OSError as exc:
-            raise _not_running(address) from exc
-        auth.client_handshake_sync(sock, _token(), peer=address)
+            raise not_running(address) from exc
+        auth.client_handshake_sync(sock, token(), peer=address)
         sock.sendall(wire.json_frame({"op": "capabilities"}))
         header = _recv_exactly(sock, 5)
         length = int.from_bytes(header[:4], "big")
@@ -348,6 +307,6 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     while len(chunks) < n:
         chunk = sock.recv(n - len(chunks))
         if not chunk:
-            raise _service_closed()
+            raise service_closed()
         chunks += chunk
     return bytes(chunks)

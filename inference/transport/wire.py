@@ -7,9 +7,11 @@ A frame is a 4-byte big-endian length of what follows, one kind byte, and a payl
   (``UNANSWERED``) asks for no reply: a refusal comes back as an ``ErrorEvent`` among the events.
 - ``AUDIO_OUT``: epoch (u32), pcm16 samples; the event ``AudioOut`` without a JSON round trip.
 - ``IMAGE_IN``: call id (u32), JPEG/PNG bytes.
+- ``CHANNEL``: channel (u32) and one whole frame of the kinds above: a session's frame on a link.
 
-One connection carries one session handle: the first frame is an ``open`` call; one-shot
-connections carry a single ``occupancy`` / ``end_session`` / ``capabilities`` call.
+A one-shot connection carries a single ``occupancy`` / ``end_session`` / ``capabilities`` / ``status``
+call. A link (first call ``link``) carries a web process's sessions, each on a channel of its own
+(``inference.transport.link`` and ``inference.transport.service_link``).
 """
 
 from __future__ import annotations
@@ -56,11 +58,13 @@ from inference.contracts import (
 )
 from inference.errors import WireError
 
-JSON, AUDIO_IN, AUDIO_OUT, IMAGE_IN = 1, 2, 3, 4
+JSON, AUDIO_IN, AUDIO_OUT, IMAGE_IN, CHANNEL = 1, 2, 3, 4, 5
 UNANSWERED = 0  # an AUDIO_IN call id: no reply (ids of answered calls start at 1)
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 ENCODINGS = ("pcm16", "f32")
 _HEADER = struct.Struct(">IB")
+_CHANNEL = struct.Struct(">IBI")  # the link's header: length, CHANNEL, channel; then the session's whole frame
+CHANNEL_OVERHEAD = _CHANNEL.size - 4  # what a channel adds to the length its frame's header counts
 _AUDIO_IN = struct.Struct(">IBI")
 _U32 = struct.Struct(">I")
 
@@ -110,13 +114,29 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes] | None:
             raise WireError("connection closed inside a frame header") from exc
         return None
     length, kind = _HEADER.unpack(header)
-    if not 1 <= length <= MAX_FRAME_BYTES:
+    if not 1 <= length <= MAX_FRAME_BYTES + _HEADER.size + CHANNEL_OVERHEAD:
         raise WireError(f"bad frame length {length}")
     try:
         payload = await reader.readexactly(length - 1)
     except asyncio.IncompleteReadError as exc:
         raise WireError("connection closed inside a frame") from exc
     return kind, payload
+
+
+def channel_header(channel: int, inner: bytes) -> bytes:
+    """What goes before ``inner`` (a whole frame) to carry it on ``channel``; written apart, so no frame is copied."""
+    return _CHANNEL.pack(len(inner) + CHANNEL_OVERHEAD, CHANNEL, channel)
+
+
+def split_channel(payload: bytes) -> tuple[int, int, bytes]:
+    """(channel, kind, payload) of a ``CHANNEL`` frame's payload; raises WireError when the frame inside is cut."""
+    if len(payload) < _U32.size + _HEADER.size:
+        raise WireError("short channel frame")
+    channel = _U32.unpack_from(payload)[0]
+    length, kind = _HEADER.unpack_from(payload, _U32.size)
+    if length != len(payload) - _U32.size - 4:
+        raise WireError("a channel's frame does not fill its channel frame")
+    return channel, kind, payload[_U32.size + _HEADER.size :]
 
 
 def parse_json(payload: bytes) -> dict[str, Any]:
