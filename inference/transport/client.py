@@ -60,15 +60,16 @@ class RemoteSessionHandle(NoArgumentCalls):
         self._session_id: str | None = None
         self._closed = False
         self._events_done = False
-        self._stream_ended = (
-            asyncio.Event()
-        )  # the channel is finished: "end" came (after Closed / Replaced) or it was let go
+        # The channel is finished: "end" came (after Closed / Replaced), or this handle let go of it.
+        self._stream_ended = asyncio.Event()
 
     @classmethod
     async def open(cls, address: str, request: SessionRequest, *, service_id: str | None = None) -> RemoteSessionHandle:
         handle = cls(await Link.to(address), service_id)
         try:
-            await handle._call_raw("open", request=wire.request_to_dict(request))
+            call_id = next(handle._ids)
+            opening = {"id": call_id, "op": "open", "request": wire.request_to_dict(request)}
+            await handle._send_and_wait(call_id, wire.json_frame(opening))
         except ParleyError as exc:
             handle._let_go()
             if exc.message == GONE:  # the link was lost under the open: as a service that does not answer
@@ -209,13 +210,8 @@ class RemoteSessionHandle(NoArgumentCalls):
         await self._call(name)
 
     async def _call(self, op: str, **args: Any) -> None:
-        await self._call_raw(op, **args)
-
-    async def _call_raw(self, op: str, **fields: Any) -> None:
-        """``open`` carries its request beside the id; every other call its arguments in ``args``."""
         call_id = next(self._ids)
-        body = {"id": call_id, "op": op, **fields} if op == "open" else {"id": call_id, "op": op, "args": fields}
-        await self._send_and_wait(call_id, wire.json_frame(body))
+        await self._send_and_wait(call_id, wire.json_frame({"id": call_id, "op": op, "args": args}))
 
     async def _send_and_wait(self, call_id: int, data: bytes) -> None:
         if self._closed:
