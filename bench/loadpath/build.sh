@@ -68,9 +68,9 @@ rm -f "$DEST/before.tar.xz" "$DEST/BEFORE"
 if [ -n "${BEFORE:-}" ]; then
     source_at "$BEFORE" > "$DEST/before.tar.xz"
     git -C "$ROOT" rev-parse --short=7 "$BEFORE" > "$DEST/BEFORE"
-    # A call carries 64 MiB with the checkout's tracked files: the second commit's code takes py-spy's place
-    # (only serving_e2e.py --profile-s needs it)
-    rm -f "$DEST/py-spy.xz"
+    # A call carries 64 MiB with the checkout's tracked files: the second commit's code takes the place of py-spy
+    # (only serving_e2e.py --profile-s needs it) and of HEAD's own (env.sh then runs the checkout sent with it)
+    rm -f "$DEST/py-spy.xz" "$DEST/src.tar.xz"
 fi
 cp "$ROOT"/bench/loadpath/{env.sh,run.sh,soak.sh,two_cores.sh,unit.sh} "$DEST/"
 du -sh "$DEST"/*

@@ -8,12 +8,15 @@ if [ -n "${BEFORE:-}" ]; then
     code=before.tar.xz commit_file=BEFORE
     [ -e "$L/$code" ] || { echo "BEFORE=1, but this carry was built without BEFORE=<commit>"; return 1; }
 fi
+# A carry built with BEFORE has no src.tar.xz (the 64 MiB a call carries): COMMIT's code is the checkout the device
+# tool sent, this carry's parent folder, so send it clean at COMMIT.
+if [ ! -e "$L/$code" ] && [ -z "${BEFORE:-}" ]; then LOADPATH_SRC=${LOADPATH_SRC:-$(dirname "$L")}; fi
 export LOADPATH_SRC=${LOADPATH_SRC:-/tmp/loadpath-src${BEFORE:+-before}}
 if [ ! -e "$SITE/django" ] && [ ! -e "$SITE/av" ]; then
     mkdir -p "$SITE" && tar -xJf "$L/webstack.tar.xz" -C "$SITE" || return 1
 fi
 # A warm host keeps /tmp between commands: the code is unpacked again when the carry holds another commit.
-if [ "$(cat "$LOADPATH_SRC/.commit" 2>/dev/null)" != "$(cat "$L/$commit_file")" ]; then
+if [ -e "$L/$code" ] && [ "$(cat "$LOADPATH_SRC/.commit" 2>/dev/null)" != "$(cat "$L/$commit_file")" ]; then
     rm -rf "$LOADPATH_SRC" && mkdir -p "$LOADPATH_SRC" && tar -xJf "$L/$code" -C "$LOADPATH_SRC" || return 1
     cp "$L/$commit_file" "$LOADPATH_SRC/.commit"
 fi
