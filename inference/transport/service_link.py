@@ -17,6 +17,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from inference.contracts import ErrorEvent, ParleyError, VoiceRef
 from inference.errors import WireError
@@ -30,6 +32,7 @@ from inference.voice_files import checked_voice
 logger = logging.getLogger(__name__)
 
 END = wire.json_frame({"event": "end"})
+T = TypeVar("T")
 
 
 def _unreadable(exc: WireError) -> ParleyError:
@@ -111,20 +114,17 @@ class ServiceLink:
         except WireError as exc:
             self._refuse_frame(channel, exc)
             return
-        try:
-            request = wire.request_from_dict(call.get("request"))
-            request = dataclasses.replace(request, voice=self._voice(request.voice))
-            handle = await self.service.open_session(request)
-        except WireError as exc:
-            self._reply_error(channel, call_id, _unreadable(exc))
+        handle = await self._answer(channel, call_id, self._open(call.get("request")))
+        if handle is None:
             return
-        except ParleyError as exc:
-            self._reply_error(channel, call_id, exc)
-            return
-        self._send(channel, wire.json_frame({"reply": call_id, "ok": True}))
         self.handles[channel] = handle
         handle.outbox.on_ready = lambda: self._mark_ready(channel)
         self._mark_ready(channel)  # Ready or Queued is already in its outbox
+
+    async def _open(self, request_fields: object) -> LocalHandle:
+        request = wire.request_from_dict(request_fields)
+        request = dataclasses.replace(request, voice=self._voice(request.voice))
+        return await self.service.open_session(request)
 
     def _refuse_frame(self, channel: int, exc: WireError) -> None:
         logger.warning("service.bad_frame", extra={"detail": str(exc)})
@@ -164,16 +164,18 @@ class ServiceLink:
     async def _dispatch_checked(self, handle: LocalHandle, op: object, args: dict) -> None:
         await self._dispatch(handle, op, args)  # a refusal while building the call (a voice) becomes its reply
 
-    async def _answer(self, channel: int, call_id: int, call) -> None:
+    async def _answer(self, channel: int, call_id: int, call: Awaitable[T]) -> T | None:
+        """Run ``call`` and reply on ``channel``; its value, or None when it was refused."""
         try:
-            await call
+            value = await call
         except WireError as exc:  # arguments this service cannot read: the caller's call fails, the link goes on
             self._reply_error(channel, call_id, _unreadable(exc))
-            return
+            return None
         except ParleyError as exc:
             self._reply_error(channel, call_id, exc)
-            return
+            return None
         self._send(channel, wire.json_frame({"reply": call_id, "ok": True}))
+        return value
 
     def _reply_error(self, channel: int, call_id: int, exc: ParleyError) -> None:
         self._send(channel, wire.json_frame({"reply": call_id, "error": wire.error_to_dict(exc)}))
