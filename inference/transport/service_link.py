@@ -60,10 +60,10 @@ class ServiceLink:
                 if self.out.congested:
                     await self.out.drain()  # the web process is behind: read no more from it until it catches up
         finally:
-            for handle in self.handles.values():
+            handles, self.handles = self.handles, {}
+            for handle in handles.values():
                 handle.outbox.on_ready = None
                 await handle.detach()  # a lost link: each session waits out its grace for its caller
-            self.handles.clear()
             if self._resume is not None:
                 self._resume.cancel()
 
