@@ -179,8 +179,7 @@ def parse_id_frame(payload: bytes) -> tuple[int, bytes]:
 def event_frame(event: SessionEvent) -> bytes:
     if isinstance(event, AudioOut):
         return frame(AUDIO_OUT, _U32.pack(event.epoch) + event.pcm16)
-    body = _plain(dataclasses.asdict(event))
-    return json_frame({"event": type(event).__name__, **body})
+    return json_frame({"event": type(event).__name__, **_plain_fields(event)})
 
 
 def decode_event(kind: int, payload: bytes) -> SessionEvent:
@@ -337,8 +336,24 @@ def error_from_dict(obj: dict[str, Any]) -> ParleyError:
     )
 
 
+def _plain_fields(obj: Any) -> dict[str, Any]:
+    """A dataclass's fields made JSON-safe as ``_plain`` does, without ``asdict``'s deep copy first: that copy was
+    most of an event's cost (a tick's text and a second's metrics for every call)."""
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None:
+        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
+    return {name: _plain(getattr(obj, name)) for name in names}
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _plain(value: Any) -> Any:
-    """Make dataclass dicts JSON-safe: Paths to str, tuples and mappings to lists and dicts."""
+    """Make dataclass dicts JSON-safe: Paths to str, tuples and mappings to lists and dicts, dataclasses to dicts."""
+    if value is None or isinstance(value, str | int | float):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain_fields(value)
     if isinstance(value, dict) or hasattr(value, "items"):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
