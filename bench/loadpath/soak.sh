@@ -19,7 +19,9 @@ if [ -n "${CONTEXT:-}" ]; then export PARLEY_LOCKSTEP_CONTEXT=$CONTEXT; context_
 lines=${LINES:-183}
 arena_tag=${MALLOC_ARENA_MAX:+-arena$MALLOC_ARENA_MAX}   # an allocator setting goes into the name: it changes what RSS shows
 hold=${HOLD_S:-450}
-memlog="--memory-log ${OUT:-/tmp/loadpath-out}/service-memory.jsonl --memory-every 15" memlog_tag=
+# A side-by-side command runs this twice, BEFORE=1 first: each run's logs get names of their own.
+run_tag=${BEFORE:+-before}
+memlog="--memory-log ${OUT:-/tmp/loadpath-out}/service-memory$run_tag.jsonl --memory-every 15" memlog_tag=
 if [ -n "${MEMORY_LOG:-}" ]; then
     memlog_tag=-memlog
     memlog="$memlog --snapshot-at 60,$((hold / 2 + 45)),$((hold + 20))"
@@ -27,19 +29,19 @@ fi
 switch_tag=
 if [ -n "${SWITCH_MS:-}" ]; then
     switch_tag=-switchab
-    memlog="$memlog --switch-intervals-ms $SWITCH_MS --switch-window-s 10 --switch-log ${OUT:-/tmp/loadpath-out}/switch-interval.jsonl"
+    memlog="$memlog --switch-intervals-ms $SWITCH_MS --switch-window-s 10 --switch-log ${OUT:-/tmp/loadpath-out}/switch-interval$run_tag.jsonl"
 fi
 split_tag=
 if [ -n "${TICK_SPLIT:-}" ]; then
     split_tag=-ticksplit
-    memlog="$memlog --tick-split-log ${OUT:-/tmp/loadpath-out}/tick-split.jsonl"
+    memlog="$memlog --tick-split-log ${OUT:-/tmp/loadpath-out}/tick-split$run_tag.jsonl"
 fi
 profile_args=() profile_tag=
 if [ -n "${PROFILE_S:-}" ]; then
     profile_tag=-profile
     profile_args=(--profile-s "$PROFILE_S" --profile-at-s "${PROFILE_AT_S:-20}" --profile-gil)
 fi
-exec bash "$(dirname "$0")/run.sh" soak --hardware "${HARDWARE:-h200}" --engine lockstep --services 1 --gpu-service gpu \
+exec bash "$(dirname "$0")/run.sh" "soak$run_tag" --hardware "${HARDWARE:-h200}" --engine lockstep --services 1 --gpu-service gpu \
     --env PARLEY_SLOTS=320 --env PARLEY_KV_PAGE_FRAMES=128 --env PARLEY_KV_MEAN_CALL_S=180 \
     --lines "$lines" --daphnes 4 --gen-procs 4 --gen-uvloop --ramp-s 30 --seconds "$hold" --service-args "$memlog" \
     "${profile_args[@]}" \
