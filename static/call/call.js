@@ -17,6 +17,7 @@ import { LatencyMeter } from "./latency.js";
 import { bindChat, handleChatEvent } from "./chat.js";
 import { stopCamera, toggleCamera } from "./camera.js";
 import { CAN_PICK_SPEAKER, fillDevicePicker, microphoneProblem } from "./devices.js";
+import { CLOSE_REFUSALS } from "./close-reasons.js";
 import { describeStart, fmt, refreshFigures } from "./figures.js";
 import { applyMode, chosenMode, handleModeEvent } from "./modes.js";
 import { handleServerEvent, noteAgentAudio } from "./server-events.js";
@@ -25,16 +26,6 @@ import { RtcPlayer, RtcTransport } from "./rtc-transport.js";
 import { bindTransportPicker, chosenTransport, showTransport, wantsWebRtc } from "./transport-choice.js";
 import { CallUi } from "./ui.js";
 import { waitForAgent } from "./warm-start.js";
-
-// The server's refusals and failures, by close code (docs/protocol.md, "Close codes"); the error event
-// before the close says more. None of them leaves a session to resume.
-const CLOSE_REFUSALS = {
-  4008: "The call could not be opened.",
-  4011: "The server failed and ended the call.",
-  4013: "All slots are busy and the queue is full: try again later.",
-  4401: "Not signed in, or the key was revoked: sign in and start again.",
-  4429: "Too many connections: wait a minute, then start again.",
-};
 
 const params = new URLSearchParams(location.search);
 // Tests (and people debugging levels) pass ?raw=1: the browser's echo canceller, noise

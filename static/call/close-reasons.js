@@ -21,3 +21,25 @@ export function closeReasonWords(reason) {
   const spaced = String(reason).replaceAll("_", " ");
   return `${spaced.charAt(0).toUpperCase()}${spaced.slice(1)}.`;
 }
+
+// The server's refusals and failures, by close code (docs/protocol.md, "Close codes"); the error event
+// before the close says more. None of them leaves a session to resume.
+export const CLOSE_REFUSALS = {
+  4008: "The call could not be opened.",
+  4011: "The server failed and ended the call.",
+  4013: "All slots are busy and the queue is full: try again later.",
+  4401: "Not signed in, or the key was revoked: sign in and start again.",
+  4429: "Too many connections: wait a minute, then start again.",
+};
+
+// Error events that mean the call was refused, with the close code that follows them. The error alone
+// decides: the close frame behind it can be lost (a server that closes with the page's first frames still
+// unread resets the connection, and the browser then reports 1006), and a refused caller must be told to
+// wait, not offered a resume.
+const REFUSING_ERRORS = { rate_limit_exceeded: 4429 };
+
+/** The words for a refusal the error event announces, or null when the error does not end the call. */
+export function refusalForError(code) {
+  const closeCode = REFUSING_ERRORS[code];
+  return closeCode ? CLOSE_REFUSALS[closeCode] : null;
+}

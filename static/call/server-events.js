@@ -1,7 +1,7 @@
 // Server events of /v1/realtime -> the call's state, the player, the view and the test hooks.
 // One handler per event type; types the page has no use for (response.created, ...) are ignored.
 
-import { closeReasonWords } from "./close-reasons.js";
+import { closeReasonWords, refusalForError } from "./close-reasons.js";
 import { countEvent, hooks, pushBounded } from "./hooks.js";
 import { WIRE_RATE } from "./player.js";
 
@@ -117,6 +117,8 @@ const HANDLERS = {
     call.ui.notice(quiet ? `Note: ${err.message}` : `Error (${err.code}): ${err.message}`, quiet ? "info" : "error");
     // The server says what is full (slots, the model's memory, or its compute time): that is the caller's answer.
     if (err.code === "resource_exhausted") call.teardown("failed", `The server cannot take the call now: ${err.message}`);
+    const refusal = refusalForError(err.code);
+    if (refusal) call.teardown("failed", refusal);
   },
 };
 

@@ -189,6 +189,28 @@ def test_full_queue_fails_the_call_with_a_clear_message(channels_live_server, pa
     expect(page.locator("#start")).to_be_enabled()  # the user can try again
 
 
+def test_a_connect_refusal_whose_close_frame_is_lost_still_says_wait(channels_live_server, page, make_user):
+    """The connect limit's refusal is an error event and then close 4429. A server that closes with the page's
+    first frames unread resets the connection and the browser may report 1006 instead (a clean-clone CI run of
+    test_refusals did): the error event alone decides that the caller waits rather than resumes."""
+    url = channels_live_server.url
+    make_user("eager")
+    server = ScriptedServer(page)
+    login(page, url, "eager")
+    open_call_page(page, url)
+    page.click("#start")
+    server.wait_for_sockets(1)
+    message = "Too many connections with this account; try again in 60 s."
+    server.sends(
+        {"type": "error", "error": {"type": "rate_limit_error", "code": "rate_limit_exceeded", "message": message}}
+    )
+    server.sockets[-1].close(code=4000, reason="reset")  # not 4429: the refusal's close code never came
+    wait_for_state(page, "failed")
+    expect(page.locator("#call-state-detail")).to_have_text("Too many connections: wait a minute, then start again.")
+    expect(page.locator("#notice")).to_contain_text("rate_limit_exceeded")
+    expect(page.locator("#start")).to_be_enabled()
+
+
 def live_scripted_call(page: Page, url: str, make_user, username: str, session_id: str) -> ScriptedServer:
     """A signed-in call page whose call is live on a scripted socket (``session.created`` sent)."""
     make_user(username)
