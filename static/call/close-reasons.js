@@ -33,9 +33,8 @@ export const CLOSE_REFUSALS = {
 };
 
 // Error events that mean the call was refused, with the close code that follows them. The error alone
-// decides: the close frame behind it can be lost (a server that closes with the page's first frames still
-// unread resets the connection, and the browser then reports 1006), and a refused caller must be told to
-// wait, not offered a resume.
+// decides: the close frame behind it can be lost (a clean-clone CI run's page got the error, then 1006), and a
+// refused caller must be told to wait, not offered a resume.
 const REFUSING_ERRORS = { rate_limit_exceeded: 4429 };
 
 /** The words for a refusal the error event announces, or null when the error does not end the call. */

@@ -190,9 +190,9 @@ def test_full_queue_fails_the_call_with_a_clear_message(channels_live_server, pa
 
 
 def test_a_connect_refusal_whose_close_frame_is_lost_still_says_wait(channels_live_server, page, make_user):
-    """The connect limit's refusal is an error event and then close 4429. A server that closes with the page's
-    first frames unread resets the connection and the browser may report 1006 instead (a clean-clone CI run of
-    test_refusals did): the error event alone decides that the caller waits rather than resumes."""
+    """The connect limit's refusal is an error event and then close 4429; the close frame can be lost (a
+    clean-clone CI run of test_refusals got the error, then 1006): the error event alone decides that the
+    caller waits rather than resumes."""
     url = channels_live_server.url
     make_user("eager")
     server = ScriptedServer(page)
