@@ -70,6 +70,11 @@ class SessionHandle(Protocol):
         themselves (input_backpressure, session_not_ready) then arrives as an ``ErrorEvent``.
         """
 
+    def append_audio_now(self, data: bytes, *, encoding: Literal["pcm16", "f32"], rate: int) -> bool:
+        """``append_audio(answered=False)`` for a caller that cannot wait (the web tier's inbound lane): True once
+        appended, False when it would have to wait (the link to a separate service is behind or lost), and the
+        caller then takes ``append_audio``. Raises what ``append_audio`` raises, before appending anything."""
+
     async def append_image(self, data: bytes) -> None:
         """One JPEG/PNG camera frame; unsupported_input on engines without video."""
 

@@ -60,6 +60,10 @@ class LocalHandle(NoArgumentCalls):
     async def append_audio(self, data: bytes, *, encoding: str, rate: int, answered: bool = True) -> None:
         self._current().append_audio(data, encoding, rate)  # in-process every refusal answers the append
 
+    def append_audio_now(self, data: bytes, *, encoding: str, rate: int) -> bool:
+        self._current().append_audio(data, encoding, rate)  # in-process nothing waits
+        return True
+
     async def append_image(self, data: bytes) -> None:
         self._current().append_image(data)
 

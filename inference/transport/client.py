@@ -125,15 +125,24 @@ class RemoteSessionHandle(NoArgumentCalls):
             call_id = next(self._ids)
             await self._send_and_wait(call_id, wire.audio_in_frame(call_id, encoding, rate, data))
             return
+        self._send_audio(data, encoding=encoding, rate=rate)
+        try:
+            await self._link.drain()
+        except ConnectionError as exc:
+            raise ParleyError(GONE, code="session_not_ready") from exc
+
+    def append_audio_now(self, data: bytes, *, encoding: str, rate: int) -> bool:
+        if self._link.behind:
+            return False  # append_audio waits for it (or says the link is lost)
+        self._send_audio(data, encoding=encoding, rate=rate)
+        return True
+
+    def _send_audio(self, data: bytes, *, encoding: str, rate: int) -> None:
         if self._closed:
             raise ParleyError(GONE, code="session_not_ready")
         if encoding != "pcm16" or len(data) % 2:
             pcm.decode(data, encoding)  # raises the in-process session's invalid_audio / unsupported_audio_format
         self._link.send(self.channel, wire.audio_in_frame(wire.UNANSWERED, encoding, rate, data))
-        try:
-            await self._link.drain()
-        except ConnectionError as exc:
-            raise ParleyError(GONE, code="session_not_ready") from exc
 
     async def append_image(self, data: bytes) -> None:
         call_id = next(self._ids)

@@ -78,6 +78,11 @@ class Link:
         """Queue ``frame`` on channel ``number``; it leaves with the rest of this loop iteration's frames."""
         self.out.write(wire.channel_header(number, frame), frame)
 
+    @property
+    def behind(self) -> bool:
+        """``drain`` would wait or raise: the service is behind, or the link is lost."""
+        return self.lost or self.out.congested
+
     async def drain(self) -> None:
         """Wait while the service is behind; ConnectionError once the link is lost."""
         if self.lost:

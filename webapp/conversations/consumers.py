@@ -42,11 +42,12 @@ from webapp.conversations.account_watch import watch_account
 from webapp.conversations.close_codes import CLOSE_CODE_BY_REASON, CONNECT_CLOSE_CODES, CloseCode
 from webapp.conversations.connect_query import requested_mode, requested_model
 from webapp.conversations.dispatch_loop import dispatch_until_stopped
+from webapp.conversations.inbound_lane import InboundLane
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
 from webapp.conversations.session_event_wire import SessionEventWire
 from webapp.conversations.session_update import apply_session_config
 from webapp.conversations.socket_lane import SocketLane
-from webapp.operations.metrics import MESSAGES_SENT, count_error
+from webapp.operations.metrics import MESSAGES_RECEIVED, MESSAGES_SENT, count_error
 from webapp.recordings import services as recordings
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
     handle: api.SessionHandle | None = None
     account_watch: asyncio.Task | None = None  # see account_watch.watch_account
     lane: SocketLane | None = None  # set once the socket is accepted, when the server is daphne
+    inbound: InboundLane | None = None  # the binary frames' way in past the frameworks, with the lane
+    dispatching = False  # a client message is in dispatch: the inbound lane leaves frames to the queue
 
     async def __call__(self, scope, receive, send) -> None:
         # channels' own __call__, with its per-message task and wait replaced (see dispatch_loop).
@@ -89,6 +92,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.revocation_groups: list[str] = []
         await self.accept(subprotocol=secret_scope.selected_subprotocol(self.scope))
         self.lane = SocketLane.for_scope(self.scope)  # what this socket sends, past the frameworks' send path
+        if self.lane is not None:
+            self.inbound = InboundLane(self.lane.protocol, self._take_audio_now)
         if busy := self.scope.get(loop_load.SCOPE_KEY):  # this process is at its load (see common.loop_load)
             await self._reject(p.ProtocolError("resource_exhausted", busy, error_type="rate_limit_error"))
             await self._close(CloseCode.QUEUE_FULL)
@@ -139,6 +144,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.socket_closed = True
+        if self.inbound is not None:
+            self.inbound.remove()
         if self.account_watch is not None:
             self.account_watch.cancel()
         for group in self.revocation_groups:
@@ -164,12 +171,33 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         # frames a second per caller that was half of the inbound dispatch (bench/notes/serving-e2e.md). This
         # consumer reaches the database only through database_sync_to_async, which closes them in its own
         # thread, so a received frame goes straight to its handler.
-        if message["type"] == "websocket.receive":
-            await self.websocket_receive(message)
-        else:
-            await super().dispatch(message)
+        self.dispatching = True
+        try:
+            if message["type"] == "websocket.receive":
+                await self.websocket_receive(message)
+            else:
+                await super().dispatch(message)
+        finally:
+            self.dispatching = False
+
+    def _take_audio_now(self, frame: bytes) -> bool:
+        """A binary frame from the inbound lane: True once its audio is in the session, False to send it the
+        ordinary way (``receive``), which refuses and answers whatever this declines, exactly as before."""
+        handle = self.handle
+        if self.dispatching or not self.ready or self.finished or handle is None or len(frame) < 2:
+            return False
+        if frame[0] != p.AUDIO_FRAME_KIND or len(frame) > settings.PARLEY_MAX_EVENT_BYTES:
+            return False
+        encoding, rate = p.INPUT_FORMATS[self.view.input_type], self.view.input_rate
+        try:
+            taken = handle.append_audio_now(frame[1:], encoding=encoding, rate=rate)
+        except Exception:  # noqa: BLE001 - refused before anything was appended: the ordinary path raises it again
+            return False
+        MESSAGES_RECEIVED["lane"] += taken
+        return taken
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        MESSAGES_RECEIVED["framework"] += 1
         if self.handle is None or self.finished:
             return
         event_id = None

@@ -30,6 +30,9 @@ ERRORS_SENT = Counter(
 # Messages this process's realtime sockets sent, by the path they took (conversations.socket_lane): plain integers
 # the consumers bump for each message (a Counter's lock each time would cost more than the lane saves).
 MESSAGES_SENT = {"lane": 0, "framework": 0}
+# Messages they received, by the path they took in: a live call's audio frame by the inbound lane
+# (conversations.inbound_lane), every other message through daphne's queue and channels' dispatch.
+MESSAGES_RECEIVED = {"lane": 0, "framework": 0}
 
 
 def count_error(code: str) -> None:
@@ -68,6 +71,15 @@ class _ClusterCollector(Collector):
         for path, count in MESSAGES_SENT.items():
             sent.add_metric([path], count)
         yield sent
+        received = CounterMetricFamily(
+            "parley_socket_messages_received",
+            "Messages this process received from realtime callers, by path: audio frames taken by the inbound lane, "
+            "or through daphne's queue and channels' dispatch.",
+            labels=["path"],
+        )
+        for path, count in MESSAGES_RECEIVED.items():
+            received.add_metric([path], count)
+        yield received
         reachable = GaugeMetricFamily("parley_services_readable", "1 when this process could read the services.")
         reachable.add_metric([], 0.0 if self.registry_error else 1.0)
         yield reachable

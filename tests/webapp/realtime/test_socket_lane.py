@@ -1,13 +1,16 @@
-"""The socket lane (``conversations.socket_lane``): a realtime socket's messages written straight to daphne's
-transport.
+"""The socket lanes: a realtime socket's messages written straight to daphne's transport
+(``conversations.socket_lane``), and a live call's audio frames taken straight from daphne's protocol into its
+session (``conversations.inbound_lane``).
 
-Its frames must be byte for byte what autobahn writes for the same message, reach a real client through a real
-daphne intact, and give way to the ordinary path whenever autobahn's own state says a direct write could
-reorder or break the stream.
+The lane's frames must be byte for byte what autobahn writes for the same message, reach a real client through a
+real daphne intact, and give way to the ordinary path whenever autobahn's own state says a direct write could
+reorder or break the stream. The inbound lane must give the session what the ordinary path gives it, in the order
+the client sent it, and leave every refusal to the ordinary path's answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import urllib.request
@@ -24,6 +27,7 @@ from websockets.sync.client import connect
 from tests.live_server import live_server_env, run_live_server
 from tests.webapp.realtime.realtime_helpers import FRAME, assert_echo, to_pcm16, tone
 from webapp.accounts.services import apikey_create
+from webapp.conversations.inbound_lane import InboundLane
 from webapp.conversations.protocol import audio_frame
 from webapp.conversations.socket_lane import FINAL_TEXT, SCOPE_KEY, SocketLane, frame_header
 
@@ -96,9 +100,7 @@ def test_no_lane_under_another_asgi_server():
 
 @pytest.mark.django_db(transaction=True)
 def test_a_real_daphne_sends_a_calls_events_and_audio_through_the_lane(django_db_blocker):
-    user = get_user_model().objects.create_user(username="lane-watcher", password="pw-for-tests-only", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="view_console"))
-    key = apikey_create(user=user, name="socket lane")[1]
+    key = console_key("lane-watcher")
     signal = tone(FRAME * 6)
     with run_live_server(django_db_blocker, live_server_env("echo")) as server:
         before = messages_sent(server, key)  # the forked server starts with this test process's counts
@@ -108,6 +110,98 @@ def test_a_real_daphne_sends_a_calls_events_and_audio_through_the_lane(django_db
     assert {"session.created", "session.updated", "session.closed"} <= set(events)  # JSON, intact and in order
     lane, framework = (after[path] - before[path] for path in ("lane", "framework"))
     assert lane >= len(received) + len(events) and framework == 0, (before, after)
+
+
+def test_the_inbound_lane_gives_way_to_the_queue_and_to_what_the_session_declines():
+    protocol, _ = open_autobahn_protocol()
+    protocol.application_queue = asyncio.Queue()
+    protocol.muted = False
+    taken: list[bytes] = []
+    answer = [True]
+    lane = InboundLane(protocol, lambda frame: taken.append(frame) or answer[0])
+
+    protocol.onMessage(b"\x01audio", True)
+    assert taken == [b"\x01audio"] and protocol.application_queue.empty(), "a live call's frame goes straight in"
+    protocol.onMessage(b'{"type": "session.close"}', False)
+    protocol.onMessage(b"\x01behind a text event", True)
+    assert taken == [b"\x01audio"], "nothing passes a message that waits on the queue"
+    queued = [protocol.application_queue.get_nowait() for _ in range(2)]
+    assert queued == [
+        {"type": "websocket.receive", "text": '{"type": "session.close"}'},
+        {"type": "websocket.receive", "bytes": b"\x01behind a text event"},
+    ]
+    answer[0] = False  # the session declines it (not ready, refused, its link behind): the ordinary path answers
+    protocol.onMessage(b"\x01declined", True)
+    assert protocol.application_queue.get_nowait() == {"type": "websocket.receive", "bytes": b"\x01declined"}
+    protocol.muted = True  # daphne's muted socket hears nothing, by either path
+    protocol.onMessage(b"\x01muted", True)
+    assert protocol.application_queue.empty() and taken[-1] == b"\x01declined"
+
+    lane.remove()
+    protocol.muted = False
+    protocol.onMessage(b"\x01after", True)
+    assert protocol.application_queue.get_nowait()["bytes"] == b"\x01after" and taken[-1] == b"\x01declined"
+    assert "onMessage" not in vars(protocol), "the protocol keeps no reference to the consumer"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_daphne_takes_a_calls_audio_frames_through_the_inbound_lane(django_db_blocker):
+    key = console_key("inbound-watcher")
+    signal = tone(FRAME * 6)
+    with run_live_server(django_db_blocker, live_server_env("echo")) as server:
+        before = messages_received(server, key)
+        received, _ = echo_call(server, key, signal)
+        assert_echo(signal, received)
+        after = messages_received(server, key)
+    lane, framework = (after[path] - before[path] for path in ("lane", "framework"))
+    binary_frames_sent, text_events_sent = 1 + 14, 2  # the priming frame, the signal and its silence; update, close
+    assert lane + framework == binary_frames_sent + text_events_sent, (before, after)
+    assert lane >= binary_frames_sent - 1, "every frame sent while nothing else waited took the lane"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_frames_sent_right_behind_a_format_change_are_read_in_the_new_format(django_db_blocker):
+    """``session.update`` to float32 and the first float32 frame leave in one go: that frame must wait for the
+    update on the queue, not pass it on the lane (as 16-bit samples it would be noise)."""
+    key = console_key("format-changer")
+    signal = tone(FRAME * 5)
+    f32_frames = [f.tobytes() for f in np.split(np.concatenate([signal, np.zeros(FRAME * 8, np.float32)]), 13)]
+    headers = {"Authorization": f"Bearer {key}"}
+    events: list[str] = []
+    received: list[bytes] = []
+    update = {"type": "session.update", "session": {"audio": {"input": {"format": {"type": "audio/pcm-f32"}}}}}
+    with run_live_server(django_db_blocker, live_server_env("echo")) as server:
+        with connect(server.ws_url + "/v1/realtime?model=echo", additional_headers=headers, open_timeout=10) as ws:
+            until(ws, "session.created", events)
+            ws.send(json.dumps({"type": "session.update", "session": {"duplex": {"binary_audio": True}}}))
+            until(ws, "session.updated", events)
+            ws.send(audio_frame(bytes(FRAME * 2)))  # 16-bit silence; its echo puts this client on the clock
+            next_audio(ws, events)
+            ws.send(json.dumps(update))
+            for frame in f32_frames:
+                ws.send(audio_frame(frame))
+                received.append(next_audio(ws, events))
+            ws.send(audio_frame(b"\x00" * 7))  # a partial float32 sample: refused, with an error, by the queue's path
+            refusal = json.loads(until_error(ws))
+            ws.send(audio_frame(bytes(FRAME * 4)))
+            next_audio(ws, events)  # and the call goes on
+    assert events.count("session.updated") == 2
+    assert_echo(signal, received)
+    assert refusal["error"]["code"] == "invalid_audio", refusal
+
+
+def until_error(ws) -> str:
+    while True:
+        message = ws.recv(timeout=10)
+        if isinstance(message, str) and json.loads(message)["type"] == "error":
+            return message
+
+
+def console_key(username: str) -> str:
+    """An API key whose user may read ``/ops/metrics``."""
+    user = get_user_model().objects.create_user(username=username, password="pw-for-tests-only", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_console"))
+    return apikey_create(user=user, name=username)[1]
 
 
 def echo_call(server: SimpleNamespace, key: str, signal: np.ndarray) -> tuple[list[bytes], list[str]]:
@@ -155,8 +249,17 @@ def next_audio(ws, events: list[str]) -> bytes:
 
 def messages_sent(server: SimpleNamespace, key: str) -> dict[str, float]:
     """``parley_socket_messages_sent_total`` by path, from the server's ``/ops/metrics``."""
+    return socket_messages(server, key, "sent")
+
+
+def messages_received(server: SimpleNamespace, key: str) -> dict[str, float]:
+    """``parley_socket_messages_received_total`` by path, from the server's ``/ops/metrics``."""
+    return socket_messages(server, key, "received")
+
+
+def socket_messages(server: SimpleNamespace, key: str, way: str) -> dict[str, float]:
     request = urllib.request.Request(server.url + "/ops/metrics", headers={"Authorization": f"Bearer {key}"})
     with urllib.request.urlopen(request, timeout=10) as response:
         scrape = response.read().decode()
-    pattern = r'^parley_socket_messages_sent_total\{path="(\w+)"\} (\S+)$'
+    pattern = rf'^parley_socket_messages_{way}_total\{{path="(\w+)"\}} (\S+)$'
     return {path: float(count) for path, count in re.findall(pattern, scrape, re.MULTILINE)}
