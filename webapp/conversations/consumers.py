@@ -93,7 +93,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         await self.accept(subprotocol=secret_scope.selected_subprotocol(self.scope))
         self.lane = SocketLane.for_scope(self.scope)  # what this socket sends, past the frameworks' send path
         if self.lane is not None:
-            self.inbound = InboundLane(self.lane.protocol, self._take_audio_now)
+            self.inbound = InboundLane.install(self.lane.protocol, self._take_audio_now)
         if busy := self.scope.get(loop_load.SCOPE_KEY):  # this process is at its load (see common.loop_load)
             await self._reject(p.ProtocolError("resource_exhausted", busy, error_type="rate_limit_error"))
             await self._close(CloseCode.QUEUE_FULL)

@@ -32,6 +32,13 @@ class InboundLane:
         self.take_audio = take_audio
         protocol.onMessage = self._on_message  # the instance's, in front of daphne's class method
 
+    @classmethod
+    def install(cls, protocol: Any, take_audio: TakeAudio) -> InboundLane | None:
+        """The lane on ``protocol``, or None (the ordinary path only) when it is not the daphne this knows."""
+        if not all(hasattr(protocol, name) for name in ("application_queue", "muted", "last_ping", "onMessage")):
+            return None
+        return cls(protocol, take_audio)
+
     def _on_message(self, payload: bytes, is_binary: bool) -> None:
         p = self.protocol
         if is_binary and not p.muted and p.application_queue.empty() and self.take_audio(payload):

@@ -138,6 +138,7 @@ def test_the_inbound_lane_gives_way_to_the_queue_and_to_what_the_session_decline
     assert protocol.application_queue.empty() and taken[-1] == b"\x01declined"
 
     lane.remove()
+    assert InboundLane.install(SimpleNamespace(muted=False, last_ping=0.0, onMessage=print), bool) is None
     protocol.muted = False
     protocol.onMessage(b"\x01after", True)
     assert protocol.application_queue.get_nowait()["bytes"] == b"\x01after" and taken[-1] == b"\x01declined"
