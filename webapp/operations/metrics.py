@@ -62,27 +62,28 @@ class _ClusterCollector(Collector):
         )
         late.add_metric([], load.p90_ms() if load else 0.0)
         yield late
-        sent = CounterMetricFamily(
+        yield _by_path(
             "parley_socket_messages_sent",
             "Messages this process sent to realtime callers, by path: written by the socket lane, or through "
             "channels, daphne and autobahn.",
-            labels=["path"],
+            MESSAGES_SENT,
         )
-        for path, count in MESSAGES_SENT.items():
-            sent.add_metric([path], count)
-        yield sent
-        received = CounterMetricFamily(
+        yield _by_path(
             "parley_socket_messages_received",
             "Messages this process received from realtime callers, by path: audio frames taken by the inbound lane, "
             "or through daphne's queue and channels' dispatch.",
-            labels=["path"],
+            MESSAGES_RECEIVED,
         )
-        for path, count in MESSAGES_RECEIVED.items():
-            received.add_metric([path], count)
-        yield received
         reachable = GaugeMetricFamily("parley_services_readable", "1 when this process could read the services.")
         reachable.add_metric([], 0.0 if self.registry_error else 1.0)
         yield reachable
+
+
+def _by_path(name: str, documentation: str, counts: dict[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, documentation, labels=["path"])
+    for path, count in counts.items():
+        family.add_metric([path], count)
+    return family
 
 
 async def _scraper(request: HttpRequest):
