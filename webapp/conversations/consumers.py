@@ -1,9 +1,9 @@
 """``/v1/realtime``: moves events between one WebSocket and the user's inference session.
 
-Transport only. Parsing lives in ``protocol``, server-event bookkeeping in ``server_events``, what a session
-event says on the wire in ``session_event_wire``, ORM work and fault handling in ``services`` (touched at session
-edges, on ``session.update`` and by the account check, never per frame), and the session itself behind
-``inference.api``. Errors arrive typed (``ProtocolError``, the facade's and the services' ``ParleyError``); every
+Transport only. Parsing lives in ``protocol``, why a socket is refused at connect in ``connect_refusals``,
+server-event bookkeeping in ``server_events``, what a session event says on the wire in ``session_event_wire``,
+ORM work and fault handling in ``services`` (touched at session edges, on ``session.update`` and by the account
+check, never per frame), and the session itself behind ``inference.api``. Errors arrive typed (``ProtocolError``, the facade's and the services' ``ParleyError``); every
 one becomes one ``error`` event through ``_reject``, the single place where they are translated, and the session
 goes on.
 """
@@ -35,12 +35,12 @@ from inference.contracts import (
     SessionRequest,
 )
 from webapp.accounts import revocation
-from webapp.common import loop_load
 from webapp.conversations import chat_items, secret_scope, services
 from webapp.conversations import protocol as p
 from webapp.conversations.account_watch import watch_account
 from webapp.conversations.close_codes import CLOSE_CODE_BY_REASON, CONNECT_CLOSE_CODES, CloseCode
 from webapp.conversations.connect_query import requested_mode, requested_model
+from webapp.conversations.connect_refusals import refusal_at_connect
 from webapp.conversations.dispatch_loop import dispatch_until_stopped
 from webapp.conversations.inbound_lane import InboundLane
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
@@ -94,23 +94,10 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.lane = SocketLane.for_scope(self.scope)  # what this socket sends, past the frameworks' send path
         if self.lane is not None:
             self.inbound = InboundLane.install(self.lane.protocol, self._take_audio_now)
-        if busy := self.scope.get(loop_load.SCOPE_KEY):  # this process is at its load (see common.loop_load)
-            await self._reject(p.ProtocolError("resource_exhausted", busy, error_type="rate_limit_error"))
-            await self._close(CloseCode.QUEUE_FULL)
-            return
-        if throttled := self.scope.get("throttled"):  # accepted only to say why (see conversations.auth)
-            error = p.ProtocolError("rate_limit_exceeded", throttled.message, error_type="rate_limit_error")
+        if refused := refusal_at_connect(self.scope):
+            error, close_code = refused
             await self._reject(error)
-            await self._close(CloseCode.RATE_LIMITED)
-            return
-        if self.user is None or not self.user.is_authenticated:
-            # Accept-then-close so browsers can see why (a refused handshake has no readable reason).
-            message = {  # a credential was sent (see conversations.auth): say that it is what is wrong
-                "api_key": "This API key is not valid: it is mistyped, revoked, or its user is deactivated.",
-                "client_secret": "This client secret is not valid: it is expired, already used, or its key revoked.",
-            }.get(self.scope.get("auth_method"), "Authentication required: log in or send an API key.")
-            await self._reject(p.ProtocolError("forbidden", message))
-            await self._close(CloseCode.UNAUTHENTICATED)
+            await self._close(close_code)
             return
         granted_mode = self.grant.session.duplex.mode if self.grant and self.grant.session.duplex else None
         mode = granted_mode or requested_mode(self.scope)
