@@ -173,11 +173,10 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         handle = self.handle
         if self.dispatching or not self.ready or self.finished or handle is None or len(frame) < 2:
             return False
-        if frame[0] != p.AUDIO_FRAME_KIND or len(frame) > settings.PARLEY_MAX_EVENT_BYTES:
-            return False
         encoding, rate = p.INPUT_FORMATS[self.view.input_type], self.view.input_rate
         try:
-            taken = handle.append_audio_now(frame[1:], encoding=encoding, rate=rate)
+            p.check_size(frame, settings.PARLEY_MAX_EVENT_BYTES)
+            taken = handle.append_audio_now(p.split_binary_frame(frame), encoding=encoding, rate=rate)
         except Exception:  # noqa: BLE001 - refused before anything was appended: the ordinary path raises it again
             return False
         MESSAGES_RECEIVED["lane"] += taken
