@@ -13,6 +13,9 @@ socket waits on the queue or is being dispatched (so a frame never passes a text
 waiting (``SessionHandle.append_audio_now``). Everything else (text events, a frame before the session is ready,
 one the session refuses, a link to the service that is behind) takes the ordinary path, which answers it as
 before: a refused frame is refused there again, with its error event.
+
+Below the lane, ``frame_reader`` parses the call's plain binary frames off the socket's bytes itself, past
+autobahn's frame machine; it hands them to the same ``onMessage``, so the rules above hold for them too.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any
+
+from webapp.conversations.frame_reader import BinaryFrameReader
 
 TakeAudio = Callable[[bytes], bool]  # a binary frame into the session now: True when taken, False to queue it
 
@@ -31,6 +36,7 @@ class InboundLane:
         self.protocol = protocol
         self.take_audio = take_audio
         protocol.onMessage = self._on_message  # the instance's, in front of daphne's class method
+        self.reader = BinaryFrameReader.install(protocol)
 
     @classmethod
     def install(cls, protocol: Any, take_audio: TakeAudio) -> InboundLane | None:
@@ -49,3 +55,5 @@ class InboundLane:
     def remove(self) -> None:
         """daphne's own ``onMessage`` again, and no reference from the protocol back to the consumer."""
         self.protocol.__dict__.pop("onMessage", None)
+        if self.reader is not None:
+            self.reader.remove()

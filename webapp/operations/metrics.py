@@ -33,6 +33,9 @@ MESSAGES_SENT = {"lane": 0, "framework": 0}
 # Messages they received, by the path they took in: a live call's audio frame by the inbound lane
 # (conversations.inbound_lane), every other message through daphne's queue and channels' dispatch.
 MESSAGES_RECEIVED = {"lane": 0, "framework": 0}
+# Binary frames parsed off the sockets' bytes by the inbound lane's reader (conversations.frame_reader); autobahn
+# parses the rest.
+FRAMES_READ = {"reader": 0}
 
 
 def count_error(code: str) -> None:
@@ -73,6 +76,11 @@ class _ClusterCollector(Collector):
             "Messages this process received from realtime callers, by path: audio frames taken by the inbound lane, "
             "or through daphne's queue and channels' dispatch.",
             MESSAGES_RECEIVED,
+        )
+        yield _by_path(
+            "parley_socket_frames_read",
+            "Binary frames from realtime callers parsed by the inbound lane's frame reader; autobahn parses the rest.",
+            FRAMES_READ,
         )
         reachable = GaugeMetricFamily("parley_services_readable", "1 when this process could read the services.")
         reachable.add_metric([], 0.0 if self.registry_error else 1.0)
