@@ -12,7 +12,7 @@ The signatures below are the contract between the web tier and the inference ser
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from inference import embedded
@@ -46,6 +46,15 @@ class SessionHandle(Protocol):
     def events(self) -> AsyncIterator[SessionEvent]:
         """Queued* -> Ready -> (Prefill | AudioOut | TextOut | Decision | Metrics | ...)* -> Closed | Replaced."""
         ...
+
+    def send_events_directly(self, take: Callable[[SessionEvent], bool] | None) -> None:
+        """Offer events to ``take`` before queueing them for ``events()`` (the web tier's outbound lane).
+
+        While the handle's own queue of events is empty, an event that would be queued is first offered to
+        ``take``, on the event loop, at the moment it arrives: True means ``take`` consumed it (sent it) and it is
+        not queued; False queues it as before. An event is never offered while an earlier one waits in the queue,
+        so what ``take`` consumes and what ``events()`` yields keep the session's order. ``take`` must not raise.
+        None removes the hook (the handle then keeps no reference to it)."""
 
     async def update(
         self,

@@ -7,7 +7,7 @@ mode's requests; events come from the handle's own bounded ``Outbox``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, get_args
 
 from inference.contracts import ChatMessage, CloseReason, Mode, ParleyError, SessionEvent, TurnDetection, VoiceRef
@@ -35,6 +35,9 @@ class LocalHandle(NoArgumentCalls):
 
     def events(self) -> AsyncIterator[SessionEvent]:
         return self.outbox.stream()
+
+    def send_events_directly(self, take: Callable[[SessionEvent], bool] | None) -> None:
+        self.outbox.direct = take
 
     async def _forward(self, name: str) -> None:
         session = self._current()

@@ -28,9 +28,14 @@ class Outbox:
         # Told when an event (or the end) is ready: a service link drains its sessions' outboxes together, once a
         # loop iteration, rather than one waiting task per session (inference/transport/service_link.py).
         self.on_ready: Callable[[], None] | None = None
+        # Offered each event while nothing is queued; True: it was sent and is not queued (the web tier's outbound
+        # lane, ``SessionHandle.send_events_directly``). Only while the queue is empty, so nothing is overtaken.
+        self.direct: Callable[[SessionEvent], bool] | None = None
 
     def put(self, event: SessionEvent) -> None:
         if self.finished:
+            return
+        if not self._items and self.direct is not None and self.direct(event):
             return
         if isinstance(event, AudioOut):
             if self._audio >= self.max_audio:

@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 import json
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from inference.audio import pcm
@@ -60,6 +60,7 @@ class RemoteSessionHandle(NoArgumentCalls):
         self._session_id: str | None = None
         self._closed = False
         self._events_done = False
+        self._direct: Callable[[SessionEvent], bool] | None = None  # see send_events_directly
         # The channel is finished: "end" came (after Closed / Replaced), or this handle let go of it.
         self._stream_ended = asyncio.Event()
 
@@ -87,6 +88,9 @@ class RemoteSessionHandle(NoArgumentCalls):
     def events(self) -> AsyncIterator[SessionEvent]:
         """Iterate the events; cancelling one ``__anext__`` (e.g. under ``wait_for``) loses nothing."""
         return self
+
+    def send_events_directly(self, take: Callable[[SessionEvent], bool] | None) -> None:
+        self._direct = take
 
     def __aiter__(self) -> RemoteSessionHandle:
         return self
@@ -196,13 +200,20 @@ class RemoteSessionHandle(NoArgumentCalls):
                 elif obj.get("event") == "end":  # Closed or Replaced came: this handle is finished
                     self._let_go()
                 else:
-                    self._events.put_nowait(wire.event_from_dict(obj))
+                    self._put_event(wire.event_from_dict(obj))
             else:
-                self._events.put_nowait(wire.decode_event(kind, payload))
+                self._put_event(wire.decode_event(kind, payload))
         except WireError:
             self._end_failed(f"the inference service{self._name()} sent a frame this process cannot read")
             self._closed = True
             self._detach_channel()
+
+    def _put_event(self, event: SessionEvent) -> None:
+        """The service's event for ``events()``, or straight to the outbound lane while nothing is queued."""
+        direct = self._direct
+        if direct is not None and not self._events_done and self._events.empty() and direct(event):
+            return
+        self._events.put_nowait(event)
 
     def on_link_lost(self) -> None:
         """The connection to the service is gone: the service process died, unless this handle already let go."""

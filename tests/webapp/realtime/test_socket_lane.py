@@ -24,6 +24,10 @@ from django.contrib.auth.models import Permission
 from twisted.internet.testing import StringTransport
 from websockets.sync.client import connect
 
+from inference.contracts import AudioOut, SessionEvent, TextOut
+from inference.session.outbox import Outbox
+from inference.transport import wire
+from inference.transport.client import RemoteSessionHandle
 from tests.live_server import live_server_env, run_live_server
 from tests.webapp.realtime.realtime_helpers import FRAME, assert_echo, to_pcm16, tone
 from webapp.accounts.services import apikey_create
@@ -189,6 +193,53 @@ def test_frames_sent_right_behind_a_format_change_are_read_in_the_new_format(dja
     assert events.count("session.updated") == 2
     assert_echo(signal, received)
     assert refusal["error"]["code"] == "invalid_audio", refusal
+
+
+def test_an_outbox_offers_an_event_to_the_lane_only_while_nothing_is_queued():
+    offered: list[SessionEvent] = []
+    answer = [True]
+    outbox = Outbox(max_audio=4)
+    outbox.direct = lambda event: offered.append(event) or answer[0]
+    first, second, third = AudioOut(b"\x01\x00", 0), TextOut("hi", 0), AudioOut(b"\x02\x00", 0)
+
+    outbox.put(first)
+    assert offered == [first] and len(outbox) == 0, "taken: not queued"
+    answer[0] = False  # the lane declines (the pump is busy, the socket is not in its plain state): queued
+    outbox.put(second)
+    assert offered == [first, second] and len(outbox) == 1
+    answer[0] = True
+    outbox.put(third)
+    assert offered == [first, second], "an event is never offered past one that waits in the queue"
+    assert [outbox.take(), outbox.take(), outbox.take()] == [second, third, None]
+
+    outbox.direct = None  # removed: everything queues
+    outbox.put(first)
+    assert outbox.take() == first and offered == [first, second]
+
+
+def test_a_link_handle_offers_an_event_to_the_lane_only_while_nothing_is_queued():
+    handle = RemoteSessionHandle(SimpleNamespace(attach=lambda h: 1))  # the link's side only: no service
+
+    def from_the_link(event: SessionEvent) -> None:
+        data = wire.event_frame(event)
+        handle.on_frame(data[4], data[5:])  # as the link hands it over: the kind, then the payload
+
+    offered: list[SessionEvent] = []
+    answer = [True]
+    handle.send_events_directly(lambda event: offered.append(event) or answer[0])
+    first, second, third = AudioOut(b"\x01\x00", 3), TextOut("hi", 3), AudioOut(b"\x02\x00", 3)
+    from_the_link(first)
+    assert offered == [first] and handle._events.empty()
+    answer[0] = False
+    from_the_link(second)
+    answer[0] = True
+    from_the_link(third)
+    assert offered == [first, second]
+    assert [handle._events.get_nowait(), handle._events.get_nowait()] == [second, third]
+    handle.on_frame(wire.JSON, json.dumps({"reply": 99, "ok": None}).encode())  # a reply is never offered
+    handle.send_events_directly(None)
+    from_the_link(first)
+    assert handle._events.get_nowait() == first and offered == [first, second]
 
 
 def until_error(ws) -> str:
