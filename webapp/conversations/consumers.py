@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 from typing import Any
 
@@ -43,11 +42,12 @@ from webapp.conversations.connect_query import requested_mode, requested_model
 from webapp.conversations.connect_refusals import refusal_at_connect
 from webapp.conversations.dispatch_loop import dispatch_until_stopped
 from webapp.conversations.inbound_lane import InboundLane
+from webapp.conversations.outbound_lane import DIRECT_EVENTS, OutboundLane, wire_message
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
 from webapp.conversations.session_event_wire import SessionEventWire
 from webapp.conversations.session_update import apply_session_config
 from webapp.conversations.socket_lane import SocketLane
-from webapp.operations.metrics import MESSAGES_RECEIVED, MESSAGES_SENT, count_error
+from webapp.operations.metrics import MESSAGES_RECEIVED, MESSAGES_SENT, OUTPUT_EVENTS
 from webapp.recordings import services as recordings
 
 logger = logging.getLogger(__name__)
@@ -62,6 +62,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
     account_watch: asyncio.Task | None = None  # see account_watch.watch_account
     lane: SocketLane | None = None  # set once the socket is accepted, when the server is daphne
     inbound: InboundLane | None = None  # the binary frames' way in past the frameworks, with the lane
+    outbound: OutboundLane | None = None  # a live call's audio and text out past the pump, with the lane
     dispatching = False  # a client message is in dispatch: the inbound lane leaves frames to the queue
 
     async def __call__(self, scope, receive, send) -> None:
@@ -82,7 +83,9 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.socket_closed = False
         self.ready = False
         self.pump: asyncio.Task | None = None
+        self.pump_waiting = False  # the pump is parked awaiting the next session event (outbound_lane)
         self.send_lock = asyncio.Lock()
+        self.sending = 0  # _emit calls under way or waiting for the lock (outbound_lane)
         self.grant = self.scope.get("client_secret")  # client_secrets.Grant: this socket spent a client secret
         model = self.grant.model if self.grant and self.grant.model else requested_model(self.scope)
         self.view = SessionView(model=model, input_rates=tuple(settings.PARLEY_INPUT_RATES))
@@ -112,6 +115,8 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             return
         await self._join_revocation_groups()
         self.pump = asyncio.create_task(self._pump_session_events())
+        if self.lane is not None:
+            self.outbound = OutboundLane(self.handle, self.lane, self.wire.render, self._may_send_now, self._emit)
 
     async def _join_revocation_groups(self) -> None:
         """Hear about this socket's credentials being revoked (see webapp.accounts.revocation)."""
@@ -133,6 +138,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.socket_closed = True
         if self.inbound is not None:
             self.inbound.remove()
+        self._remove_outbound()
         if self.account_watch is not None:
             self.account_watch.cancel()
         for group in self.revocation_groups:
@@ -290,9 +296,18 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
 
     async def _pump_session_events(self) -> None:
         assert self.handle is not None
+        events = aiter(self.handle.events())
         try:
             async with services.unexpected_faults("realtime.pump_failed", session_id=lambda: self.view.session_id):
-                async for event in self.handle.events():
+                while True:
+                    self.pump_waiting = True  # exactly while parked: it holds no event it has not sent yet
+                    try:
+                        event = await anext(events)
+                    except StopAsyncIteration:
+                        break
+                    finally:
+                        self.pump_waiting = False
+                    OUTPUT_EVENTS["queue"] += isinstance(event, DIRECT_EVENTS)
                     await self._on_session_event(event)
                     if self.finished:
                         return
@@ -305,6 +320,17 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             await self._close(CloseCode.SERVER_ERROR)
         except ParleyError as exc:
             await self._reject(exc)
+        finally:
+            self._remove_outbound()
+
+    def _may_send_now(self) -> bool:
+        """The outbound lane's condition on this socket: nothing of it is pending (outbound_lane's note, Order)."""
+        return self.pump_waiting and not self.sending and not self.socket_closed and not self.finished
+
+    def _remove_outbound(self) -> None:
+        if self.outbound is not None:
+            self.outbound.remove()
+            self.outbound = None  # it holds this consumer's methods
 
     async def _on_session_event(self, event: SessionEvent) -> None:
         if (outgoing := self.wire.render(event)) is not None:
@@ -408,31 +434,34 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         )
 
     async def _emit(self, outgoing: list[Outgoing]) -> None:
-        # Build-then-emit has no await in between, and the lock is FIFO: sequence numbers go out in order.
-        async with self.send_lock:
-            for item in outgoing:
-                if self.socket_closed:
-                    return
-                if isinstance(item, bytes):
-                    message: bytes | str = item
+        # Build-then-emit has no await in between, and the lock is FIFO: sequence numbers go out in order. The
+        # outbound lane sends nothing while ``sending``: the lock's waiters hold server events stamped earlier.
+        self.sending += 1
+        try:
+            async with self.send_lock:
+                await self._send_in_order(outgoing)
+        finally:
+            self.sending -= 1
+
+    async def _send_in_order(self, outgoing: list[Outgoing]) -> None:
+        for item in outgoing:
+            if self.socket_closed:
+                return
+            message = wire_message(item)
+            if self.lane is not None and self.lane.send(message):
+                MESSAGES_SENT["lane"] += 1
+                continue
+            MESSAGES_SENT["framework"] += 1
+            try:
+                if isinstance(message, bytes):
+                    await self.send(bytes_data=message)
                 else:
-                    if item.get("type") == "error":
-                        count_error(item["error"]["code"])  # the process's /ops/metrics, by code
-                    message = json.dumps(item, separators=(",", ":"))
-                if self.lane is not None and self.lane.send(message):
-                    MESSAGES_SENT["lane"] += 1
-                    continue
-                MESSAGES_SENT["framework"] += 1
-                try:
-                    if isinstance(message, bytes):
-                        await self.send(bytes_data=message)
-                    else:
-                        await self.send(text_data=message)
-                except Disconnected:
-                    # The client dropped the TCP connection (pipecat does on any error event) and daphne has
-                    # not yet delivered websocket.disconnect: nothing more can be sent; disconnect() follows.
-                    self.socket_closed = True
-                    return
+                    await self.send(text_data=message)
+            except Disconnected:
+                # The client dropped the TCP connection (pipecat does on any error event) and daphne has
+                # not yet delivered websocket.disconnect: nothing more can be sent; disconnect() follows.
+                self.socket_closed = True
+                return
 
     async def _close(self, code: int) -> None:
         if not self.socket_closed:

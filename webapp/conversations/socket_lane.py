@@ -61,18 +61,22 @@ class SocketLane:
         """Write ``text`` as one text message (UTF-8); False when the ordinary path must send it."""
         return self._write(text.encode("utf-8"), FINAL_TEXT)
 
-    def _write(self, payload: bytes, first_byte: int) -> bool:
+    def writable(self) -> bool:
+        """Whether a message written now takes the lane: the connection is in the plain state (the module's note)."""
         p = self.protocol
-        if (
+        return not (
             p.state != p.STATE_OPEN
             or p.send_state != p.SEND_STATE_GROUND
             or p.send_queue
             or p._perMessageCompress is not None
             or p.maskServerFrames
             or p.transport is None
-        ):
+        )
+
+    def _write(self, payload: bytes, first_byte: int) -> bool:
+        if not self.writable():
             return False
-        p.transport.write(frame_header(len(payload), first_byte) + payload)
+        self.protocol.transport.write(frame_header(len(payload), first_byte) + payload)
         return True
 
 

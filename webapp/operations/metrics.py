@@ -36,6 +36,9 @@ MESSAGES_RECEIVED = {"lane": 0, "framework": 0}
 # Binary frames parsed off the sockets' bytes by the inbound lane's reader (conversations.frame_reader); autobahn
 # parses the rest.
 FRAMES_READ = {"reader": 0}
+# A live call's output events (the session's audio and text), by the way they reached the socket: taken as the
+# session made them by the outbound lane (conversations.outbound_lane), or through the handle's queue and the pump.
+OUTPUT_EVENTS = {"direct": 0, "queue": 0}
 
 
 def count_error(code: str) -> None:
@@ -81,6 +84,12 @@ class _ClusterCollector(Collector):
             "parley_socket_frames_read",
             "Binary frames from realtime callers parsed by the inbound lane's frame reader; autobahn parses the rest.",
             FRAMES_READ,
+        )
+        yield _by_path(
+            "parley_socket_output_events",
+            "A live call's audio and text events this process passed to its realtime sockets, by path: sent by the "
+            "outbound lane as the session made them, or through the session's queue and the socket's pump task.",
+            OUTPUT_EVENTS,
         )
         reachable = GaugeMetricFamily("parley_services_readable", "1 when this process could read the services.")
         reachable.add_metric([], 0.0 if self.registry_error else 1.0)

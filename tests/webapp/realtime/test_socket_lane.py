@@ -1,18 +1,22 @@
 """The socket lanes: a realtime socket's messages written straight to daphne's transport
-(``conversations.socket_lane``), and a live call's audio frames taken straight from daphne's protocol into its
-session (``conversations.inbound_lane``).
+(``conversations.socket_lane``), a live call's audio frames taken straight from daphne's protocol into its
+session (``conversations.inbound_lane``), and its audio and text events taken straight from its session onto the
+socket (``conversations.outbound_lane``).
 
 The lane's frames must be byte for byte what autobahn writes for the same message, reach a real client through a
 real daphne intact, and give way to the ordinary path whenever autobahn's own state says a direct write could
 reorder or break the stream. The inbound lane must give the session what the ordinary path gives it, in the order
-the client sent it, and leave every refusal to the ordinary path's answer.
+the client sent it, and leave every refusal to the ordinary path's answer. The outbound lane must send a session's
+events in the order the session made them, never one past an event that is still on its way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
+import struct
 import urllib.request
 from types import SimpleNamespace
 
@@ -24,13 +28,16 @@ from django.contrib.auth.models import Permission
 from twisted.internet.testing import StringTransport
 from websockets.sync.client import connect
 
-from inference.contracts import AudioOut, SessionEvent, TextOut
+from inference import api
+from inference.contracts import AudioOut, Decision, Replaced, SessionEvent, TextOut
+from inference.session.local_handle import LocalHandle
 from inference.session.outbox import Outbox
 from inference.transport import wire
 from inference.transport.client import RemoteSessionHandle
 from tests.live_server import live_server_env, run_live_server
 from tests.webapp.realtime.realtime_helpers import FRAME, assert_echo, to_pcm16, tone
 from webapp.accounts.services import apikey_create
+from webapp.conversations.consumers import RealtimeConsumer
 from webapp.conversations.inbound_lane import InboundLane
 from webapp.conversations.protocol import audio_frame
 from webapp.conversations.socket_lane import FINAL_TEXT, SCOPE_KEY, SocketLane, frame_header
@@ -116,6 +123,22 @@ def test_a_real_daphne_sends_a_calls_events_and_audio_through_the_lane(django_db
     assert lane >= len(received) + len(events) and framework == 0, (before, after)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_real_daphne_sends_a_paced_calls_audio_as_the_session_makes_it(django_db_blocker):
+    key = console_key("outbound-watcher")
+    signal = tone(FRAME * 6)
+    with run_live_server(django_db_blocker, live_server_env("echo")) as server:
+        before = output_events(server, key)
+        received, events = echo_call(server, key, signal)
+        assert_echo(signal, received)
+        after = output_events(server, key)
+    direct, queued = (after[path] - before[path] for path in ("direct", "queue"))
+    assert direct + queued >= len(received) + 1, (before, after)  # and the priming frame's echo
+    assert direct >= 0.8 * (direct + queued), (before, after)
+    assert events[:2] == ["session.created", "session.updated"] and events[-1] == "session.closed", events
+    assert events.count("session.created") == events.count("session.updated") == 1, events
+
+
 def test_the_inbound_lane_gives_way_to_the_queue_and_to_what_the_session_declines():
     protocol, _ = open_autobahn_protocol()
     protocol.application_queue = asyncio.Queue()
@@ -172,7 +195,7 @@ def test_frames_sent_right_behind_a_format_change_are_read_in_the_new_format(dja
     signal = tone(FRAME * 5)
     f32_frames = [f.tobytes() for f in np.split(np.concatenate([signal, np.zeros(FRAME * 8, np.float32)]), 13)]
     headers = {"Authorization": f"Bearer {key}"}
-    events: list[str] = []
+    events: list[dict] = []
     received: list[bytes] = []
     update = {"type": "session.update", "session": {"audio": {"input": {"format": {"type": "audio/pcm-f32"}}}}}
     with run_live_server(django_db_blocker, live_server_env("echo")) as server:
@@ -190,7 +213,7 @@ def test_frames_sent_right_behind_a_format_change_are_read_in_the_new_format(dja
             refusal = json.loads(until_error(ws))
             ws.send(audio_frame(bytes(FRAME * 4)))
             next_audio(ws, events)  # and the call goes on
-    assert events.count("session.updated") == 2
+    assert types_and_order(events).count("session.updated") == 2
     assert_echo(signal, received)
     assert refusal["error"]["code"] == "invalid_audio", refusal
 
@@ -242,6 +265,169 @@ def test_a_link_handle_offers_an_event_to_the_lane_only_while_nothing_is_queued(
     assert handle._events.get_nowait() == first and offered == [first, second]
 
 
+def messages_written(data: bytes) -> list[dict | bytes]:
+    """The messages in a server's unmasked frames (RFC 6455 5.2): a text one as its JSON, a binary one as is."""
+    messages: list[dict | bytes] = []
+    at = 0
+    while at < len(data):
+        first, length = data[at], data[at + 1] & 0x7F
+        at += 2
+        if length == 126:
+            (length,) = struct.unpack_from("!H", data, at)
+            at += 2
+        elif length == 127:
+            (length,) = struct.unpack_from("!Q", data, at)
+            at += 8
+        payload = data[at : at + length]
+        at += length
+        messages.append(json.loads(payload) if first == FINAL_TEXT else payload)
+    return messages
+
+
+async def consumer_on_a_lane(monkeypatch) -> tuple[RealtimeConsumer, LocalHandle, object, StringTransport]:
+    """A consumer connected over daphne's own protocol (on a test transport) to a bare in-process handle: what is
+    put into the handle's outbox reaches the transport through the pump or the outbound lane."""
+    protocol, transport = open_autobahn_protocol()
+    handle = LocalHandle(SimpleNamespace(detach=lambda h: None), max_audio=50)  # type: ignore[arg-type]
+
+    async def open_session(request):
+        return handle
+
+    async def base_send(message):
+        assert message["type"] != "websocket.send", "every message takes the lane"
+
+    monkeypatch.setattr(api, "open_session", open_session)
+    consumer = RealtimeConsumer()
+    consumer.scope = {
+        "type": "websocket",
+        "user": SimpleNamespace(pk=1, is_authenticated=True),
+        SCOPE_KEY: functools.partial(print, protocol),  # daphne's send: partial(server.handle_reply, protocol)
+    }
+    consumer.channel_layer, consumer.base_send = None, base_send
+    await consumer.connect()
+    await settle()
+    assert consumer.outbound is not None and consumer.pump_waiting and handle.outbox.direct is not None
+    return consumer, handle, protocol, transport
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def types_and_order(messages: list[dict | bytes]) -> list[str]:
+    """The types of the JSON events, after checking that they came in ``server_event_seq`` order, none missing."""
+    seqs = [m["server_event_seq"] for m in messages if isinstance(m, dict)]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)) if seqs else []), seqs
+    return [m["type"] for m in messages if isinstance(m, dict)]
+
+
+async def test_a_calls_audio_goes_out_at_once_when_nothing_is_pending_and_never_past_what_is(monkeypatch):
+    """An event is taken only while the handle's queue is empty, the pump is parked, no send is under way or waits
+    for the lock, and no earlier event's rest is still going out. Cases 1, 2, 3 and 5 each fail with that check
+    removed (the audio's events go out first); case 4 leaves the audio to the pump while autobahn must send."""
+    consumer, handle, protocol, transport = await consumer_on_a_lane(monkeypatch)
+    outbox = handle.outbox
+    audio = AudioOut(b"\x01\x00" * 4, 0)
+
+    outbox.put(audio)  # nothing pending: written in the callback that delivered it, no task woken
+    assert len(outbox) == 0 and not consumer.sending
+    assert types_and_order(messages_written(transport.value())) == [
+        "response.created",
+        "response.output_item.added",
+        "conversation.item.added",
+        "response.content_part.added",
+        "response.output_audio.delta",
+    ]
+    transport.clear()
+
+    # 1. An earlier event waits in the queue (the pump was woken for it, not run yet): the audio queues behind it.
+    outbox.put(Decision("speak", 0, False))  # not the lane's: the pump sends it
+    outbox.put(TextOut("hello", 0))
+    outbox.put(audio)
+    await settle()
+    assert types_and_order(messages_written(transport.value())) == [
+        "response.speak",
+        "response.output_audio_transcript.delta",
+        "response.output_audio.delta",
+    ]
+    transport.clear()
+
+    # 2. The pump is busy with an earlier event it has not sent yet (held here before it sends, as an awaited step
+    # of its handling would: e.g. a client secret's configuration, applied before session.created).
+    gate = asyncio.Event()
+    handled = consumer._on_session_event
+
+    async def slowly(event):
+        if isinstance(event, Decision):
+            await gate.wait()
+        await handled(event)
+
+    consumer._on_session_event = slowly
+    outbox.put(Decision("listen", 1, True))
+    await settle()
+    assert len(outbox) == 0 and not consumer.pump_waiting, "the pump has taken it and is busy with it"
+    outbox.put(audio)
+    assert transport.value() == b"", "nothing passes the event the pump holds"
+    gate.set()
+    await settle()
+    assert types_and_order(messages_written(transport.value())) == ["response.listen", "response.output_audio.delta"]
+    transport.clear()
+    consumer._on_session_event = handled
+
+    # 3. Server events built earlier wait for the send lock (the lock just released, its waiter not yet run).
+    await consumer.send_lock.acquire()
+    waiting = asyncio.create_task(consumer._emit([consumer.events.event("input_audio_buffer.cleared")]))
+    await settle()
+    consumer.send_lock.release()
+    outbox.put(audio)  # the lock is free, but its waiter holds an event stamped earlier
+    await waiting
+    await settle()
+    assert types_and_order(messages_written(transport.value())) == [
+        "input_audio_buffer.cleared",
+        "response.output_audio.delta",
+    ]
+    transport.clear()
+
+    # 4. autobahn must send (here: it has a write queued): the audio is left to the pump, as before the lane.
+    protocol.send_queue.append((b"queued", False))
+    outbox.put(audio)
+    assert len(outbox) == 1, "queued for the pump"
+    protocol.send_queue.clear()
+    await settle()
+    assert types_and_order(messages_written(transport.value())) == ["response.output_audio.delta"]
+    transport.clear()
+
+    # 5. A write refused midway (not expected: the lane was writable a moment before): the rest goes out in order,
+    # through the ordinary send, and what comes meanwhile waits behind it.
+    send, refusals = consumer.lane.send, iter([True, True, False])
+    consumer.lane.send = lambda message: next(refusals, True) and send(message)
+    next_epoch = AudioOut(b"\x02\x00" * 4, 1)  # the response ends and the next opens, then its audio
+    outbox.put(next_epoch)
+    outbox.put(next_epoch)
+    await settle()
+    consumer.lane.send = send
+    assert types_and_order(messages_written(transport.value())) == [
+        "response.output_audio.done",
+        "response.output_audio_transcript.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.done",
+        "response.created",
+        "response.output_item.added",
+        "conversation.item.added",
+        "response.content_part.added",
+        "response.output_audio.delta",
+        "response.output_audio.delta",
+    ]
+    assert consumer.outbound.catching_up is None
+
+    outbox.put(Replaced())  # the pump's last event: it lets go of the hook as it ends
+    await consumer.pump
+    assert outbox.direct is None and consumer.outbound is None, "nothing keeps a reference to the consumer"
+    await consumer.disconnect(1000)
+
+
 def until_error(ws) -> str:
     while True:
         message = ws.recv(timeout=10)
@@ -259,12 +445,12 @@ def console_key(username: str) -> str:
 def echo_call(server: SimpleNamespace, key: str, signal: np.ndarray) -> tuple[list[bytes], list[str]]:
     """One binary-audio call to the echo engine: ``signal`` then silence, frame by frame, then ``session.close``.
 
-    Returns the audio received and the types of the JSON events, in order.
+    Returns the audio received and the types of the JSON events, in order (checked to be whole and in order).
     """
     pcm = to_pcm16(np.concatenate([signal, np.zeros(FRAME * 8, np.float32)]))
     frames = [pcm[i : i + FRAME * 2] for i in range(0, len(pcm), FRAME * 2)]
     received: list[bytes] = []
-    events: list[str] = []
+    events: list[dict] = []
     headers = {"Authorization": f"Bearer {key}"}
     with connect(server.ws_url + "/v1/realtime?model=echo", additional_headers=headers, open_timeout=10) as ws:
         until(ws, "session.created", events)
@@ -277,23 +463,23 @@ def echo_call(server: SimpleNamespace, key: str, signal: np.ndarray) -> tuple[li
             received.append(next_audio(ws, events))
         ws.send(json.dumps({"type": "session.close"}))
         until(ws, "session.closed", events)
-    return received, events
+    return received, types_and_order(events)
 
 
-def until(ws, event_type: str, events: list[str]) -> None:
+def until(ws, event_type: str, events: list[dict]) -> None:
     while True:
         message = ws.recv(timeout=10)
         if isinstance(message, str):
-            events.append(json.loads(message)["type"])
-            if events[-1] == event_type:
+            events.append(json.loads(message))
+            if events[-1]["type"] == event_type:
                 return
 
 
-def next_audio(ws, events: list[str]) -> bytes:
+def next_audio(ws, events: list[dict]) -> bytes:
     while True:
         message = ws.recv(timeout=10)
         if isinstance(message, str):
-            events.append(json.loads(message)["type"])
+            events.append(json.loads(message))
         else:
             assert message[0] == 0x01, f"unknown binary frame kind {message[0]}"
             return message[1:]
@@ -301,17 +487,22 @@ def next_audio(ws, events: list[str]) -> bytes:
 
 def messages_sent(server: SimpleNamespace, key: str) -> dict[str, float]:
     """``parley_socket_messages_sent_total`` by path, from the server's ``/ops/metrics``."""
-    return socket_messages(server, key, "sent")
+    return by_path(server, key, "parley_socket_messages_sent_total")
 
 
 def messages_received(server: SimpleNamespace, key: str) -> dict[str, float]:
     """``parley_socket_messages_received_total`` by path, from the server's ``/ops/metrics``."""
-    return socket_messages(server, key, "received")
+    return by_path(server, key, "parley_socket_messages_received_total")
 
 
-def socket_messages(server: SimpleNamespace, key: str, way: str) -> dict[str, float]:
+def output_events(server: SimpleNamespace, key: str) -> dict[str, float]:
+    """``parley_socket_output_events_total`` by path, from the server's ``/ops/metrics``."""
+    return by_path(server, key, "parley_socket_output_events_total")
+
+
+def by_path(server: SimpleNamespace, key: str, family: str) -> dict[str, float]:
     request = urllib.request.Request(server.url + "/ops/metrics", headers={"Authorization": f"Bearer {key}"})
     with urllib.request.urlopen(request, timeout=10) as response:
         scrape = response.read().decode()
-    pattern = rf'^parley_socket_messages_{way}_total\{{path="(\w+)"\}} (\S+)$'
+    pattern = rf'^{family}\{{path="(\w+)"\}} (\S+)$'
     return {path: float(count) for path, count in re.findall(pattern, scrape, re.MULTILINE)}
