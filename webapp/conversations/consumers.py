@@ -138,6 +138,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         self.socket_closed = True
         if self.inbound is not None:
             self.inbound.remove()
+            self.inbound = None  # it holds this consumer's method
         self._remove_outbound()
         if self.account_watch is not None:
             self.account_watch.cancel()
