@@ -8,6 +8,8 @@
 #   PY312=python3.12 bash bench/loadpath/build.sh [DEST]      (here: PYENV_VERSION=3.12.1 python3.12)
 #
 # Then on the device: bash .venv-loadpath/soak.sh, or bash .venv-loadpath/run.sh LOG <serving_e2e args>.
+# COMMIT names HEAD as it was at build time, and results are named by it: after committing more, rewrite it before
+# sending (git rev-parse --short=7 HEAD > .venv-loadpath/COMMIT), and send the checkout clean.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DEST=${1:-$ROOT/.venv-loadpath}
