@@ -66,11 +66,6 @@ class InferenceConfig:
             to 1: a call admitted now costs more as its context grows, and nothing sheds a live call, so the
             budget keeps room for that growth and for the ticks' tail (at 0.9, eight minutes at 183 lockstep
             callers on an H200 crept to p50 73.6 ms, p99 144 ms, and lost 30 388 live frames).
-        tick_read_wait_ms: before each tick takes its inputs, the engine worker waits up to this long for the
-            sessions' event loops to read what reached their sockets before the tick (``EngineWorker``'s read
-            barrier): a frame that arrived in time but waited for a busy loop makes its tick instead of the next,
-            80 ms later. 0 turns the wait off; it is not charged to the tick's time (admission), only to its
-            deadline.
         unit_context: the unit engine's LLM positions per session (MiniCPM-o). Past them the oldest units after
             the prompt slide out (about 4 minutes of an audio-only call at the default, the reference demo's 8192
             tokens; capped by the checkpoint's own limit). The engine's tick grows with its calls' contexts, so a
@@ -127,7 +122,6 @@ class InferenceConfig:
     kv_pool_gb: float = 0.0
     kv_mean_call_s: float = 180.0
     tick_budget: float = 0.8
-    tick_read_wait_ms: float = 5.0
     unit_context: int = 8192
     lockstep_context: int = 0
     inference_url: str | None = None
@@ -159,8 +153,6 @@ class InferenceConfig:
             raise ConfigError(
                 f"tick_budget must be in [0, 1] (a fraction of the engine's period), got {self.tick_budget}"
             )
-        if not 0.0 <= self.tick_read_wait_ms <= 20.0:
-            raise ConfigError(f"tick_read_wait_ms must be in [0, 20] ms, got {self.tick_read_wait_ms}")
         if self.unit_context < MIN_UNIT_CONTEXT:
             raise ConfigError(
                 f"unit_context must be >= {MIN_UNIT_CONTEXT} (the prompt and half a minute of units), got {self.unit_context}"

@@ -66,12 +66,7 @@ class InferenceService:
             await asyncio.to_thread(self.engine.warmup, progress)
             self.warmed = True
         name = f"engine-{self.capabilities.engine}-{self.config.device}"
-        self.worker = EngineWorker(
-            self.engine,
-            inbox_frames=self.config.input_queue_frames,
-            name=name,
-            read_wait_s=self.config.tick_read_wait_ms / 1000.0,
-        )
+        self.worker = EngineWorker(self.engine, inbox_frames=self.config.input_queue_frames, name=name)
         self.pool = SlotPool(
             self.worker, queue_max=self.config.queue_max, loop=self.loop, tick_budget=self.config.tick_budget
         )

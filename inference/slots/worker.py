@@ -30,7 +30,6 @@ from inference.audio.phase_advice import PhaseAdvice
 from inference.engines.base import ChatRequest, Engine, SlotConfig, SlotInput, SlotOutput, SlotTurn
 from inference.slots.chats import ChatJobs, ChatListener
 from inference.slots.delivery import SlotListener, hand_off, post_to
-from inference.slots.read_barrier import ReadBarrier
 from inference.slots.timing import TimingRing
 
 if TYPE_CHECKING:
@@ -101,13 +100,9 @@ class EngineWorker:
         engine: a warmed-up engine; only this worker's thread touches it after ``start()``.
         inbox_frames: bound of each slot's input queue; overflow drops the oldest chunk.
         name: thread name, e.g. ``"engine-echo-cpu"``.
-        read_wait_s: how long each tick may wait for its sessions' loops to read what reached them before it
-            (``inference.slots.read_barrier``); 0: no wait.
     """
 
-    def __init__(
-        self, engine: Engine, *, inbox_frames: int = 16, name: str = "engine-worker", read_wait_s: float = 0.0
-    ):
+    def __init__(self, engine: Engine, *, inbox_frames: int = 16, name: str = "engine-worker"):
         self.engine = engine
         caps = engine.capabilities
         self.period_s = caps.chunk_period_ms / 1000.0
@@ -130,7 +125,6 @@ class EngineWorker:
         # assignment, so the pool never sees a count with another moment's open slots.
         self.admission: tuple[int | None, frozenset[int]] = (None, frozenset())
         self.chats = ChatJobs(engine)
-        self.read_barrier = ReadBarrier(read_wait_s)
 
     # ---- asyncio side -----------------------------------------------------------------------
 
@@ -254,8 +248,6 @@ class EngineWorker:
             self._shutdown_slots()
 
     def _tick(self) -> None:
-        # What reached the sessions' sockets before this tick, read into their inboxes before it takes its inputs.
-        self.read_barrier.wait(s.loop for s in self.slots if s.loop is not None and s.opened and not s.frozen)
         started = time.perf_counter()
         self._run_commands()
         self._retry_closes()
