@@ -9,18 +9,14 @@ real daphne a call's audio frames must take the reader.
 from __future__ import annotations
 
 import os
-import re
 import struct
-import urllib.request
 
 import numpy as np
 import pytest
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from twisted.internet.testing import StringTransport
 
-from tests.live_server import live_server_env, run_live_server
-from tests.webapp.realtime.realtime_helpers import FRAME, assert_echo, tone
-from tests.webapp.realtime.test_socket_lane import console_key, echo_call
+from tests.webapp.realtime.test_socket_lane import counted_echo_call, frames_read
 from webapp.conversations.frame_reader import BinaryFrameReader, unmask
 
 HANDSHAKE = (
@@ -213,24 +209,9 @@ def test_remove_gives_autobahn_its_reading_back():
     assert BinaryFrameReader.install(object()) is None, "not the autobahn it knows: autobahn reads everything"
 
 
-def frames_read(server, key: str) -> float:
-    request = urllib.request.Request(server.url + "/ops/metrics", headers={"Authorization": f"Bearer {key}"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        scrape = response.read().decode()
-    found = re.search(r'^parley_socket_frames_read_total\{path="reader"\} (\S+)$', scrape, re.MULTILINE)
-    assert found, "the reader's count is on /ops/metrics"
-    return float(found.group(1))
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_real_daphne_reads_a_calls_audio_frames_with_the_reader(django_db_blocker):
-    key = console_key("reader-watcher")
-    signal = tone(FRAME * 6)
-    with run_live_server(django_db_blocker, live_server_env("echo")) as server:
-        before = frames_read(server, key)
-        received, events = echo_call(server, key, signal)
-        assert_echo(signal, received)
-        after = frames_read(server, key)
+    _, events, before, after = counted_echo_call(django_db_blocker, "reader-watcher", frames_read)
     assert {"session.created", "session.updated", "session.closed"} <= set(events)
     binary_frames_sent = 1 + 14  # the priming frame, the signal and its silence
-    assert after - before == binary_frames_sent, (before, after)
+    assert after["reader"] - before.get("reader", 0.0) == binary_frames_sent, (before, after)

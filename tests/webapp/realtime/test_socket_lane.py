@@ -18,6 +18,7 @@ import json
 import re
 import struct
 import urllib.request
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import numpy as np
@@ -111,13 +112,7 @@ def test_no_lane_under_another_asgi_server():
 
 @pytest.mark.django_db(transaction=True)
 def test_a_real_daphne_sends_a_calls_events_and_audio_through_the_lane(django_db_blocker):
-    key = console_key("lane-watcher")
-    signal = tone(FRAME * 6)
-    with run_live_server(django_db_blocker, live_server_env("echo")) as server:
-        before = messages_sent(server, key)  # the forked server starts with this test process's counts
-        received, events = echo_call(server, key, signal)
-        assert_echo(signal, received)
-        after = messages_sent(server, key)
+    received, events, before, after = counted_echo_call(django_db_blocker, "lane-watcher", messages_sent)
     assert {"session.created", "session.updated", "session.closed"} <= set(events)  # JSON, intact and in order
     lane, framework = (after[path] - before[path] for path in ("lane", "framework"))
     assert lane >= len(received) + len(events) and framework == 0, (before, after)
@@ -125,13 +120,7 @@ def test_a_real_daphne_sends_a_calls_events_and_audio_through_the_lane(django_db
 
 @pytest.mark.django_db(transaction=True)
 def test_a_real_daphne_sends_a_paced_calls_audio_as_the_session_makes_it(django_db_blocker):
-    key = console_key("outbound-watcher")
-    signal = tone(FRAME * 6)
-    with run_live_server(django_db_blocker, live_server_env("echo")) as server:
-        before = output_events(server, key)
-        received, events = echo_call(server, key, signal)
-        assert_echo(signal, received)
-        after = output_events(server, key)
+    received, events, before, after = counted_echo_call(django_db_blocker, "outbound-watcher", output_events)
     direct, queued = (after[path] - before[path] for path in ("direct", "queue"))
     assert direct + queued >= len(received) + 1, (before, after)  # and the priming frame's echo
     assert direct >= 0.8 * (direct + queued), (before, after)
@@ -174,13 +163,7 @@ def test_the_inbound_lane_gives_way_to_the_queue_and_to_what_the_session_decline
 
 @pytest.mark.django_db(transaction=True)
 def test_a_real_daphne_takes_a_calls_audio_frames_through_the_inbound_lane(django_db_blocker):
-    key = console_key("inbound-watcher")
-    signal = tone(FRAME * 6)
-    with run_live_server(django_db_blocker, live_server_env("echo")) as server:
-        before = messages_received(server, key)
-        received, _ = echo_call(server, key, signal)
-        assert_echo(signal, received)
-        after = messages_received(server, key)
+    _, _, before, after = counted_echo_call(django_db_blocker, "inbound-watcher", messages_received)
     lane, framework = (after[path] - before[path] for path in ("lane", "framework"))
     binary_frames_sent, text_events_sent = 1 + 14, 2  # the priming frame, the signal and its silence; update, close
     assert lane + framework == binary_frames_sent + text_events_sent, (before, after)
@@ -483,6 +466,26 @@ def next_audio(ws, events: list[dict]) -> bytes:
         else:
             assert message[0] == 0x01, f"unknown binary frame kind {message[0]}"
             return message[1:]
+
+
+def counted_echo_call(
+    django_db_blocker, username: str, count: Callable[[SimpleNamespace, str], dict[str, float]]
+) -> tuple[list[bytes], list[str], dict[str, float], dict[str, float]]:
+    """A paced echo call through a real daphne (``echo_call``, its echo checked), with the server's ``count`` read
+    before and after it: the audio received, the JSON events' types, and the two counts."""
+    key = console_key(username)
+    signal = tone(FRAME * 6)
+    with run_live_server(django_db_blocker, live_server_env("echo")) as server:
+        before = count(server, key)  # the forked server starts with this test process's counts
+        received, events = echo_call(server, key, signal)
+        assert_echo(signal, received)
+        after = count(server, key)
+    return received, events, before, after
+
+
+def frames_read(server: SimpleNamespace, key: str) -> dict[str, float]:
+    """``parley_socket_frames_read_total`` by path, from the server's ``/ops/metrics``."""
+    return by_path(server, key, "parley_socket_frames_read_total")
 
 
 def messages_sent(server: SimpleNamespace, key: str) -> dict[str, float]:
