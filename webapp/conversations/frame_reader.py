@@ -67,8 +67,7 @@ class BinaryFrameReader:
             and p._perMessageCompress is None
             and p.applyMask
             and not (p.logOctets or p.logFrames or p.trackedTimings)
-            and getattr(p, "_listeners", None)
-            is None  # autobahn fires "message" to listeners; the reader has none to fire
+            and getattr(p, "_listeners", None) is None  # autobahn fires "message" to listeners; the reader cannot
         )
 
     def _data_received(self, data: bytes) -> None:
