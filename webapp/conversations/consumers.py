@@ -16,7 +16,6 @@ import functools
 import logging
 from typing import Any
 
-from autobahn.exception import Disconnected  # daphne's WebSocket protocol: a send after the peer went away
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -41,13 +40,14 @@ from webapp.conversations.close_codes import CLOSE_CODE_BY_REASON, CONNECT_CLOSE
 from webapp.conversations.connect_query import requested_mode, requested_model
 from webapp.conversations.connect_refusals import refusal_at_connect
 from webapp.conversations.dispatch_loop import dispatch_until_stopped
+from webapp.conversations.event_sending import ServerEventSending
 from webapp.conversations.inbound_lane import InboundLane
-from webapp.conversations.outbound_lane import DIRECT_EVENTS, OutboundLane, wire_message
+from webapp.conversations.outbound_lane import DIRECT_EVENTS, OutboundLane
 from webapp.conversations.server_events import Outgoing, RealtimeEvents, SessionView, new_id
 from webapp.conversations.session_event_wire import SessionEventWire
 from webapp.conversations.session_update import apply_session_config
 from webapp.conversations.socket_lane import SocketLane
-from webapp.operations.metrics import MESSAGES_RECEIVED, MESSAGES_SENT, OUTPUT_EVENTS
+from webapp.operations.metrics import MESSAGES_RECEIVED, OUTPUT_EVENTS
 from webapp.recordings import services as recordings
 
 logger = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ async def _nothing() -> None:
     """The recording row is written once, after session.created, with everything the secret chose."""
 
 
-class RealtimeConsumer(AsyncWebsocketConsumer):
+class RealtimeConsumer(ServerEventSending, AsyncWebsocketConsumer):
     handle: api.SessionHandle | None = None
     account_watch: asyncio.Task | None = None  # see account_watch.watch_account
     lane: SocketLane | None = None  # set once the socket is accepted, when the server is daphne
@@ -420,51 +420,3 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
                 session_id=self.view.session_id, reason=event.reason, nothing_recorded=event.nothing_recorded
             )
         await self._close(CLOSE_CODE_BY_REASON.get(event.reason, CloseCode.NORMAL))
-
-    # ---- sending ------------------------------------------------------------------------------
-
-    async def _reject(self, exc: p.ProtocolError | ParleyError, event_id: str | None = None) -> None:
-        """The one translation of rejected input and facade errors into an ``error`` event."""
-        client_event_id = getattr(exc, "event_id", None) or event_id
-        await self._emit(
-            [
-                self.events.error(
-                    exc.code, exc.message, error_type=exc.error_type, param=exc.param, client_event_id=client_event_id
-                )
-            ]
-        )
-
-    async def _emit(self, outgoing: list[Outgoing]) -> None:
-        # Build-then-emit has no await in between, and the lock is FIFO: sequence numbers go out in order. The
-        # outbound lane sends nothing while ``sending``: the lock's waiters hold server events stamped earlier.
-        self.sending += 1
-        try:
-            async with self.send_lock:
-                await self._send_in_order(outgoing)
-        finally:
-            self.sending -= 1
-
-    async def _send_in_order(self, outgoing: list[Outgoing]) -> None:
-        for item in outgoing:
-            if self.socket_closed:
-                return
-            message = wire_message(item)
-            if self.lane is not None and self.lane.send(message):
-                MESSAGES_SENT["lane"] += 1
-                continue
-            MESSAGES_SENT["framework"] += 1
-            try:
-                if isinstance(message, bytes):
-                    await self.send(bytes_data=message)
-                else:
-                    await self.send(text_data=message)
-            except Disconnected:
-                # The client dropped the TCP connection (pipecat does on any error event) and daphne has
-                # not yet delivered websocket.disconnect: nothing more can be sent; disconnect() follows.
-                self.socket_closed = True
-                return
-
-    async def _close(self, code: int) -> None:
-        if not self.socket_closed:
-            self.socket_closed = True
-            await self.close(code=code)
