@@ -97,13 +97,10 @@ def make_speech(path: Path) -> np.ndarray:
 
 
 def _generator(args_dict: dict, lines: list[int], keys: list[str], url: str, t0: float, until: float, out) -> None:
-    if args_dict.get("gen_uvloop"):
-        try:
-            import uvloop
+    if args_dict.get("gen_uvloop"):  # asked for and absent: an ImportError, not a slower generator unsaid
+        import uvloop
 
-            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-        except ImportError:
-            pass
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     speech = np.load(args_dict["speech"])
     calls: list[CallRecord] = []
     n = args_dict["lines"]
@@ -169,6 +166,15 @@ def collect_calls(queue, procs: list, *, deadline: float, poll_s: float = 5.0) -
         if time.perf_counter() > deadline:
             raise RuntimeError(f"{len(procs) - reported} load generator(s) did not report in time")
     return calls
+
+
+def save_calls(calls: list[CallRecord], path: Path) -> None:
+    """Every call's send and echo time per frame (perf_counter; NaN = never), the frames it sent and its line."""
+    arrays = {}
+    for i, c in enumerate(calls):
+        arrays[f"sent_{i}"], arrays[f"echoed_{i}"] = c.sent[: c.frames_sent], c.echoed[: c.frames_sent]
+    arrays["lines"] = np.array([c.line for c in calls])
+    np.savez_compressed(path, **arrays)
 
 
 def _percentiles(values: list[float]) -> dict[str, float] | None:
@@ -257,6 +263,8 @@ def run(args) -> dict:
             cpu_end = {kind: cpu_seconds(p) for kind, p in pids.items()}
             wall = time.perf_counter() - wall_start
             calls = collect_calls(queue, procs, deadline=time.perf_counter() + 600)
+            if args.calls_out:
+                save_calls(calls, args.calls_out)
             for p in procs:
                 p.join(30)
             sampler.stop.set()
@@ -313,6 +321,7 @@ def run(args) -> dict:
             "mean_call_s": args.mean_call_s,
             "max_call_s": args.max_call_s,
             "gen_procs": args.gen_procs,
+            "gen_uvloop": args.gen_uvloop,
             "calls": len(calls),
             "calls_failed": len(failed),
             "failures": dict(Counter(failed).most_common(10)),  # how many calls failed each way
@@ -407,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--env", action="append", default=[], help="KEY=VALUE for every server process")
     p.add_argument("--what", default="serving-e2e-echo")
+    p.add_argument("--calls-out", type=Path, help="every call's frame times, as .npz, for a closer look")
     p.add_argument("--hardware", help="the results' hardware name (default: results_io's, e.g. 2core or h200)")
     p.add_argument("--out-dir", type=Path, default=results_io.RESULTS)
     args = p.parse_args(argv)
