@@ -449,6 +449,25 @@ def test_a_caller_following_the_phase_advice_lands_its_pieces_just_the_margin_be
         assert heard + caller.framer.dropped + caller.framer.pending == caller.boundary
 
 
+def test_a_late_whole_piece_leaves_no_frame_standing_once_its_backlog_can_go():
+    # 30 ms before the tick, piece 50 comes 40 ms late: its tick finds nothing, and the take after it leaves the next
+    # piece standing a whole frame behind the tick. Quiet, that backlog goes at once; in speech, through the gaps
+    # between syllables within a few ticks (it used to stand 20 ticks, to the end of the next window); in a tone
+    # without gaps it stays, as any loud backlog.
+    for audio, back_within in ((None, 1), (syllables, 5), (lambda _start, count: tone(count), None)):
+        caller = AdvisedCaller(0.030, follow=False, late={50: 0.040}, audio=audio)
+        waits = caller.run(6 * WINDOW_TICKS)
+        assert np.isnan(waits[50]) and abs(waits[51] - 110.0) < 0.05
+        if back_within is None:
+            np.testing.assert_allclose(waits[51:], 110.0, atol=0.05)
+            assert caller.framer.dropped == 0
+        else:
+            np.testing.assert_allclose(waits[51 + back_within :], 30.0, atol=0.05)
+            assert caller.framer.dropped == N  # the piece the silent tick stood for, no more
+        heard = (len(waits) - 1) * N
+        assert heard + caller.framer.dropped + caller.framer.pending == caller.boundary
+
+
 def test_a_caller_whose_pieces_land_under_the_goal_is_asked_for_no_move():
     caller = AdvisedCaller(0.002, follow=True)  # 2 ms before every tick, and never late
     waits = caller.run(10 * WINDOW_TICKS)
