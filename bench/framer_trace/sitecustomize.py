@@ -19,16 +19,17 @@ import sys
 import time
 
 TRACE_DIR = os.environ.get("PARLEY_FRAMER_TRACE_DIR")
-FLUSH_EVERY = 2000
+FLUSH_ROWS, FLUSH_S = 2000, 2.0
 
 
 class _Log:
     def __init__(self, name: str):
-        self.name, self.rows = name, []
+        self.name, self.rows, self.flushed_at = name, [], time.monotonic()
 
     def add(self, row: str) -> None:
         self.rows.append(row)
-        if len(self.rows) >= FLUSH_EVERY:
+        if len(self.rows) >= FLUSH_ROWS or time.monotonic() - self.flushed_at > FLUSH_S:
+            self.flushed_at = time.monotonic()
             with open(os.path.join(TRACE_DIR, f"{self.name}-{os.getpid()}.txt"), "a") as f:
                 f.write("\n".join(self.rows) + "\n")
             self.rows.clear()
