@@ -8,8 +8,8 @@
 #   PY312=python3.12 bash bench/loadpath/build.sh [DEST]      (here: PYENV_VERSION=3.12.1 python3.12)
 #
 # Then on the device: bash .venv-loadpath/soak.sh, or bash .venv-loadpath/run.sh LOG <serving_e2e args>.
-# COMMIT names HEAD as it was at build time, and results are named by it: after committing more, rewrite it before
-# sending (git rev-parse --short=7 HEAD > .venv-loadpath/COMMIT), and send the checkout clean.
+# The device runs the checkout the device tool sends (its serving code checked against the carry's FINGERPRINT); after
+# committing more, run bench/loadpath/stamp.sh before the next device command, and send the checkout clean.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DEST=${1:-$ROOT/.venv-loadpath}
@@ -57,22 +57,21 @@ cp /usr/sbin/nginx "$DEST/bin/nginx"
 unzip -q -p "$WORK"/pyspy/py_spy-*.whl 'py_spy-*.data/scripts/py-spy' | xz -T2 -9 > "$DEST/py-spy.xz"
 cp -L "$(ldd /usr/sbin/nginx | awk '/libpcre2-8/ {print $3}')" "$DEST/lib/libpcre2-8.so.0"
 (cd "$ROOT" && .venv/bin/python -c "from pathlib import Path; from bench.serving_e2e import make_speech; make_speech(Path('$DEST/speech.npy'))")
-# The code at HEAD (the device gets the sending checkout's working tree, uncommitted edits included).
-git -C "$ROOT" rev-parse --short=7 HEAD > "$DEST/COMMIT"
 source_at() {
     git -C "$ROOT" archive --format=tar "$1" bench deploy inference webapp templates static manage.py pyproject.toml \
         tests/__init__.py tests/cluster tests/services.py \
         tests/data/personaplex/ckpt/{config.json,tokenizer.model,mimi_config.json} | xz -9
 }
-source_at HEAD > "$DEST/src.tar.xz"
 # BEFORE=<commit>: that commit's code too, for a side-by-side run in one command (run.sh's BEFORE=1 runs it)
 rm -f "$DEST/before.tar.xz" "$DEST/BEFORE"
 if [ -n "${BEFORE:-}" ]; then
     source_at "$BEFORE" > "$DEST/before.tar.xz"
     git -C "$ROOT" rev-parse --short=7 "$BEFORE" > "$DEST/BEFORE"
-    # A call carries 64 MiB with the checkout's tracked files: the second commit's code takes the place of py-spy
-    # (only serving_e2e.py --profile-s needs it) and of HEAD's own (env.sh then runs the checkout sent with it)
-    rm -f "$DEST/py-spy.xz" "$DEST/src.tar.xz"
 fi
+# A call carries 64 MiB with the checkout's tracked files (45 MB): py-spy only where asked for (PYSPY=1, for
+# serving_e2e.py --profile-s), and never beside a second commit's code
+if [ -z "${PYSPY:-}" ] || [ -n "${BEFORE:-}" ]; then rm -f "$DEST/py-spy.xz"; fi
+# The code at HEAD is the checkout the device tool sends: named and fingerprinted here, checked by env.sh there
+bash "$ROOT/bench/loadpath/stamp.sh" "$DEST"
 cp "$ROOT"/bench/loadpath/{env.sh,run.sh,soak.sh,two_cores.sh,unit.sh} "$DEST/"
 du -sh "$DEST"/*

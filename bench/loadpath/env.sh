@@ -3,14 +3,21 @@
 L=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SITE=${LOADPATH_SITE:-/tmp/site}          # overridable for a local dry run
 # BEFORE=1 (a carry built with BEFORE=<commit>): that commit's code, in a folder of its own
-code=src.tar.xz commit_file=COMMIT
+code=none commit_file=COMMIT
 if [ -n "${BEFORE:-}" ]; then
     code=before.tar.xz commit_file=BEFORE
     [ -e "$L/$code" ] || { echo "BEFORE=1, but this carry was built without BEFORE=<commit>"; return 1; }
 fi
-# A carry built with BEFORE has no src.tar.xz (the 64 MiB a call carries): COMMIT's code is the checkout the device
-# tool sent, this carry's parent folder, so send it clean at COMMIT.
-if [ ! -e "$L/$code" ] && [ -z "${BEFORE:-}" ]; then LOADPATH_SRC=${LOADPATH_SRC:-$(dirname "$L")}; fi
+# COMMIT's code is the checkout the device tool sent, this carry's parent folder: its serving code must be what
+# bench/loadpath/stamp.sh fingerprinted, or the results would carry another commit's name.
+if [ -z "${BEFORE:-}" ]; then
+    LOADPATH_SRC=${LOADPATH_SRC:-$(dirname "$L")}
+    sent=$(cd "$LOADPATH_SRC" && xargs -a "$L/FILES" -d '\n' cat | sha1sum | cut -d' ' -f1)
+    if [ "$sent" != "$(cat "$L/FINGERPRINT")" ]; then
+        echo "the checkout sent is not $(cat "$L/COMMIT") as stamped: commit, run bench/loadpath/stamp.sh, send it clean"
+        return 1
+    fi
+fi
 export LOADPATH_SRC=${LOADPATH_SRC:-/tmp/loadpath-src${BEFORE:+-before}}
 if [ ! -e "$SITE/django" ] && [ ! -e "$SITE/av" ]; then
     mkdir -p "$SITE" && tar -xJf "$L/webstack.tar.xz" -C "$SITE" || return 1
