@@ -14,7 +14,9 @@ always ends with audio that arrived moments before the tick:
   back intact; the trim below then aligns the phase.)
 - A take that finds less than a frame (the newest audio arrived late) is padded in front, not
   delayed by a tick, and the margin grows by the shortfall: jitter is met with a slightly deeper
-  FIFO, not with a standing extra frame.
+  FIFO, not with a standing extra frame. A take that finds nothing at all (a client of whole frames whose frame came
+  after the tick) grows the margin by how late the frame came, and the take after it trims the backlog the silent
+  tick left, as far as a piece end that came the margin before the tick (``_trim_late_backlog``).
 - Over each window of ticks, the smallest depth left after a take is the part of the FIFO that never
   moves: beyond the margin (plus a little hysteresis) it is pure latency and is dropped; when the
   window had no short take, the margin gives back a quarter of its excess, so it follows the jitter down again
@@ -136,7 +138,7 @@ class TickAlignedFramer:
         self._window_from: int | None = None  # stream position of the window's first frame end
         self._adviser = PhaseAdviser(frame_samples / self._per_ms)
         self._empty_take_at: float | None = None  # a take found nothing (an underrun): when, until the next push
-        self._late_backlog = False  # a piece came after its tick: the next take leaves its backlog standing
+        self._late_backlog = False  # a piece came after its tick: the next take trims the backlog it leaves
         self.advice: PhaseAdvice | None = None  # from the latest window with a whole frame (see PhaseAdvice)
         self.dropped = 0  # samples lost: overflow, alignment and standing-depth trims
         self.stale_dropped = 0  # samples from before a realign (a prefill, a pause) that its first take dropped
