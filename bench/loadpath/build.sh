@@ -52,9 +52,14 @@ cp -r "$ROOT/bench/loadpath/av_stub/av" "$site/av"
 mkdir -p "$DEST/bin" "$DEST/lib"
 tar -cf - -C "$site" . | xz -T2 -9 > "$DEST/webstack.tar.xz"
 cp /usr/sbin/nginx "$DEST/bin/nginx"
-# py-spy for serving_e2e.py --profile-s: the static binary of its wheel (8 MB; 2.0 MB as xz; env.sh unpacks it)
-"$PY312" -m pip download -q -d "$WORK/pyspy" --no-deps --only-binary=:all: py-spy==0.4.3
-unzip -q -p "$WORK"/pyspy/py_spy-*.whl 'py_spy-*.data/scripts/py-spy' | xz -T2 -9 > "$DEST/py-spy.xz"
+# py-spy for serving_e2e.py --profile-s: the static binary of its wheel (8 MB; 2.0 MB as xz; env.sh unpacks it).
+# A call carries 64 MiB with the checkout's tracked files (45 MB): only where asked for (PYSPY=1), and never beside
+# a second commit's code (BEFORE)
+rm -f "$DEST/py-spy.xz"
+if [ -n "${PYSPY:-}" ] && [ -z "${BEFORE:-}" ]; then
+    "$PY312" -m pip download -q -d "$WORK/pyspy" --no-deps --only-binary=:all: py-spy==0.4.3
+    unzip -q -p "$WORK"/pyspy/py_spy-*.whl 'py_spy-*.data/scripts/py-spy' | xz -T2 -9 > "$DEST/py-spy.xz"
+fi
 cp -L "$(ldd /usr/sbin/nginx | awk '/libpcre2-8/ {print $3}')" "$DEST/lib/libpcre2-8.so.0"
 (cd "$ROOT" && .venv/bin/python -c "from pathlib import Path; from bench.serving_e2e import make_speech; make_speech(Path('$DEST/speech.npy'))")
 source_at() {
@@ -68,9 +73,6 @@ if [ -n "${BEFORE:-}" ]; then
     source_at "$BEFORE" > "$DEST/before.tar.xz"
     git -C "$ROOT" rev-parse --short=7 "$BEFORE" > "$DEST/BEFORE"
 fi
-# A call carries 64 MiB with the checkout's tracked files (45 MB): py-spy only where asked for (PYSPY=1, for
-# serving_e2e.py --profile-s), and never beside a second commit's code
-if [ -z "${PYSPY:-}" ] || [ -n "${BEFORE:-}" ]; then rm -f "$DEST/py-spy.xz"; fi
 # The code at HEAD is the checkout the device tool sends: named and fingerprinted here, checked by env.sh there
 bash "$ROOT/bench/loadpath/stamp.sh" "$DEST"
 cp "$ROOT"/bench/loadpath/{env.sh,run.sh,soak.sh,two_cores.sh,unit.sh} "$DEST/"

@@ -10,7 +10,7 @@
 # and adds "-switchab" to the result's name (bench/serving_gpu_service.py --switch-intervals-ms). TICK_SPLIT=1 writes
 # each engine tick's device and host time to $OUT/tick-split.jsonl and adds "-ticksplit" (--tick-split-log).
 # CONTEXT=1500 sets the lockstep engine's context in frames (PARLEY_LOCKSTEP_CONTEXT; default the checkpoint's 3000)
-# and adds "-context1500" to the result's name. PROFILE_S=30 py-spies the service's threads that long from
+# and adds "-context1500" to the result's name. PROFILE_S=30 (a carry built with PYSPY=1) py-spies the service's threads that long from
 # PROFILE_AT_S (default 20) seconds into the hold, then as long again with --gil (who holds the interpreter),
 # into $OUT, and adds "-profile" to the result's name.
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader   # HARDWARE=h100 on an H100 (the result's name)
