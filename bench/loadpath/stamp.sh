@@ -1,7 +1,7 @@
 #!/bin/bash
 # Names the code the next device command runs: the sent checkout's HEAD, and a fingerprint of its serving code that
-# env.sh checks on the device, so a result can never carry the name of another commit (it did twice, when COMMIT
-# was left from the carry's build). Run after each commit, before each device command; the checkout must be clean.
+# env.sh checks on the device, so a result can never carry the name of another commit (a COMMIT left from the
+# carry's build did once). Run after each commit, before each device command; the checkout must be clean.
 #
 #   bash bench/loadpath/stamp.sh [CARRY]      (default .venv-loadpath)
 set -euo pipefail
