@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_e2e import make_speech  # noqa: E402
 
-from inference.audio.framing import GAP_BLOCK_MS, QUIET_RMS, quiet_blocks  # noqa: E402
+from inference.audio.quiet_gaps import GAP_BLOCK_MS, QUIET_RMS, quiet_blocks  # noqa: E402
 
 RATE = 24_000
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from inference import embedded
-from inference.audio.framing import QUIET_RMS  # noqa: F401  (the web tier's WebRTC track trims by the same level)
+from inference.audio.quiet_gaps import QUIET_RMS  # noqa: F401  (the web tier's WebRTC track trims by the same level)
 from inference.contracts import (
     ParleyError,
     SessionRequest,

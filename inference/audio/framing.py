@@ -36,9 +36,10 @@ it can move that: each window's ``PhaseAdvice`` says how (``inference.audio.phas
 Trims never cut the caller's words: a standing backlog or a phase alignment is dropped only when the audio it
 would drop is quiet (RMS below ``QUIET_RMS``). While the caller speaks, the backlog goes through the gaps inside
 their speech: each take may consume up to the trim's remainder beyond its frame and cut that much out of its
-quiet ``GAP_BLOCK_MS`` blocks (the silences between words and before stops), so the frame stays whole and its words
-intact. In the load bench's speech a pause as long as a late 80 ms frame's trim comes 0.8 s after a random
-instant at the median and 4.8 s at p99; 75 ms of its 5 ms gaps pass within 0.4 s (1.3 s p99; bench/speech_gaps.py).
+quiet ``GAP_BLOCK_MS`` blocks (the silences between words and before stops; ``inference.audio.quiet_gaps``), so the
+frame stays whole and its words intact. In the load bench's speech a pause as long as a late 80 ms frame's trim
+comes 0.8 s after a random instant at the median and 4.8 s at p99; 75 ms of its 5 ms gaps pass within 0.4 s (1.3 s
+p99; bench/speech_gaps.py).
 Whatever the engine hears of a call was said; the bound (``max_frames``) is the one place audio is shed while
 loud, and that is counted as dropped input. (With the call page's 20 ms pieces an alignment trim was at most 20 ms;
 a client that sends 80 ms frames lost one or two whole frames of speech a call to it.)
@@ -56,6 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from inference.audio.phase_advice import PhaseAdvice, PhaseAdviser
+from inference.audio.quiet_gaps import GAP_BLOCK_MS, QUIET_RMS, cut_gaps
 
 WINDOW_TICKS = 12  # about 1 s at 80 ms: long enough to see the jitter, short enough to cut a backlog quickly
 START_MARGIN_MS = 15.0
@@ -67,15 +69,6 @@ MAX_MARGIN_MS = 60.0
 DECAY_MS = 1.0
 DECAY_FRACTION = 0.25
 HYSTERESIS_MS = 10.0  # standing depth tolerated above the margin before it is dropped
-QUIET_RMS = 0.01  # -40 dBFS: below speech, above a quiet room's noise; only audio this quiet is ever trimmed
-GAP_BLOCK_MS = 5.0  # the quiet blocks a take may cut from speech to shrink a backlog: shorter than any phoneme
-
-
-def quiet_blocks(samples: np.ndarray, block: int, quiet_rms: float) -> np.ndarray:
-    """Indices of the whole ``block``-sample blocks of ``samples`` whose RMS is below ``quiet_rms``."""
-    count = len(samples) // block
-    rows = samples[: count * block].reshape(count, block)
-    return np.flatnonzero(np.einsum("ij,ij->i", rows, rows) < block * quiet_rms**2)
 
 
 @dataclass(frozen=True)
@@ -314,36 +307,21 @@ class TickAlignedFramer:
         return frame
 
     def _pop_through_gaps(self) -> np.ndarray | None:
-        """A whole frame from the oldest ``frame_samples + d`` samples, ``d`` of them cut out of their quiet
-        blocks (the waiting trim's remainder at most), or None when the span holds no quiet block.
-
-        Blocks are counted from the head; a block is cut only where all of it falls inside the span the frame
-        consumes (a frame that consumes ``k`` more blocks has ``k`` blocks more to find them in). The last block
-        cut may be cut in part, so the trim ends exactly where it was meant to. The quiet test is each block's
-        RMS, as the whole-trim test is the span's: a block is quiet through, not on average with a loud one.
-        """
-        n, block = self.frame_samples, max(1, self._samples(GAP_BLOCK_MS))
+        """A whole frame with up to the waiting trim's remainder cut out of its quiet blocks (``cut_gaps``), or None
+        when the span it would consume holds no quiet block."""
+        n = self.frame_samples
         excess = min(self._waiting_trim, self._size - self._trim_keeps, self._size - n)
         if excess <= 0:
             return None
-        span = self._peek(n + excess)
-        quiet = quiet_blocks(span, block, self._quiet_rms if self._quiet_rms is not None else float("inf"))
-        # the largest k whose k-th quiet block ends inside the span a frame with k blocks cut consumes
-        cut = 0
-        for k in range(min(len(quiet), -(-excess // block)), 0, -1):
-            if (quiet[k - 1] + 1) * block <= n + min(k * block, excess):
-                cut = k
-                break
-        if cut == 0:
+        quiet_rms = self._quiet_rms if self._quiet_rms is not None else float("inf")
+        cut = cut_gaps(self._peek(n + excess), n, max(1, self._samples(GAP_BLOCK_MS)), quiet_rms)
+        if cut is None:
             return None
-        d = min(cut * block, excess)
-        keep = np.ones(n + d, dtype=bool)
-        for i, b in enumerate(quiet[:cut]):
-            keep[b * block : b * block + (block if i < cut - 1 else d - (cut - 1) * block)] = False
+        frame, d = cut
         self._discard(n + d)
         self.dropped += d
         self._waiting_trim -= d
-        return span[: n + d][keep]
+        return frame
 
     def _peek(self, count: int) -> np.ndarray:
         """A copy of the oldest ``count`` buffered samples."""
