@@ -132,12 +132,14 @@ class TickAlignedFramer:
         self._adviser = PhaseAdviser(frame_samples / self._per_ms)
         self._empty_take_at: float | None = None  # a take found nothing (an underrun): when, until the next push
         self._late_backlog = False  # a piece came after its tick: the next take trims the backlog it leaves
+        self._margin_before_late = self.margin  # what that trim keeps clear of the tick (see _trim_late_backlog)
         self.advice: PhaseAdvice | None = None  # from the latest window with a whole frame (see PhaseAdvice)
         self.dropped = 0  # samples lost: overflow, alignment and standing-depth trims
         self.stale_dropped = 0  # samples from before a realign (a prefill, a pause) that its first take dropped
         self.short_frames = 0
         self._waiting_trim = 0  # samples the last window found standing, dropped when they are quiet
         self._trim_keeps = 0  # the depth that trim leaves
+        self._late_trim = False  # that trim is a late backlog's (``_trim_late_backlog``)
 
     @property
     def pending(self) -> int:
@@ -173,6 +175,8 @@ class TickAlignedFramer:
                 # a whole period is a pause, not jitter.
                 late_ms = (now - self._empty_take_at) * 1000.0
                 if late_ms < self.frame_samples / self._per_ms:
+                    if not self._late_backlog:
+                        self._margin_before_late = self.margin
                     self.margin = min(self._samples(MAX_MARGIN_MS), self.margin + self._samples(late_ms))
                     self._adviser.margin_grew(self.margin / self._per_ms)
                     self._late_backlog = True
@@ -337,7 +341,7 @@ class TickAlignedFramer:
 
     def _new_window(self) -> None:
         self._window_ticks, self._window_min, self._window_short = 0, 1 << 62, False
-        self._waiting_trim = 0
+        self._waiting_trim, self._late_trim = 0, False
         self._window_lead = float("inf")
         self._window_from = None
 
@@ -364,18 +368,24 @@ class TickAlignedFramer:
         this one (this window holds the empty take), and then it still waits for quiet: a client of whole frames
         kept that extra frame for about 25 ticks after each late one (200 echo callers on 2 cores, 74c2724: 0.6 %
         of takes found nothing and 15.6 % left a whole frame standing). As ``_aligned_drop``, the trim ends where a
-        piece ends that came at least the margin (grown by the late piece) before this tick: a client whose pieces
-        come closer to the tick than that keeps its frame back, the safe place for it (a frame cut inside a piece
-        would be short whenever that piece is late)."""
+        piece ends that came at least the margin before this tick: a client whose pieces come closer to the tick
+        than that keeps its frame back, the safe place for it (a frame cut inside a piece would be short whenever
+        that piece is late).
+
+        The margin here is the one from before the late piece grew it. Judged by the grown margin, a caller that
+        follows the phase advice (its pieces the margin plus 10 ms before the tick) kept its frame back after any
+        piece more than 10 ms late, for seconds, until the advice had moved it and the margin had decayed; one late
+        piece costs its own frame and the trim, while a frame kept back costs every frame meanwhile. The grown
+        margin still moves a follower further from the tick, through the advice."""
         self._late_backlog = False
         end = self._position - self._size
-        margin_s = self.margin / self._per_ms / 1000.0
+        margin_s = self._margin_before_late / self._per_ms / 1000.0
         best = 0
         for boundary, pushed_at in self._pushes:
             if boundary > end and now - pushed_at >= margin_s:
                 best = boundary - end  # pushes are in stream order: a later qualifying one replaces it
         if best > self._samples(HYSTERESIS_MS) and best > self._waiting_trim:
-            self._waiting_trim, self._trim_keeps = best, self._size - best
+            self._waiting_trim, self._trim_keeps, self._late_trim = best, self._size - best, True
 
     def _end_of_tick(self, now: float) -> None:
         if self._waiting_trim:
@@ -400,12 +410,17 @@ class TickAlignedFramer:
             from_position=self._window_from,
         )
         self.advice = advice or self.advice
-        # A trim still being cut goes on, as far as it stays beyond the margin: a window that held a late piece's
-        # empty take finds no standing depth of its own to trim, yet its backlog stands (``_trim_late_backlog``).
-        carried = min(self._waiting_trim, self._size - max(self._trim_keeps, self.margin))
+        # A trim still being cut goes on: a window that held a late piece's empty take finds no standing depth of its
+        # own to trim, yet its backlog stands (``_trim_late_backlog``). It goes as far as it stays beyond the margin,
+        # but a late backlog's trim was judged against the margin before the late piece grew it, and stopped at the
+        # grown one it would leave part of a whole frame standing, every frame then ending inside a piece.
+        floor = self._trim_keeps if self._late_trim else max(self._trim_keeps, self.margin)
+        carried = min(self._waiting_trim, self._size - floor)
+        late_trim = self._late_trim and carried > 0 and carried >= trim
         trim = max(trim, carried)
         self._new_window()
         self._waiting_trim, self._trim_keeps = max(0, trim), self._size - max(0, trim)
+        self._late_trim = late_trim
         self._trim_when_quiet()
 
     def _aligned_drop(self) -> int | None:

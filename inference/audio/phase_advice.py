@@ -82,10 +82,11 @@ class PhaseAdviser:
         before its tick, and the framer's trims then free the rest: the move is the lead beyond the goal, modulo
         the period, the nearer way round unless a shorter piece would leave less than a frame for its tick (a
         padded take). The goal's margin is the highest it grew to for late audio in the last
-        ``ADVICE_MEMORY_WINDOWS``: a piece that came late keeps the client that much further from the tick for a
-        while, and no move closer to the tick is asked for until ``ADVICE_CALM_WINDOWS`` have passed without one.
-        A wait already within ``ADVICE_MIN_MS`` of the goal, or under it (a lead inside the margin with no late
-        piece yet), asks for no move.
+        ``ADVICE_MEMORY_WINDOWS``, and no move closer to the tick is asked for until ``ADVICE_CALM_WINDOWS`` have
+        passed without a late piece. A wait already within ``ADVICE_MIN_MS`` of the goal, or under it, asks for no
+        move: a lead inside the margin with no late piece yet, or a follower whose piece just came late (the framer
+        trims the backlog that leaves at once, and a shorter piece with nothing standing would leave its tick a
+        short frame).
         """
         self._windows += 1
         if self._margin_peaks:

@@ -216,6 +216,7 @@ async () => {
     const f = await player.figures();
     return {target: f.targetMs, underruns: f.stats.underruns, shrinks: f.stats.shrinks, depth: f.depthMs};
   };
+  const initial = await figures();
   await feed(10);
   const start = await figures();
   await feed(12, 11);
@@ -229,7 +230,7 @@ async () => {
   const afterBurst = await figures();
   player.close();
   await ctx.close();
-  return {start, stalled, calm, burstDepth, afterBurst};
+  return {initial, start, stalled, calm, burstDepth, afterBurst};
 }
 """
 
@@ -238,7 +239,10 @@ async () => {
 def test_jitter_player_starts_low_grows_on_underrun_and_shrinks_when_calm(page, static_server):
     page.goto(f"{static_server}/harness.html")
     r = page.evaluate(ADAPT_JS)
-    assert r["start"]["target"] <= 60  # it starts low
+    assert r["initial"]["target"] == 60  # it starts low
+    # and stays there while chunks come on time; on a slow host this page's own feeding can run late, and then
+    # the buffer grows for that real underrun (82 ms seen on a clean-clone CI run), never without one
+    assert r["start"]["target"] == 60 or r["start"]["underruns"] > 0, r
     # one chunk 250 ms late against a 60 ms buffer: an underrun, and the buffer grows past the miss
     assert r["stalled"]["underruns"] > r["start"]["underruns"]
     assert r["stalled"]["target"] >= r["start"]["target"] + 150

@@ -404,6 +404,7 @@ class AdvisedCaller:
         self.moved_at = 0  # the end of the piece the latest move changed
         self.moves: list[float] = []
         self.move_ticks: list[int] = []
+        self.margins_ms: list[float] = []  # the framer's margin after each take
 
     def run(self, ticks: int) -> list[float]:
         """Each tick's wait for its frame's end: tick time less when that sample was captured (ms)."""
@@ -418,6 +419,7 @@ class AdvisedCaller:
             self.now = tick_at
             taken = self.framer.take()
             waits.append((tick_at - taken.end_position / RATE) * 1000.0 if taken else float("nan"))
+            self.margins_ms.append(self.framer.margin * 1000 / RATE)
             advice = self.framer.advice
             if self.follow and advice and advice.shift_ms and advice.from_position >= self.moved_at:
                 self.next_boundary += round(advice.shift_ms * RATE / 1000)
@@ -481,15 +483,35 @@ def test_a_loud_caller_following_the_advice_loses_no_speech_to_it():
     assert caller.moves and caller.framer.dropped == 0  # it moved; the audio that freed stands until a pause
 
 
-def test_after_a_late_piece_no_move_lands_the_pieces_closer_to_the_tick_for_a_while():
-    # 30 ms before the tick, then piece 50 comes 40 ms late: its tick finds nothing and the margin grows by how
-    # late it came; the move that keeps the pieces clear of that margin comes at once, the one back closer to the
-    # tick only once ADVICE_CALM_WINDOWS have passed without another late piece
+def test_after_a_late_piece_a_follower_keeps_its_place_and_moves_closer_only_after_a_calm():
+    # A follower settled 30 ms before the tick, then piece 50 comes 40 ms late: its tick finds nothing and the margin
+    # grows by how late it came. The take after it trims the backlog, so the frames end at the newest piece again at
+    # once and no move further from the tick is asked for (it was, while the backlog stood a frame back until the
+    # move); a move closer comes only once ADVICE_CALM_WINDOWS have passed without another late piece.
     caller = AdvisedCaller(0.030, follow=True, late={50: 0.040})
     waits = caller.run(75 * WINDOW_TICKS)
-    late_tick = 51
+    late_tick = 50
+    assert np.isnan(waits[late_tick]) and abs(waits[late_tick + 1] - 80.0 - waits[late_tick - 1]) < 0.05
+    np.testing.assert_allclose(waits[late_tick + 2 : late_tick + 2 * WINDOW_TICKS], waits[late_tick - 1], atol=0.05)
     after = [(j, m) for j, m in zip(caller.move_ticks, caller.moves, strict=True) if j > late_tick]
-    assert after[0][1] < 0 and after[0][0] <= late_tick + 2 * WINDOW_TICKS  # further from the tick, at once
-    closer = [j for j, m in after if m > 0]
-    assert closer and min(closer) >= late_tick + (ADVICE_CALM_WINDOWS - 1) * WINDOW_TICKS
+    assert after and all(m > 0 for _, m in after)
+    assert min(j for j, _ in after) >= late_tick + (ADVICE_CALM_WINDOWS - 1) * WINDOW_TICKS
     assert GOAL_MS - 0.05 <= waits[-1] < GOAL_MS + ADVICE_MIN_MS
+
+
+def test_a_piece_late_past_a_followers_lead_leaves_no_frame_kept_back():
+    # Where a follower of the advice settles: 15 ms before the tick (the margin's 5 ms floor plus 10). Piece 200 comes
+    # 40 ms late, 25 ms after its tick, so the margin grows past the caller's lead; the trim of the backlog it leaves
+    # is judged against the margin from before, and the frames come back to the newest piece at once (quiet) or
+    # through the gaps (speech). Judged against the grown margin, they stood a whole frame back for 64 ticks (quiet)
+    # and 67 (speech), until the margin had decayed below the lead.
+    late = 200
+    for audio, back_within in ((None, 1), (syllables, 5)):
+        caller = AdvisedCaller(0.015, follow=False, late={late: 0.040}, audio=audio)
+        waits = caller.run(late + 8 * WINDOW_TICKS)
+        assert caller.margins_ms[late - 1] < 15 < caller.margins_ms[late + 1]  # grown past the lead by the late piece
+        assert np.isnan(waits[late]) and abs(waits[late + 1] - 95.0) < 0.05
+        np.testing.assert_allclose(waits[late + 1 + back_within :], 15.0, atol=0.05)
+        assert caller.framer.dropped == N  # the piece the silent tick stood for, no more
+        heard = (len(waits) - 1) * N
+        assert heard + caller.framer.dropped + caller.framer.pending == caller.boundary
