@@ -128,6 +128,8 @@ class TickAlignedFramer:
         self._window_min = 1 << 62
         self._window_short = False
         self._window_lead = float("inf")  # smallest lead of the newest piece over the window's takes (s)
+        self._window_lead2 = float("inf")  # the second smallest
+        self._window_whole_pieces = True  # every piece of the window was a whole frame or more
         self._window_from: int | None = None  # stream position of the window's first frame end
         self._adviser = PhaseAdviser(frame_samples / self._per_ms)
         self._empty_take_at: float | None = None  # a take found nothing (an underrun): when, until the next push
@@ -169,6 +171,8 @@ class TickAlignedFramer:
             self._position += len(samples)
             now = self._clock()
             self._pushes.append((self._position, now))
+            if len(samples) < self.frame_samples:
+                self._window_whole_pieces = False
             if self._empty_take_at is not None:
                 # A client of whole frames whose frame came after its tick: the take found nothing, not a short
                 # frame, so the margin grows here by how late it came (as by a short take's shortfall). Later than
@@ -342,7 +346,8 @@ class TickAlignedFramer:
     def _new_window(self) -> None:
         self._window_ticks, self._window_min, self._window_short = 0, 1 << 62, False
         self._waiting_trim, self._late_trim = 0, False
-        self._window_lead = float("inf")
+        self._window_lead = self._window_lead2 = float("inf")
+        self._window_whole_pieces = True
         self._window_from = None
 
     def _trim_when_quiet(self) -> None:
@@ -392,7 +397,8 @@ class TickAlignedFramer:
             self._trim_when_quiet()
         self._window_min = min(self._window_min, self._size)
         if self._pushes:
-            self._window_lead = min(self._window_lead, now - self._pushes[-1][1])
+            lead = now - self._pushes[-1][1]
+            self._window_lead, self._window_lead2 = sorted((self._window_lead, self._window_lead2, lead))[:2]
         self._window_ticks += 1
         if self._window_ticks < WINDOW_TICKS:
             return
@@ -432,16 +438,29 @@ class TickAlignedFramer:
         come as regularly as the ticks keep that phase, so dropping ``B - end`` samples makes the following
         frames end at piece ends too. Of the ends that arrive at least the margin before the tick and that every
         take of the window left buffered, the newest one is taken: 0 when the frame already ends there.
+
+        A client of whole frames (every piece of the window a frame or more) is judged otherwise. Its FIFO holds
+        nothing or whole pieces beyond the frame, so the margin's partial depth cannot be kept for it: the choice is
+        a frame ending at the newest piece or one ending a whole piece back, and the one piece back costs every
+        frame a period while a late piece costs its own frame (the take after it trims the backlog). So its newest
+        piece end is kept unless it came within the margin's floor (``MIN_MARGIN_MS``) of the tick in more than one
+        take of the window. Judged by the window's worst take against the grown margin, a caller of whole frames
+        whose pieces arrive with the jitter of a loaded host stayed a piece back for good once a late piece had
+        put it there (the framing simulation in bench/notes/serving-e2e.md: callers at leads across the period,
+        26-33 % of their frames a tick later against 25-27 % so, followers of the advice 30-42 % against 13-20 %).
         """
         if not self._pushes or self._window_lead == float("inf") or self._window_short:
             return None
         end = self._position - self._size
         newest_at = self._pushes[-1][1]
-        margin_s = self.margin / self._per_ms / 1000.0
+        if self._window_whole_pieces and self._window_lead2 != float("inf"):
+            lead, margin_s = self._window_lead2, MIN_MARGIN_MS / 1000.0
+        else:
+            lead, margin_s = self._window_lead, self.margin / self._per_ms / 1000.0
         best = None
         for boundary, pushed_at in self._pushes:
             if boundary < end or boundary - end > self._window_min:
                 continue
-            if self._window_lead + (newest_at - pushed_at) >= margin_s:
+            if lead + (newest_at - pushed_at) >= margin_s:
                 best = boundary - end  # pushes are in stream order: a later qualifying one replaces it
         return best

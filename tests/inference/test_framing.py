@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from inference.audio.framing import MIN_MARGIN_MS, START_MARGIN_MS, WINDOW_TICKS, TickAlignedFramer
 from inference.audio.phase_advice import ADVICE_CALM_WINDOWS, ADVICE_MIN_MS, ADVICE_SAFETY_MS
@@ -513,5 +514,22 @@ def test_a_piece_late_past_a_followers_lead_leaves_no_frame_kept_back():
         assert np.isnan(waits[late]) and abs(waits[late + 1] - 95.0) < 0.05
         np.testing.assert_allclose(waits[late + 1 + back_within :], 15.0, atol=0.05)
         assert caller.framer.dropped == N  # the piece the silent tick stood for, no more
+        heard = (len(waits) - 1) * N
+        assert heard + caller.framer.dropped + caller.framer.pending == caller.boundary
+
+
+def test_a_caller_of_whole_frames_with_one_near_miss_a_window_is_not_kept_a_piece_back():
+    # 25 ms before the tick, and one piece in every window comes 21 ms late (4 ms before its tick: inside the margin's
+    # floor, yet in time). Piece 100 misses its tick and 101 lands 2 ms before its own, so the take after the miss
+    # leaves a frame standing. A frame a piece back costs every frame a period, and a client of whole frames can
+    # keep nothing between: at the window after next its frames end at the newest piece again (quiet at once,
+    # speech through the gaps). Judged by the window's worst take, they stood a piece back for the rest of the call.
+    late = {k: 0.021 for k in range(5, 400, WINDOW_TICKS)} | {100: 0.040, 101: 0.023}
+    for audio, back_by in ((None, 121), (syllables, 125)):
+        caller = AdvisedCaller(0.025, follow=False, late=late, audio=audio)
+        waits = caller.run(400)
+        assert np.isnan(waits[100]) and waits[101] == pytest.approx(105.0, abs=0.05)
+        np.testing.assert_allclose(waits[back_by:], 25.0, atol=0.05)
+        assert caller.framer.dropped == N and caller.framer.short_frames == 0
         heard = (len(waits) - 1) * N
         assert heard + caller.framer.dropped + caller.framer.pending == caller.boundary

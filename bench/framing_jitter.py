@@ -1,0 +1,86 @@
+"""Callers of whole 80 ms frames through the framer, on a simulated clock, with the arrival jitter of a loaded host.
+
+The 2-core serving runs cannot tell two framer policies apart: the host's speed moves the p99 more from run to run
+than a policy does. Here the framer (``inference.audio.framing``, or another commit's copy of it) meets the same
+callers every time: ``tests/inference/test_framing.py``'s ``AdvisedCaller`` (whole pieces, quiet or speech with
+gaps, following the phase advice or not) at leads spread across the period, each piece late by a draw from a
+jitter fitted to what the framer trace measured from send to the inbound lane at 200 lines on 2 cores
+(``bench/framer_trace.py``: p50 2.6, p90 15, p99 36 ms): exponential with a 4 ms mean, plus, for 12 % of pieces,
+another exponential with a 12 ms mean (p50 3.2, p90 12, p99 34 ms). It prints the share of frames that went a tick
+later than their lead (the tick found nothing, or the frame ended a piece back), by lead and on average.
+
+    .venv/bin/python bench/framing_jitter.py [--framer path/to/framing.py] [--seeds 4] [--out result.json]
+    git show <commit>:inference/audio/framing.py > /tmp/framing_old.py   # then --framer /tmp/framing_old.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tests.inference.test_framing as framing_tests  # noqa: E402
+
+LEADS_MS = (10, 20, 30, 45, 60, 75)  # where a caller's pieces land before the tick, spread across the period
+TICKS = 1500  # 2 minutes of call
+SETTLE_TICKS = 150  # the start and the first moves are left out
+
+
+def piece_delays(rng: np.random.Generator, count: int) -> np.ndarray:
+    """Each piece's extra delay (s): the trace's send-to-lane spread at 200 lines on 2 cores."""
+    delays = rng.exponential(0.004, count)
+    spiked = rng.random(count) < 0.12
+    delays[spiked] += rng.exponential(0.012, spiked.sum())
+    return delays
+
+
+def use_framer(path: Path) -> None:
+    """Run the callers against another copy of the framer module (another commit's)."""
+    spec = importlib.util.spec_from_file_location("framing_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    framing_tests.TickAlignedFramer = module.TickAlignedFramer
+
+
+def a_tick_later(seed: int, lead_ms: float, follow: bool, audio) -> float:
+    rng = np.random.default_rng(seed)
+    late = dict(enumerate(piece_delays(rng, TICKS + 10)))
+    caller = framing_tests.AdvisedCaller(lead_ms / 1000.0, follow=follow, late=late, audio=audio)
+    waits = np.array(caller.run(TICKS))[SETTLE_TICKS:]
+    return float(np.mean(np.isnan(waits) | (waits > 80.0)))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--framer", type=Path, help="a framing.py to run instead of the checkout's")
+    p.add_argument("--seeds", type=int, default=4)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    if args.framer:
+        use_framer(args.framer)
+    audios = {"quiet": None, "speech": framing_tests.syllables}
+    result = {"bench": "framing_jitter", "framer": str(args.framer or "inference/audio/framing.py"), "rows": []}
+    for follow in (False, True):
+        for name, audio in audios.items():
+            by_lead = {
+                lead: float(np.mean([a_tick_later(seed, lead, follow, audio) for seed in range(args.seeds)]))
+                for lead in LEADS_MS
+            }
+            row = {"callers": "following the advice" if follow else "as they are", "audio": name}
+            row |= {"a_tick_later_by_lead_ms": by_lead, "a_tick_later": float(np.mean(list(by_lead.values())))}
+            result["rows"].append(row)
+            leads = "  ".join(f"{lead}:{share:.3f}" for lead, share in by_lead.items())
+            print(f"{row['callers']:>21} {name:>6}  mean {row['a_tick_later']:.3f}   by lead (ms) {leads}", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
