@@ -135,6 +135,7 @@ class TickAlignedFramer:
         self._empty_take_at: float | None = None  # a take found nothing (an underrun): when, until the next push
         self._late_backlog = False  # a piece came after its tick: the next take trims the backlog it leaves
         self._margin_before_late = self.margin  # what that trim keeps clear of the tick (see _trim_late_backlog)
+        self._expected_short = 0  # samples a shorter piece the advice asked for may leave a take short (not late)
         self.advice: PhaseAdvice | None = None  # from the latest window with a whole frame (see PhaseAdvice)
         self.dropped = 0  # samples lost: overflow, alignment and standing-depth trims
         self.stale_dropped = 0  # samples from before a realign (a prefill, a pause) that its first take dropped
@@ -217,8 +218,11 @@ class TickAlignedFramer:
                 if short:
                     self.short_frames += 1
                     self._window_short = True
-                    self.margin = min(self._samples(MAX_MARGIN_MS), self.margin + (n - got))
-                    self._adviser.margin_grew(self.margin / self._per_ms)
+                    if n - got <= self._expected_short:
+                        self._expected_short = 0  # the client's move further from the tick, not late audio
+                    else:
+                        self.margin = min(self._samples(MAX_MARGIN_MS), self.margin + (n - got))
+                        self._adviser.margin_grew(self.margin / self._per_ms)
                 frame = self._pop_through_gaps() if self._waiting_trim and not short else None
                 if frame is None:
                     frame = self._pop_padded(got)
@@ -254,7 +258,7 @@ class TickAlignedFramer:
             self._mode = "fresh"
             self.margin = self._samples(START_MARGIN_MS)
             self._new_window()
-            self.advice, self._empty_take_at, self._late_backlog = None, None, False
+            self.advice, self._empty_take_at, self._late_backlog, self._expected_short = None, None, False, 0
             self._adviser.reset()
             self.dropped = self.stale_dropped = self.short_frames = 0
 
@@ -416,6 +420,8 @@ class TickAlignedFramer:
             from_position=self._window_from,
         )
         self.advice = advice or self.advice
+        if advice is not None and advice.shift_ms < 0:  # a shorter piece: one take may come that much short
+            self._expected_short = self._samples(-advice.shift_ms + 2.0)
         # A trim still being cut goes on: a window that held a late piece's empty take finds no standing depth of its
         # own to trim, yet its backlog stands (``_trim_late_backlog``). It goes as far as it stays beyond the margin,
         # but a late backlog's trim was judged against the margin before the late piece grew it, and stopped at the

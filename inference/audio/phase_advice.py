@@ -84,9 +84,8 @@ class PhaseAdviser:
         padded take). The goal's margin is the highest it grew to for late audio in the last
         ``ADVICE_MEMORY_WINDOWS``, and no move closer to the tick is asked for until ``ADVICE_CALM_WINDOWS`` have
         passed without a late piece. A wait already within ``ADVICE_MIN_MS`` of the goal, or under it, asks for no
-        move: a lead inside the margin with no late piece yet, or a follower whose piece just came late (the framer
-        trims the backlog that leaves at once, and a shorter piece with nothing standing would leave its tick a
-        short frame).
+        move (a lead inside the margin with no late piece yet), except in a window where a piece came late: then
+        the move further is asked for even with nothing standing (the framer trims a late piece's backlog at once).
         """
         self._windows += 1
         if self._margin_peaks:
@@ -98,7 +97,12 @@ class PhaseAdviser:
         period_ms = self.period_ms
         goal_ms = max([margin_ms, *(peak for _, peak in self._margin_peaks)]) + ADVICE_SAFETY_MS
         shift_ms = 0.0
-        if lead_ms + standing_ms - goal_ms >= ADVICE_MIN_MS:
+        if self._late_window == self._windows - 1 and goal_ms - lead_ms >= ADVICE_MIN_MS:
+            # A piece of this window came late and the pieces land inside the goal it raised: further from the tick,
+            # by a shorter piece even with nothing standing (the framer pads that one take and does not count it as
+            # late audio: ``expect_shorter``). Without this move a follower stayed where the late piece had found it.
+            shift_ms = round(lead_ms - goal_ms, 1)
+        elif lead_ms + standing_ms - goal_ms >= ADVICE_MIN_MS:
             shift_ms = period_ms / 2 - (period_ms / 2 - (lead_ms - goal_ms)) % period_ms
             if shift_ms < -standing_ms:
                 shift_ms += period_ms
