@@ -57,6 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from inference.audio.phase_advice import PhaseAdvice, PhaseAdviser
+from inference.audio.piece_ends import aligned_end, newest_end_before
 from inference.audio.quiet_gaps import GAP_BLOCK_MS, QUIET_RMS, cut_gaps
 
 WINDOW_TICKS = 12  # about 1 s at 80 ms: long enough to see the jitter, short enough to cut a backlog quickly
@@ -135,7 +136,9 @@ class TickAlignedFramer:
         self._empty_take_at: float | None = None  # a take found nothing (an underrun): when, until the next push
         self._late_backlog = False  # a piece came after its tick: the next take trims the backlog it leaves
         self._margin_before_late = self.margin  # what that trim keeps clear of the tick (see _trim_late_backlog)
-        self._expected_short = 0  # samples a shorter piece the advice asked for may leave a take short (not late)
+        # A shorter piece the advice asked for leaves one take short by the move (not late audio), within a few
+        # windows if the client follows: how many samples, and for how many more window ends
+        self._expected_short = self._expected_short_windows = 0
         self.advice: PhaseAdvice | None = None  # from the latest window with a whole frame (see PhaseAdvice)
         self.dropped = 0  # samples lost: overflow, alignment and standing-depth trims
         self.stale_dropped = 0  # samples from before a realign (a prefill, a pause) that its first take dropped
@@ -218,7 +221,7 @@ class TickAlignedFramer:
                 if short:
                     self.short_frames += 1
                     self._window_short = True
-                    if n - got <= self._expected_short:
+                    if self._expected_short and abs(n - got - self._expected_short) <= self._samples(2.0):
                         self._expected_short = 0  # the client's move further from the tick, not late audio
                     else:
                         self.margin = min(self._samples(MAX_MARGIN_MS), self.margin + (n - got))
@@ -373,26 +376,15 @@ class TickAlignedFramer:
         """After the take that follows a late piece: the backlog it left is trimmed from now on, up to a piece end.
 
         The tick the piece missed played silence in its place, so from here on the piece and whatever follows it
-        stand a whole frame behind the tick. The window's own trim sees that only at the end of the window after
-        this one (this window holds the empty take), and then it still waits for quiet: a client of whole frames
-        kept that extra frame for about 25 ticks after each late one (200 echo callers on 2 cores, 74c2724: 0.6 %
-        of takes found nothing and 15.6 % left a whole frame standing). As ``_aligned_drop``, the trim ends where a
-        piece ends that came at least the margin before this tick: a client whose pieces come closer to the tick
-        than that keeps its frame back, the safe place for it (a frame cut inside a piece would be short whenever
-        that piece is late).
-
-        The margin here is the one from before the late piece grew it. Judged by the grown margin, a caller that
-        follows the phase advice (its pieces the margin plus 10 ms before the tick) kept its frame back after any
-        piece more than 10 ms late, for seconds, until the advice had moved it and the margin had decayed; one late
-        piece costs its own frame and the trim, while a frame kept back costs every frame meanwhile. The grown
-        margin still moves a follower further from the tick, through the advice."""
+        stand a whole frame behind the tick; the window's own trim would see that only at the end of the next window
+        (about 25 ticks per late piece at 74c2724). The trim ends where a piece ends that came at least the margin
+        from *before* the late piece grew it ahead of this tick: judged by the grown one, a follower of the advice
+        kept its frame back for seconds after any piece more than 10 ms late, and one late piece costs its own frame
+        while a frame kept back costs every frame meanwhile (bench/notes/serving-e2e.md). A client whose pieces come
+        closer to the tick than that keeps its frame back, the safe place for it."""
         self._late_backlog = False
-        end = self._position - self._size
         margin_s = self._margin_before_late / self._per_ms / 1000.0
-        best = 0
-        for boundary, pushed_at in self._pushes:
-            if boundary > end and now - pushed_at >= margin_s:
-                best = boundary - end  # pushes are in stream order: a later qualifying one replaces it
+        best = newest_end_before(self._pushes, self._position - self._size, now, margin_s)
         if best > self._samples(HYSTERESIS_MS) and best > self._waiting_trim:
             self._waiting_trim, self._trim_keeps, self._late_trim = best, self._size - best, True
 
@@ -421,7 +413,11 @@ class TickAlignedFramer:
         )
         self.advice = advice or self.advice
         if advice is not None and advice.shift_ms < 0:  # a shorter piece: one take may come that much short
-            self._expected_short = self._samples(-advice.shift_ms + 2.0)
+            self._expected_short, self._expected_short_windows = self._samples(-advice.shift_ms), 3
+        elif self._expected_short_windows:
+            self._expected_short_windows -= 1
+            if not self._expected_short_windows:
+                self._expected_short = 0  # the client did not follow: a short take is late audio again
         # A trim still being cut goes on: a window that held a late piece's empty take finds no standing depth of its
         # own to trim, yet its backlog stands (``_trim_late_backlog``). It goes as far as it stays beyond the margin,
         # but a late backlog's trim was judged against the margin before the late piece grew it, and stopped at the
@@ -438,35 +434,21 @@ class TickAlignedFramer:
     def _aligned_drop(self) -> int | None:
         """Samples to drop so that frames end where a piece ends, or None when no piece end will do.
 
-        The frame just taken ended at stream position ``end``. Had it ended at the end ``B`` of a buffered push
-        instead, its last sample would have arrived ``lead + (t_newest - t_B)`` before the tick at the window's
-        worst (``lead``: the smallest time between the newest push and a take, over the window); pieces that
-        come as regularly as the ticks keep that phase, so dropping ``B - end`` samples makes the following
-        frames end at piece ends too. Of the ends that arrive at least the margin before the tick and that every
-        take of the window left buffered, the newest one is taken: 0 when the frame already ends there.
+        Of the piece ends that every take of the window left buffered and that arrive at least the margin before
+        the tick at the window's worst (``piece_ends.aligned_end``), the newest: 0 when the frame already ends there.
 
-        A client of whole frames (every piece of the window a frame or more) is judged otherwise. Its FIFO holds
-        nothing or whole pieces beyond the frame, so the margin's partial depth cannot be kept for it: the choice is
-        a frame ending at the newest piece or one ending a whole piece back, and the one piece back costs every
-        frame a period while a late piece costs its own frame (the take after it trims the backlog). So its newest
-        piece end is kept unless it came within the margin's floor (``MIN_MARGIN_MS``) of the tick in more than one
-        take of the window. Judged by the window's worst take against the grown margin, a caller of whole frames
-        whose pieces arrive with the jitter of a loaded host stayed a piece back for good once a late piece had
-        put it there (the framing simulation in bench/notes/serving-e2e.md: callers at leads across the period,
-        26-33 % of their frames a tick later against 25-27 % so, followers of the advice 30-42 % against 13-20 %).
+        A client of whole frames (every piece of the window a frame or more) can keep no partial depth: its frames
+        end at the newest piece or a whole piece back, which costs every frame a period while a late piece costs its
+        own frame (the take after it trims the backlog). Its newest piece end is kept unless it came within the
+        margin's floor of the tick in more than one take of the window; judged by the window's worst take against
+        the grown margin, such a caller under a loaded host's jitter stayed a piece back for good once a late piece
+        had put it there (``bench/framing_jitter.py``).
         """
         if not self._pushes or self._window_lead == float("inf") or self._window_short:
             return None
-        end = self._position - self._size
-        newest_at = self._pushes[-1][1]
         if self._window_whole_pieces and self._window_lead2 != float("inf"):
             lead, margin_s = self._window_lead2, MIN_MARGIN_MS / 1000.0
         else:
             lead, margin_s = self._window_lead, self.margin / self._per_ms / 1000.0
-        best = None
-        for boundary, pushed_at in self._pushes:
-            if boundary < end or boundary - end > self._window_min:
-                continue
-            if lead + (newest_at - pushed_at) >= margin_s:
-                best = boundary - end  # pushes are in stream order: a later qualifying one replaces it
-        return best
+        end, newest_at = self._position - self._size, self._pushes[-1][1]
+        return aligned_end(self._pushes, end, self._window_min, newest_at, lead, margin_s)
