@@ -9,15 +9,17 @@ jitter fitted to what the framer trace measured from send to the inbound lane at
 another exponential with a 12 ms mean (p50 3.2, p90 12, p99 34 ms). It prints the share of frames that went a tick
 later than their lead (the tick found nothing, or the frame ended a piece back), by lead and on average.
 
-    .venv/bin/python bench/framing_jitter.py [--framer path/to/framing.py] [--seeds 4] [--out result.json]
-    git show <commit>:inference/audio/framing.py > /tmp/framing_old.py   # then --framer /tmp/framing_old.py
+    .venv/bin/python bench/framing_jitter.py [--tree DIR] [--seeds 4] [--out DIR_OR_FILE]
+
+``--tree`` runs another checkout's framer, advice and callers (``git worktree add /tmp/old <commit>``); the result
+is named by that checkout's commit.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import tests.inference.test_framing as framing_tests  # noqa: E402
+from bench.results_io import write_result  # noqa: E402
 
 LEADS_MS = (10, 20, 30, 45, 60, 75)  # where a caller's pieces land before the tick, spread across the period
 TICKS = 1500  # 2 minutes of call
@@ -40,16 +42,7 @@ def piece_delays(rng: np.random.Generator, count: int) -> np.ndarray:
     return delays
 
 
-def use_framer(path: Path) -> None:
-    """Run the callers against another copy of the framer module (another commit's)."""
-    spec = importlib.util.spec_from_file_location("framing_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    framing_tests.TickAlignedFramer = module.TickAlignedFramer
-
-
-def a_tick_later(seed: int, lead_ms: float, follow: bool, audio) -> float:
+def a_tick_later(framing_tests, seed: int, lead_ms: float, follow: bool, audio) -> float:
     rng = np.random.default_rng(seed)
     late = dict(enumerate(piece_delays(rng, TICKS + 10)))
     caller = framing_tests.AdvisedCaller(lead_ms / 1000.0, follow=follow, late=late, audio=audio)
@@ -57,20 +50,30 @@ def a_tick_later(seed: int, lead_ms: float, follow: bool, audio) -> float:
     return float(np.mean(np.isnan(waits) | (waits > 80.0)))
 
 
+def git(tree: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--framer", type=Path, help="a framing.py to run instead of the checkout's")
+    p.add_argument("--tree", type=Path, help="another checkout whose framer and callers to run")
     p.add_argument("--seeds", type=int, default=4)
-    p.add_argument("--out", type=Path)
+    p.add_argument("--out", type=Path, help="a directory or a file (default bench/results/)")
     args = p.parse_args()
-    if args.framer:
-        use_framer(args.framer)
+    result = {"bench": "framing_jitter", "seeds": args.seeds, "ticks": TICKS, "rows": []}
+    # The clock is simulated: the result does not depend on this host, and is named by that instead of its cores.
+    os.environ.setdefault("BENCH_HARDWARE", "simclock")
+    if args.tree:
+        sys.path.insert(0, str(args.tree.resolve()))  # its inference/ and tests/ before this checkout's
+        os.environ["BENCH_COMMIT"] = git(args.tree, "rev-parse", "--short=7", "HEAD")
+        result["tree_dirty"] = bool(git(args.tree, "status", "--porcelain", "--untracked-files=no"))
+    import tests.inference.test_framing as framing_tests
+
     audios = {"quiet": None, "speech": framing_tests.syllables}
-    result = {"bench": "framing_jitter", "framer": str(args.framer or "inference/audio/framing.py"), "rows": []}
     for follow in (False, True):
         for name, audio in audios.items():
             by_lead = {
-                lead: float(np.mean([a_tick_later(seed, lead, follow, audio) for seed in range(args.seeds)]))
+                lead: float(np.mean([a_tick_later(framing_tests, s, lead, follow, audio) for s in range(args.seeds)]))
                 for lead in LEADS_MS
             }
             row = {"callers": "following the advice" if follow else "as they are", "audio": name}
@@ -78,8 +81,7 @@ def main() -> None:
             result["rows"].append(row)
             leads = "  ".join(f"{lead}:{share:.3f}" for lead, share in by_lead.items())
             print(f"{row['callers']:>21} {name:>6}  mean {row['a_tick_later']:.3f}   by lead (ms) {leads}", flush=True)
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(write_result(result, "framing-jitter-whole-frames-sim", out=args.out))
 
 
 if __name__ == "__main__":
