@@ -221,7 +221,7 @@ class TickAlignedFramer:
                 if short:
                     self.short_frames += 1
                     self._window_short = True
-                    if self._expected_short and abs(n - got - self._expected_short) <= self._samples(2.0):
+                    if n - got <= self._expected_short:  # at most the move (a trim in progress may take some)
                         self._expected_short = 0  # the client's move further from the tick, not late audio
                     else:
                         self.margin = min(self._samples(MAX_MARGIN_MS), self.margin + (n - got))
@@ -413,7 +413,7 @@ class TickAlignedFramer:
         )
         self.advice = advice or self.advice
         if advice is not None and advice.shift_ms < 0:  # a shorter piece: one take may come that much short
-            self._expected_short, self._expected_short_windows = self._samples(-advice.shift_ms), 3
+            self._expected_short, self._expected_short_windows = self._samples(-advice.shift_ms + 2.0), 3
         elif self._expected_short_windows:
             self._expected_short_windows -= 1
             if not self._expected_short_windows:
