@@ -534,3 +534,37 @@ def test_a_caller_of_whole_frames_with_one_near_miss_a_window_is_not_kept_a_piec
         assert caller.framer.dropped == N and caller.framer.short_frames == 0
         heard = (len(waits) - 1) * N
         assert heard + caller.framer.dropped + caller.framer.pending == caller.boundary
+
+
+def margin_growth_at_a_shorter_piece(shorter_piece: int) -> tuple[bool, int]:
+    """Whole frames 30 ms before the tick, piece 50 60 ms late, and piece ``shorter_piece`` shorter by the first move
+    further that the advice asked for: whether the take that found it grew the margin, and the move (samples)."""
+    now = 0.0
+    framer = TickAlignedFramer(N, RATE, clock=lambda: now)
+    boundary, piece, length, shorter, ticks, grew = 0, 0, N, 0, 0, None
+    while piece <= shorter_piece + 1:
+        arrival = (boundary + length) / RATE + (0.060 if piece == 50 else 0.0)
+        tick_at = 0.080 * (ticks + 1) + 0.030
+        if arrival <= tick_at:
+            now = arrival
+            framer.push(np.zeros(length, np.float32))
+            boundary, piece = boundary + length, piece + 1
+            length = N - shorter if piece == shorter_piece else N
+            continue
+        now, ticks, before = tick_at, ticks + 1, framer.margin
+        framer.take()
+        if not shorter and framer.advice and framer.advice.shift_ms < 0:
+            shorter = round(-framer.advice.shift_ms * RATE / 1000)
+        if piece == shorter_piece + 1:  # the take that found the shorter piece
+            grew = framer.margin > before
+    assert framer.short_frames == 1
+    return grew, shorter
+
+
+def test_a_short_take_counts_as_late_audio_again_once_the_advised_move_did_not_come():
+    # Piece 50 comes 30 ms after its tick and the window's advice asks for a shorter piece. That much shorter within 3
+    # windows it is the move: its short take leaves the margin as it was. The same shorter piece 4 windows on is
+    # late audio of a client that did not follow, and the margin grows for it.
+    assert margin_growth_at_a_shorter_piece(62)[0] is False
+    grew, move = margin_growth_at_a_shorter_piece(50 + 4 * WINDOW_TICKS + 6)
+    assert grew is True and move > 0
