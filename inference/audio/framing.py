@@ -16,13 +16,15 @@ always ends with audio that arrived moments before the tick:
   delayed by a tick, and the margin grows by the shortfall: jitter is met with a slightly deeper
   FIFO, not with a standing extra frame. A take that finds nothing at all (a client of whole frames whose frame came
   after the tick) grows the margin by how late the frame came, and the take after it trims the backlog the silent
-  tick left, as far as a piece end that came the margin before the tick (``_trim_late_backlog``).
+  tick left, as far as a piece end that came the margin (as it was before) ahead of the tick (``_trim_late_backlog``).
+  A take short by no more than a move the advice just asked for is the client's move, not late audio.
 - Over each window of ticks, the smallest depth left after a take is the part of the FIFO that never
   moves: beyond the margin (plus a little hysteresis) it is pure latency and is dropped; when the
   window had no short take, the margin gives back a quarter of its excess, so it follows the jitter down again
   within seconds.
 - That trim lands the frame's end on a piece boundary where it can (``_aligned_drop``): the end of the
-  newest piece whose arrival, even at the window's worst, came at least the margin before the tick. A
+  newest piece whose arrival, even at the window's worst, came at least the margin before the tick (a client of
+  whole frames can keep no margin: for it, in all takes but one, at least the margin's floor). A
   frame that ends inside a piece holds that piece's first samples back for the rest of it (the client cut
   the piece later), and a frame end inside the newest piece is not safer for it either: if that piece is
   late, the frame is short all the same. Measured on the call page (20 ms pieces), the capture wait of a
@@ -261,7 +263,8 @@ class TickAlignedFramer:
             self._mode = "fresh"
             self.margin = self._samples(START_MARGIN_MS)
             self._new_window()
-            self.advice, self._empty_take_at, self._late_backlog, self._expected_short = None, None, False, 0
+            self.advice, self._empty_take_at, self._late_backlog = None, None, False
+            self._margin_before_late, self._expected_short, self._expected_short_windows = self.margin, 0, 0
             self._adviser.reset()
             self.dropped = self.stale_dropped = self.short_frames = 0
 

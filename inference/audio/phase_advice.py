@@ -100,7 +100,7 @@ class PhaseAdviser:
         if self._late_window == self._windows - 1 and goal_ms - lead_ms >= ADVICE_MIN_MS:
             # A piece of this window came late and the pieces land inside the goal it raised: further from the tick,
             # by a shorter piece even with nothing standing (the framer pads that one take and does not count it as
-            # late audio: ``expect_shorter``). Without this move a follower stayed where the late piece had found it.
+            # late audio). Without this move a follower stayed where the late piece had found it.
             shift_ms = round(lead_ms - goal_ms, 1)
         elif lead_ms + standing_ms - goal_ms >= ADVICE_MIN_MS:
             shift_ms = period_ms / 2 - (period_ms / 2 - (lead_ms - goal_ms)) % period_ms
