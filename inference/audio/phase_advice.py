@@ -37,10 +37,10 @@ class PhaseAdvice:
     any, when it is quiet. No sample is captured later for it: only the piece boundaries move.
 
     Attributes:
-        shift_ms: the move, in (-period/2, period/2] the nearer way round, up to a period when a shorter piece
-            would leave a tick without a whole frame; 0 when the pieces already land within ``ADVICE_MIN_MS`` of
-            the goal or closer to the tick, or when the move would land them closer within ``ADVICE_CALM_WINDOWS``
-            of a late piece.
+        shift_ms: the move, in [-period/2, period/2] the nearer way round, up to a period when a shorter piece
+            would leave a tick without a whole frame (but just after a late piece shorter all the same: the framer
+            pads that tick once); 0 when the pieces already land within ``ADVICE_MIN_MS`` of the goal or closer to
+            the tick, or when the move would land them closer within ``ADVICE_CALM_WINDOWS`` of a late piece.
         from_position: the stream position of the window's first frame end: advice measured on audio the client
             sent before its latest move is stale, and a client skips it.
     """
@@ -101,7 +101,7 @@ class PhaseAdviser:
             # A piece of this window came late and the pieces land inside the goal it raised: further from the tick,
             # by a shorter piece even with nothing standing (the framer pads that one take and does not count it as
             # late audio). Without this move a follower stayed where the late piece had found it.
-            shift_ms = round(lead_ms - goal_ms, 1)
+            shift_ms = round(max(lead_ms - goal_ms, -period_ms / 2), 1)  # at most half a period, as any move
         elif lead_ms + standing_ms - goal_ms >= ADVICE_MIN_MS:
             shift_ms = period_ms / 2 - (period_ms / 2 - (lead_ms - goal_ms)) % period_ms
             if shift_ms < -standing_ms:

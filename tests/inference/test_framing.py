@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from inference.audio.framing import MIN_MARGIN_MS, START_MARGIN_MS, WINDOW_TICKS, TickAlignedFramer
-from inference.audio.phase_advice import ADVICE_CALM_WINDOWS, ADVICE_MIN_MS, ADVICE_SAFETY_MS
+from inference.audio.phase_advice import ADVICE_CALM_WINDOWS, ADVICE_MIN_MS, ADVICE_SAFETY_MS, PhaseAdviser
 
 RATE = 24_000
 N = 1920  # 80 ms
@@ -568,3 +568,12 @@ def test_a_short_take_counts_as_late_audio_again_once_the_advised_move_did_not_c
     assert margin_growth_at_a_shorter_piece(62)[0] is False
     grew, move = margin_growth_at_a_shorter_piece(50 + 4 * WINDOW_TICKS + 6)
     assert grew is True and move > 0
+
+
+def test_the_move_further_after_a_late_piece_is_at_most_half_a_period():
+    # the margin at its cap after a very late piece, the pieces landing just before the tick: the goal is 70 ms away,
+    # yet the move, as any (docs/protocol.md), is half a period at most
+    adviser = PhaseAdviser(80.0)
+    adviser.margin_grew(60.0)
+    advice = adviser.window_ended(lead_ms=1.0, standing_ms=0.0, margin_ms=60.0, from_position=0)
+    assert advice.shift_ms == -40.0
