@@ -138,9 +138,6 @@ class TickAlignedFramer:
         self._empty_take_at: float | None = None  # a take found nothing (an underrun): when, until the next push
         self._late_backlog = False  # a piece came after its tick: the next take trims the backlog it leaves
         self._margin_before_late = self.margin  # what that trim keeps clear of the tick (see _trim_late_backlog)
-        # A shorter piece the advice asked for leaves one take short by the move (not late audio), within a few
-        # windows if the client follows: how many samples, and for how many more window ends
-        self._expected_short = self._expected_short_windows = 0
         self.advice: PhaseAdvice | None = None  # from the latest window with a whole frame (see PhaseAdvice)
         self.dropped = 0  # samples lost: overflow, alignment and standing-depth trims
         self.stale_dropped = 0  # samples from before a realign (a prefill, a pause) that its first take dropped
@@ -223,8 +220,8 @@ class TickAlignedFramer:
                 if short:
                     self.short_frames += 1
                     self._window_short = True
-                    if n - got <= self._expected_short:  # at most the move (a trim in progress may take some)
-                        self._expected_short = 0  # the client's move further from the tick, not late audio
+                    if n - got <= self._samples(self._adviser.move_short_ms):  # a trim may have taken some of it
+                        self._adviser.move_taken()  # the client's move further from the tick, not late audio
                     else:
                         self.margin = min(self._samples(MAX_MARGIN_MS), self.margin + (n - got))
                         self._adviser.margin_grew(self.margin / self._per_ms)
@@ -264,7 +261,7 @@ class TickAlignedFramer:
             self.margin = self._samples(START_MARGIN_MS)
             self._new_window()
             self.advice, self._empty_take_at, self._late_backlog = None, None, False
-            self._margin_before_late, self._expected_short, self._expected_short_windows = self.margin, 0, 0
+            self._margin_before_late = self.margin
             self._adviser.reset()
             self.dropped = self.stale_dropped = self.short_frames = 0
 
@@ -397,7 +394,10 @@ class TickAlignedFramer:
         self._window_min = min(self._window_min, self._size)
         if self._pushes:
             lead = now - self._pushes[-1][1]
-            self._window_lead, self._window_lead2 = sorted((self._window_lead, self._window_lead2, lead))[:2]
+            if lead < self._window_lead:
+                self._window_lead, self._window_lead2 = lead, self._window_lead
+            elif lead < self._window_lead2:
+                self._window_lead2 = lead
         self._window_ticks += 1
         if self._window_ticks < WINDOW_TICKS:
             return
@@ -415,12 +415,6 @@ class TickAlignedFramer:
             from_position=self._window_from,
         )
         self.advice = advice or self.advice
-        if advice is not None and advice.shift_ms < 0:  # a shorter piece: one take may come that much short
-            self._expected_short, self._expected_short_windows = self._samples(-advice.shift_ms + 2.0), 3
-        elif self._expected_short_windows:
-            self._expected_short_windows -= 1
-            if not self._expected_short_windows:
-                self._expected_short = 0  # the client did not follow: a short take is late audio again
         # A trim still being cut goes on: a window that held a late piece's empty take finds no standing depth of its
         # own to trim, yet its backlog stands (``_trim_late_backlog``). It goes as far as it stays beyond the margin,
         # but a late backlog's trim was judged against the margin before the late piece grew it, and stopped at the

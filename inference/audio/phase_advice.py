@@ -65,6 +65,13 @@ class PhaseAdviser:
         self._windows = 0  # windows ended
         self._margin_peaks: deque[tuple[int, float]] = deque()  # (window, margin ms) just after each growth
         self._late_window = -ADVICE_CALM_WINDOWS  # the window of the latest growth for late audio
+        # A shorter piece asked for leaves one take short by the move (the client's, not late audio) if the client
+        # follows within a few windows: how far (ms, with 2 ms of slack), and for how many more window ends
+        self.move_short_ms, self._move_windows = 0.0, 0
+
+    def move_taken(self) -> None:
+        """The framer met the short take a shorter piece asked for: the move is done."""
+        self.move_short_ms = 0.0
 
     def margin_grew(self, margin_ms: float) -> None:
         """The framer's margin grew to ``margin_ms`` for late audio (a short take, or a whole piece after its tick)."""
@@ -88,6 +95,10 @@ class PhaseAdviser:
         the move further is asked for even with nothing standing (the framer trims a late piece's backlog at once).
         """
         self._windows += 1
+        if self._move_windows:
+            self._move_windows -= 1
+            if not self._move_windows:
+                self.move_short_ms = 0.0  # the client did not follow: a short take is late audio again
         if self._margin_peaks:
             self._late_window = self._margin_peaks[-1][0]
         while self._margin_peaks and self._margin_peaks[0][0] < self._windows - ADVICE_MEMORY_WINDOWS:
@@ -109,4 +120,6 @@ class PhaseAdviser:
             if lead_ms > goal_ms and self._windows - self._late_window < ADVICE_CALM_WINDOWS:
                 shift_ms = 0.0  # closer to the tick only where no piece came late for a while
             shift_ms = round(shift_ms, 1) if abs(shift_ms) >= ADVICE_MIN_MS else 0.0
+        if shift_ms < 0:
+            self.move_short_ms, self._move_windows = -shift_ms + 2.0, 3
         return PhaseAdvice(shift_ms, from_position)
