@@ -83,6 +83,51 @@ def frames_against_ticks(calls, ticks: np.ndarray, lane: np.ndarray) -> dict:
     }
 
 
+def out_path(calls, ticks: np.ndarray, out: np.ndarray, skip_s: float) -> dict:
+    """Where a frame's echo waits after its tick: the step, the event loop's wake-up, the delivery, the client.
+
+    Per tick: the step (its start to the hand-off), the loop's wait for the hand-off, the delivery of all the tick's
+    outputs. Per frame that made its tick: its echo's tick to the hand-off, to the delivery's start, and to the
+    client's receipt (its place in the delivery, the socket and the load generator's loop)."""
+    t, kind = out[:, 0], out[:, 1].astype(int)
+    handed, began, ended = np.sort(t[kind == 0]), np.sort(t[kind == 1]), np.sort(t[kind == 2])
+    n = min(handed.size, began.size, ended.size)
+    handed, began, ended = handed[:n], began[:n], ended[:n]
+    steady = handed > handed[0] + skip_s
+    at = np.clip(np.searchsorted(ticks, handed) - 1, 0, ticks.size - 1)  # the step that handed each tick's outputs
+    per_tick = {
+        "ticks": int(steady.sum()),
+        "step_ms": summary((handed - ticks[at])[steady] * 1e3, (50, 90, 99), digits=2),
+        "loop_wait_ms": summary((began - handed)[steady] * 1e3, (50, 90, 99), digits=2),
+        "delivery_ms": summary((ended - began)[steady] * 1e3, (50, 90, 99), digits=2),
+    }
+    rows = []
+    for i in range(len(calls["lines"])):
+        sent, echoed = calls[f"sent_{i}"], calls[f"echoed_{i}"]
+        ok = np.flatnonzero(~np.isnan(sent) & ~np.isnan(echoed))
+        k = np.searchsorted(ticks, sent[ok]) + DELAY_FRAMES  # the tick that echoes a frame taken with its own
+        keep = k < ticks.size
+        ok, k = ok[keep], k[keep]
+        tick = ticks[k]
+        h = np.searchsorted(handed, tick)
+        keep = (h < n) & (echoed[ok] - tick < PERIOD_S)
+        ok, tick, h = ok[keep], tick[keep], h[keep]
+        keep = handed[h] > handed[0] + skip_s
+        ok, tick, h = ok[keep], tick[keep], h[keep]
+        rows.append(np.stack([handed[h] - tick, began[h] - handed[h], echoed[ok] - began[h]], axis=1))
+    r = np.concatenate(rows) * 1e3
+    return {
+        "per_tick": per_tick,
+        "frames_that_made_their_tick": {
+            "frames": int(r.shape[0]),
+            "tick_to_hand_off_ms": summary(r[:, 0], (50, 90, 99), digits=2),
+            "hand_off_to_delivery_ms": summary(r[:, 1], (50, 90, 99), digits=2),
+            "delivery_to_client_ms": summary(r[:, 2], (50, 90, 99), digits=2),
+            "tick_to_client_ms": summary(r.sum(axis=1), (50, 90, 99), digits=2),
+        },
+    }
+
+
 def takes_summary(takes: np.ndarray, skip_s: float) -> dict:
     t0 = takes[0, 0]
     ids, standing, found = takes[:, 1].astype(np.int64), takes[:, 2], takes[:, 4]
@@ -116,14 +161,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     ticks = np.sort(one_file(args.trace, "ticks")[:, 0])
+    calls = np.load(args.calls or args.trace / "calls.npz")
     result = {
         "bench": "framer_trace",
         "ticks": {"count": int(ticks.size), "period_ms": summary(np.diff(ticks) * 1e3, (50, 99), digits=2)},
-        "frames": frames_against_ticks(
-            np.load(args.calls or args.trace / "calls.npz"), ticks, one_file(args.trace, "lane")
-        ),
+        "frames": frames_against_ticks(calls, ticks, one_file(args.trace, "lane")),
         "takes": takes_summary(one_file(args.trace, "takes"), args.skip_s),
     }
+    if glob.glob(str(args.trace / "out-*.txt")):  # traced since the outbound path was
+        result["out_path"] = out_path(calls, ticks, one_file(args.trace, "out"), args.skip_s)
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:

@@ -6,7 +6,9 @@ the serving code then appends, per process id (perf_counter seconds, the clock t
 - ``ticks-<pid>.txt``: each engine step's start (the worker takes its slots' frames right after it);
 - ``lane-<pid>.txt``: each binary frame as it reaches the inbound lane, with the frame index its mark carries;
 - ``takes-<pid>.txt``: each framer take: the framer, the audio it left standing (ms), its margin (ms) and what it
-  found (1 short, 0 a whole frame, -1 nothing).
+  found (1 short, 0 a whole frame, -1 nothing);
+- ``out-<pid>.txt``: each tick's outputs on their way out: when the worker handed them to the event loop (kind 0,
+  with the number of outputs), and when the loop began and ended delivering them (kinds 1 and 2).
 
 ``bench/framer_trace.py`` reads them beside the calls' own frame times (``serving_e2e.py --calls-out``). The
 wrappers cost a few microseconds a frame; compare traced runs only with traced runs.
@@ -70,7 +72,23 @@ def _trace_lane(module) -> None:
     module.InboundLane._on_message = traced
 
 
+def _trace_delivery(module) -> None:
+    log, hand_off, deliver = _Log("out"), module.hand_off, module._deliver
+
+    def traced_hand_off(open_slots, ready, inputs, step_ms):
+        log.add(f"{time.perf_counter():.6f} 0 {len(ready)}")
+        return hand_off(open_slots, ready, inputs, step_ms)
+
+    def traced_deliver(calls):
+        log.add(f"{time.perf_counter():.6f} 1 {len(calls)}")
+        deliver(calls)
+        log.add(f"{time.perf_counter():.6f} 2 {len(calls)}")
+
+    module.hand_off, module._deliver = traced_hand_off, traced_deliver
+
+
 PATCHES = {
+    "inference.slots.delivery": _trace_delivery,
     "inference.slots.worker": _trace_worker,
     "inference.audio.framing": _trace_framer,
     "webapp.conversations.inbound_lane": _trace_lane,
