@@ -127,13 +127,7 @@ class TickAlignedFramer:
         self._pushes: deque[tuple[int, float]] = deque()  # (stream position after a push, monotonic time)
         self._mode = "fresh"  # fresh (a new stream) | realign (keep only the newest) | aligned
         self.margin = self._samples(START_MARGIN_MS)
-        self._window_ticks = 0
-        self._window_min = 1 << 62
-        self._window_short = False
-        self._window_lead = float("inf")  # smallest lead of the newest piece over the window's takes (s)
-        self._window_lead2 = float("inf")  # the second smallest
-        self._window_whole_pieces = True  # every piece of the window was a whole frame or more
-        self._window_from: int | None = None  # stream position of the window's first frame end
+        self._new_window()
         self._adviser = PhaseAdviser(frame_samples / self._per_ms)
         self._empty_take_at: float | None = None  # a take found nothing (an underrun): when, until the next push
         self._late_backlog = False  # a piece came after its tick: the next take trims the backlog it leaves
@@ -142,9 +136,7 @@ class TickAlignedFramer:
         self.dropped = 0  # samples lost: overflow, alignment and standing-depth trims
         self.stale_dropped = 0  # samples from before a realign (a prefill, a pause) that its first take dropped
         self.short_frames = 0
-        self._waiting_trim = 0  # samples the last window found standing, dropped when they are quiet
-        self._trim_keeps = 0  # the depth that trim leaves
-        self._late_trim = False  # that trim is a late backlog's (``_trim_late_backlog``)
+        self._trim_keeps = 0  # the depth the waiting trim leaves
 
     @property
     def pending(self) -> int:
@@ -352,10 +344,13 @@ class TickAlignedFramer:
 
     def _new_window(self) -> None:
         self._window_ticks, self._window_min, self._window_short = 0, 1 << 62, False
-        self._waiting_trim, self._late_trim = 0, False
-        self._window_lead = self._window_lead2 = float("inf")
-        self._window_whole_pieces = True
-        self._window_from = None
+        self._waiting_trim = 0  # samples the last window found standing, dropped when they are quiet
+        self._late_trim = False  # that trim is a late backlog's (``_trim_late_backlog``)
+        self._window_lead = float("inf")  # smallest lead of the newest piece over the window's takes (s)
+        self._window_lead2 = float("inf")  # the second smallest
+        self._window_wait = float("inf")  # smallest wait of a take's frame end: its lead plus the depth behind it (s)
+        self._window_whole_pieces = True  # every piece of the window was a whole frame or more
+        self._window_from: int | None = None  # stream position of the window's first frame end
 
     def _trim_when_quiet(self) -> None:
         """Drop the trim the last window found as soon as the oldest audio it covers is quiet.
@@ -398,6 +393,9 @@ class TickAlignedFramer:
                 self._window_lead, self._window_lead2 = lead, self._window_lead
             elif lead < self._window_lead2:
                 self._window_lead2 = lead
+            # per take: the smallest lead and the smallest depth can come from different takes (a piece kept back
+            # just before its tick, one just after it), and added up read as no wait while every frame waited a period
+            self._window_wait = min(self._window_wait, lead + self._size / self._per_ms / 1000.0)
         self._window_ticks += 1
         if self._window_ticks < WINDOW_TICKS:
             return
@@ -410,6 +408,7 @@ class TickAlignedFramer:
             self.margin = max(floor, self.margin - give_back)
         advice = self._adviser.window_ended(  # against the margin the next takes keep
             lead_ms=self._window_lead * 1000.0,
+            wait_ms=self._window_wait * 1000.0 - max(0, trim) / self._per_ms,
             standing_ms=(self._window_min - max(0, trim)) / self._per_ms,
             margin_ms=self.margin / self._per_ms,
             from_position=self._window_from,

@@ -78,13 +78,14 @@ class PhaseAdviser:
         self._margin_peaks.append((self._windows, margin_ms))
 
     def window_ended(
-        self, *, lead_ms: float, standing_ms: float, margin_ms: float, from_position: int | None
+        self, *, lead_ms: float, wait_ms: float, standing_ms: float, margin_ms: float, from_position: int | None
     ) -> PhaseAdvice | None:
         """The advice of a window that just ended, or None when it measured nothing (no take, no piece).
 
-        A frame's end waited the newest piece's lead (``lead_ms``, the window's smallest) plus the depth left
-        standing behind the frame (``standing_ms``, without the trim the window's end decided, which goes
-        anyway); the goal is the margin plus ``ADVICE_SAFETY_MS``. Only a trim of standing audio brings the wait
+        A frame's end waited the newest piece's lead plus the depth left standing behind the frame: ``wait_ms`` is
+        the window's smallest such wait, take by take, ``lead_ms`` its smallest lead and ``standing_ms`` its
+        smallest depth (all without the trim the window's end decided, which goes anyway); the goal is the margin
+        plus ``ADVICE_SAFETY_MS``. Only a trim of standing audio brings the wait
         down (the engine hears real time at real time), so the move only lands the newest piece's end that long
         before its tick, and the framer's trims then free the rest: the move is the lead beyond the goal, modulo
         the period, the nearer way round unless a shorter piece would leave less than a frame for its tick (a
@@ -113,7 +114,7 @@ class PhaseAdviser:
             # by a shorter piece even with nothing standing (the framer pads that one take and does not count it as
             # late audio). Without this move a follower stayed where the late piece had found it.
             shift_ms = round(max(lead_ms - goal_ms, -period_ms / 2), 1)  # at most half a period, as any move
-        elif lead_ms + standing_ms - goal_ms >= ADVICE_MIN_MS:
+        elif wait_ms - goal_ms >= ADVICE_MIN_MS:
             shift_ms = period_ms / 2 - (period_ms / 2 - (lead_ms - goal_ms)) % period_ms
             if shift_ms < -standing_ms:
                 shift_ms += period_ms

@@ -575,5 +575,26 @@ def test_the_move_further_after_a_late_piece_is_at_most_half_a_period():
     # yet the move, as any (docs/protocol.md), is half a period at most
     adviser = PhaseAdviser(80.0)
     adviser.margin_grew(60.0)
-    advice = adviser.window_ended(lead_ms=1.0, standing_ms=0.0, margin_ms=60.0, from_position=0)
+    advice = adviser.window_ended(lead_ms=1.0, wait_ms=1.0, standing_ms=0.0, margin_ms=60.0, from_position=0)
     assert advice.shift_ms == -40.0
+
+
+def test_a_follower_whose_pieces_land_at_the_tick_before_the_one_that_takes_them_is_moved_off_it():
+    # 45 ms before the tick, piece 10 comes 97 ms late: the margin goes to its cap and the follower is moved 40 ms
+    # further at once, which lands its pieces right at the tick before, 1 ms after it or 3 ms before it in turn. The
+    # framer keeps each of them for the next tick, so every frame waits 85 ms. That window's smallest lead (3 ms,
+    # a piece kept back) and its smallest depth (nothing, after a piece that came after its tick) come from
+    # different takes; added up they read as frames at their tick, and the advice asked for nothing, for good.
+    late = {k: (0.002, 0.006)[k % 2] for k in range(100 * WINDOW_TICKS)} | {5: 0.017, 10: 0.097}
+    caller = AdvisedCaller(0.045, follow=True, late=late)
+    waits = np.array(caller.run(75 * WINDOW_TICKS))  # past the calm the late piece asks for before a move closer
+    assert caller.moves[0] == -40.0 and np.all(waits[14 : 2 * WINDOW_TICKS] > 80.0)  # moved, and a piece back
+    assert len(caller.moves) > 1, "left a piece back for good"
+    moved_off = caller.move_ticks[1]
+    assert caller.moves[1] > 0 and moved_off <= 4 * WINDOW_TICKS  # cut longer: the tick after takes them in time
+    assert np.all(waits[moved_off + WINDOW_TICKS :] < 80.0)
+    assert np.all(waits[-3 * WINDOW_TICKS :] < GOAL_MS + 6.0 + ADVICE_MIN_MS)  # then at the goal, its jitter beside
+    # the stream stays whole: every sample heard (the move further's one padded take held less), trimmed as quiet,
+    # or still buffered
+    takes, kept = len(waits) - np.isnan(waits).sum(), caller.framer.dropped + caller.framer.pending
+    assert caller.framer.short_frames == 1 and (takes - 1) * N + kept < caller.boundary < takes * N + kept
