@@ -30,6 +30,7 @@ STEP = struct.Struct("<I")  # the slot's step index, leading every audio payload
 TICK = struct.Struct("<Idf")  # step, seconds since the recording started, tick duration in ms
 MAX_PAYLOAD = 16 * 1024 * 1024  # far above any tick's audio: a larger length is a damaged header
 CHUNK_ROLL_S = 60.0
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps builds one a call (~2.5 us)
 
 META_FILE = "meta.json"
 END_FILE = "end.json"
@@ -78,7 +79,7 @@ def encode_record(kind: int, payload: bytes) -> bytes:
 
 
 def encode_event(fields: dict[str, Any]) -> bytes:
-    return encode_record(Kind.EVENT, json.dumps(fields, separators=(",", ":")).encode())
+    return encode_record(Kind.EVENT, _COMPACT_JSON.encode(fields).encode())
 
 
 class ChunkError(Exception):

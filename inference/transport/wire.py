@@ -67,6 +67,7 @@ _CHANNEL = struct.Struct(">IBI")  # the link's header: length, CHANNEL, channel;
 CHANNEL_OVERHEAD = _CHANNEL.size - 4  # what a channel adds to the length its frame's header counts
 _AUDIO_IN = struct.Struct(">IBI")
 _U32 = struct.Struct(">I")
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps builds one a call (~2.5 us)
 
 EVENT_TYPES: dict[str, type] = {
     cls.__name__: cls
@@ -102,7 +103,7 @@ def frame(kind: int, payload: bytes) -> bytes:
 
 
 def json_frame(obj: dict[str, Any]) -> bytes:
-    return frame(JSON, json.dumps(obj, separators=(",", ":")).encode())
+    return frame(JSON, _COMPACT_JSON.encode(obj).encode())
 
 
 async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes] | None:

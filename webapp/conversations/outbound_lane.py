@@ -42,6 +42,7 @@ from webapp.conversations.server_events import Outgoing
 from webapp.conversations.socket_lane import SocketLane
 from webapp.operations.metrics import MESSAGES_SENT, OUTPUT_EVENTS, count_error
 
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps builds one a call (~2.5 us)
 DIRECT_EVENTS = (AudioOut, TextOut)  # the per-tick events of a live call; every other event takes the pump
 
 
@@ -51,7 +52,7 @@ def wire_message(item: Outgoing) -> bytes | str:
         return item
     if item.get("type") == "error":
         count_error(item["error"]["code"])  # the process's /ops/metrics, by code
-    return json.dumps(item, separators=(",", ":"))
+    return _COMPACT_JSON.encode(item)
 
 
 class OutboundLane:
