@@ -85,11 +85,10 @@ class PhaseAdviser:
         A frame's end waited the newest piece's lead plus the depth left standing behind the frame: ``wait_ms`` is
         the window's smallest such wait, take by take, ``lead_ms`` its smallest lead and ``standing_ms`` its
         smallest depth (all without the trim the window's end decided, which goes anyway); the goal is the margin
-        plus ``ADVICE_SAFETY_MS``. Only a trim of standing audio brings the wait
-        down (the engine hears real time at real time), so the move only lands the newest piece's end that long
-        before its tick, and the framer's trims then free the rest: the move is the lead beyond the goal, modulo
-        the period, the nearer way round unless a shorter piece would leave less than a frame for its tick (a
-        padded take). The goal's margin is the highest it grew to for late audio in the last
+        plus ``ADVICE_SAFETY_MS``. Only a trim of standing audio brings the wait down (the engine hears real time
+        at real time), so the move only lands the newest piece's end that long before its tick, and the framer's
+        trims then free the rest: the move is the lead beyond the goal, modulo the period, the nearer way round
+        unless a shorter piece would leave less than a frame for its tick (a padded take). The goal's margin is the highest it grew to for late audio in the last
         ``ADVICE_MEMORY_WINDOWS``, and no move closer to the tick is asked for until ``ADVICE_CALM_WINDOWS`` have
         passed without a late piece. A wait already within ``ADVICE_MIN_MS`` of the goal, or under it, asks for no
         move (a lead inside the margin with no late piece yet), except in a window where a piece came late: then
