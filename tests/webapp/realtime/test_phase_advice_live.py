@@ -112,22 +112,29 @@ def test_a_client_moved_half_a_period_off_is_told_so_and_following_the_advice_br
                 assert off["input_shift_ms"] and off_wait_ms >= HALF_PERIOD_MS - 5, (first, off)
                 follower = PhaseFollower()
                 follower.moved_at = client.moved_to
-                advice, moves = off, 0
-                while advice["input_shift_ms"]:
-                    assert moves < 5, f"still told to move after {moves} moves: {advice}"
-                    follower.on_metrics(advice)
-                    client.move(follower.take(client.sent_samples, FRAME, RATE))
-                    moved_before = client.moved_to
-                    while client.moved_to == moved_before:
-                        time.sleep(0.01)
-                    follower.moved_at = client.moved_to
-                    moves += 1
+                advice, moves, settled = off, 0, []
+                # A piece that comes late here (the suite runs beside CPU-bound tests) holds any move closer back
+                # for a minute of calm (ADVICE_CALM_WINDOWS): the advice is 0 meanwhile, then moves on.
+                deadline += 70
+                while advice["input_shift_ms"] or not settled_down(settled, off_wait_ms):
+                    if advice["input_shift_ms"]:
+                        assert moves < 8, f"still told to move after {moves} moves: {advice}"
+                        follower.on_metrics(advice)
+                        client.move(follower.take(client.sent_samples, FRAME, RATE))
+                        moved_before = client.moved_to
+                        while client.moved_to == moved_before:
+                            time.sleep(0.01)
+                        follower.moved_at = client.moved_to
+                        moves += 1
                     advice = advice_after(ws, client.moved_to, deadline)
-                settled = [advice_after(ws, client.moved_to, deadline)["in_wait_ms_max"] for _ in range(3)]
+                    settled = [*settled, advice["in_wait_ms_max"]][-3:] if not advice["input_shift_ms"] else []
             finally:
                 client.stop()
             ws.send(json.dumps({"type": "session.close"}))
-    assert advice["input_shift_ms"] == 0.0
-    # the frame ends' longest wait in a report: the margin and the safety plus this machine's jitter, down from
-    # half a period more
-    assert float(np.median(settled)) <= off_wait_ms - 20, (off_wait_ms, settled)
+    assert advice["input_shift_ms"] == 0.0 and settled_down(settled, off_wait_ms), (off_wait_ms, settled)
+
+
+def settled_down(waits: list[float], off_wait_ms: float) -> bool:
+    """Three reports with no move whose frame ends' longest wait (the margin and the safety plus this machine's
+    jitter) is well down from the half period more the pause left."""
+    return len(waits) == 3 and float(np.median(waits)) <= off_wait_ms - 20
