@@ -88,9 +88,9 @@ class PhaseAdviser:
         plus ``ADVICE_SAFETY_MS``. Only a trim of standing audio brings the wait down (the engine hears real time
         at real time), so the move only lands the newest piece's end that long before its tick, and the framer's
         trims then free the rest: the move is the lead beyond the goal, modulo the period, the nearer way round
-        unless a shorter piece would leave less than a frame for its tick (a padded take). The goal's margin is the highest it grew to for late audio in the last
-        ``ADVICE_MEMORY_WINDOWS``, and no move closer to the tick is asked for until ``ADVICE_CALM_WINDOWS`` have
-        passed without a late piece. A wait already within ``ADVICE_MIN_MS`` of the goal, or under it, asks for no
+        unless a shorter piece would leave less than a frame for its tick (a padded take). The goal's margin is the
+        highest it grew to for late audio in the last ``ADVICE_MEMORY_WINDOWS``, and no move closer to the tick is
+        asked for until ``ADVICE_CALM_WINDOWS`` have passed without a late piece. A wait already within ``ADVICE_MIN_MS`` of the goal, or under it, asks for no
         move (a lead inside the margin with no late piece yet), except in a window where a piece came late: then
         the move further is asked for even with nothing standing (the framer trims a late piece's backlog at once).
         """
