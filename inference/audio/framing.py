@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inference.audio.phase_advice import PhaseAdvice, PhaseAdviser, WindowSpread
+from inference.audio.phase_advice import PhaseAdvice, PhaseAdviser
 from inference.audio.piece_ends import aligned_end, newest_end_before
 from inference.audio.quiet_gaps import GAP_BLOCK_MS, QUIET_RMS, cut_gaps
 
@@ -129,7 +129,7 @@ class TickAlignedFramer:
         self._mode = "fresh"  # fresh (a new stream) | realign (keep only the newest) | aligned
         self.margin = self._samples(START_MARGIN_MS)
         self._new_window()
-        self._adviser = PhaseAdviser(frame_samples / self._per_ms, floor_ms=MIN_MARGIN_MS)
+        self._adviser = PhaseAdviser(frame_samples / self._per_ms)
         self._empty_take_at: float | None = None  # a take found nothing (an underrun): when, until the next push
         self._late_backlog = False  # a piece came after its tick: the next take trims the backlog it leaves
         self._margin_before_late = self.margin  # what that trim keeps clear of the tick (see _trim_late_backlog)
@@ -182,7 +182,6 @@ class TickAlignedFramer:
                     self.margin = min(self._samples(MAX_MARGIN_MS), self.margin + self._samples(late_ms))
                     self._adviser.margin_grew(self.margin / self._per_ms)
                     self._late_backlog = True
-                    self._window_late_ms = max(self._window_late_ms, late_ms)
                 self._empty_take_at = None
             return overflow
 
@@ -217,7 +216,7 @@ class TickAlignedFramer:
                     self.short_frames += 1
                     self._window_short = True
                     # the client's move further from the tick, not late audio: only a piece cut shorter (a trim may
-                    # have taken some of it) and not a piece of the usual length that came late
+                    # have taken some of it), not a piece of the usual length that came late
                     if self._window_moved and n - got <= self._samples(self._adviser.move_short_ms):
                         self._adviser.move_taken()
                     else:
@@ -354,10 +353,8 @@ class TickAlignedFramer:
         self._late_trim = False  # that trim is a late backlog's (``_trim_late_backlog``)
         self._window_lead = float("inf")  # smallest lead of the newest piece over the window's takes (s)
         self._window_lead2 = float("inf")  # the second smallest
-        self._window_lead_max = float("-inf")  # the largest
-        self._window_late_ms = 0.0  # how late after its tick the latest piece that missed one came
-        self._window_moved = False  # a piece of another length than the one before: the client moved its cut
         self._window_wait = float("inf")  # smallest wait of a take's frame end: its lead plus the depth behind it (s)
+        self._window_moved = False  # a piece of another length than the one before: the client moved its cut
         self._window_whole_pieces = True  # every piece of the window was a whole frame or more
         self._window_from: int | None = None  # stream position of the window's first frame end
 
@@ -402,7 +399,6 @@ class TickAlignedFramer:
                 self._window_lead, self._window_lead2 = lead, self._window_lead
             elif lead < self._window_lead2:
                 self._window_lead2 = lead
-            self._window_lead_max = max(self._window_lead_max, lead)
             # per take: the smallest lead and the smallest depth can come from different takes (a piece kept back
             # just before its tick, one just after it), and added up read as no wait while every frame waited a period
             self._window_wait = min(self._window_wait, lead + self._size / self._per_ms / 1000.0)
@@ -422,7 +418,6 @@ class TickAlignedFramer:
             standing_ms=(self._window_min - max(0, trim)) / self._per_ms,
             margin_ms=self.margin / self._per_ms,
             from_position=self._window_from,
-            spread=WindowSpread(self._window_lead_max * 1000.0, self._window_late_ms, self._window_moved),
         )
         self.advice = advice or self.advice
         # A trim still being cut goes on: a window that held a late piece's empty take finds no standing depth of its

@@ -114,8 +114,7 @@ def test_a_client_moved_half_a_period_off_is_told_so_and_following_the_advice_br
                 follower.moved_at = client.moved_to
                 advice, moves, settled = off, 0, []
                 # A piece that comes late here (the suite runs beside CPU-bound tests) holds any move closer back
-                # until the pieces' spread is measured (ADVICE_SPREAD_MIN_WINDOWS, about 20 s), and late pieces in
-                # more than one window of twenty keep the follower further out: the advice is 0 meanwhile.
+                # for a minute of calm (ADVICE_CALM_WINDOWS): the advice is 0 meanwhile, then moves on.
                 deadline += 70
                 while advice["input_shift_ms"] or not settled_down(settled, off_wait_ms):
                     if advice["input_shift_ms"]:
