@@ -10,7 +10,7 @@ another exponential with a 12 ms mean (p50 3.2, p90 12, p99 34 ms). It prints th
 later than their lead (the tick found nothing, or the frame ended a piece back) and the mean wait of a frame's end
 for its tick, by lead and on average.
 
-    .venv/bin/python bench/framing_jitter.py [--tree DIR] [--seeds 4] [--out DIR_OR_FILE]
+    .venv/bin/python bench/framing_jitter.py [--tree DIR] [--seeds 4] [--jitter independent|bursts] [--out DIR_OR_FILE]
 
 ``--tree`` runs another checkout's framer, advice and callers (``git worktree add /tmp/old <commit>``); the result
 is named by that checkout's commit.
@@ -35,19 +35,35 @@ TICKS = 1500  # 2 minutes of call
 SETTLE_TICKS = 150  # the start and the first moves are left out
 
 
-def piece_delays(rng: np.random.Generator, count: int) -> np.ndarray:
-    """Each piece's extra delay (s): the trace's send-to-lane spread at 200 lines on 2 cores."""
+def piece_delays(rng: np.random.Generator, count: int, jitter: str = "independent") -> np.ndarray:
+    """Each piece's extra delay (s): the trace's send-to-lane spread at 200 lines on 2 cores.
+
+    ``independent``: every piece on its own, as fitted. ``bursts``: the same spread, but the 12 % of pieces that come
+    later come in runs of about a second (a window) that share most of their delay, as a web process's loop runs
+    late for a while: a calm piece starts a run with probability 0.0114, a run ends after each piece with 1/12, and
+    each run draws one extra delay (exponential, 12 ms mean) that all its pieces carry, each with its own 4 ms."""
     delays = rng.exponential(0.004, count)
-    spiked = rng.random(count) < 0.12
-    delays[spiked] += rng.exponential(0.012, spiked.sum())
+    if jitter == "independent":
+        spiked = rng.random(count) < 0.12
+        delays[spiked] += rng.exponential(0.012, spiked.sum())
+        return delays
+    run_extra = 0.0
+    for k in range(count):
+        if run_extra:
+            delays[k] += run_extra
+            if rng.random() < 1 / 12:
+                run_extra = 0.0
+        elif rng.random() < 0.0114:
+            run_extra = rng.exponential(0.012)
+            delays[k] += run_extra
     return delays
 
 
-def run_caller(framing_tests, seed: int, lead_ms: float, follow: bool, audio) -> tuple[float, float]:
+def run_caller(framing_tests, seed: int, lead_ms: float, follow: bool, audio, jitter: str) -> tuple[float, float]:
     """The share of frames that went a tick later, and the mean wait of a frame's end for its tick (ms) over the
     ticks that found a frame: what the caller's audio waits in all, beside how often it waits a period more."""
     rng = np.random.default_rng(seed)
-    late = dict(enumerate(piece_delays(rng, TICKS + 10)))
+    late = dict(enumerate(piece_delays(rng, TICKS + 10, jitter)))
     caller = framing_tests.AdvisedCaller(lead_ms / 1000.0, follow=follow, late=late, audio=audio)
     waits = np.array(caller.run(TICKS))[SETTLE_TICKS:]
     return float(np.mean(np.isnan(waits) | (waits > 80.0))), float(np.nanmean(waits))
@@ -62,8 +78,9 @@ def main() -> None:
     p.add_argument("--tree", type=Path, help="another checkout whose framer and callers to run")
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument("--out", type=Path, help="a directory or a file (default bench/results/)")
+    p.add_argument("--jitter", choices=("independent", "bursts"), default="independent", help="see piece_delays")
     args = p.parse_args()
-    result = {"bench": "framing_jitter", "seeds": args.seeds, "ticks": TICKS, "rows": []}
+    result = {"bench": "framing_jitter", "seeds": args.seeds, "ticks": TICKS, "jitter": args.jitter, "rows": []}
     # The clock is simulated: the result does not depend on this host, and is named by that instead of its cores.
     os.environ.setdefault("BENCH_HARDWARE", "simclock")
     if args.tree:
@@ -76,7 +93,7 @@ def main() -> None:
     for follow in (False, True):
         for name, audio in audios.items():
             runs = {
-                lead: [run_caller(framing_tests, s, lead, follow, audio) for s in range(args.seeds)]
+                lead: [run_caller(framing_tests, s, lead, follow, audio, args.jitter) for s in range(args.seeds)]
                 for lead in LEADS_MS
             }
             by_lead = {lead: float(np.mean([later for later, _ in r])) for lead, r in runs.items()}
@@ -94,7 +111,8 @@ def main() -> None:
                 f"   by lead (ms: later/wait) {leads}",
                 flush=True,
             )
-    print(write_result(result, "framing-jitter-whole-frames-sim", out=args.out))
+    what = "framing-jitter-whole-frames-sim" + ("" if args.jitter == "independent" else f"-{args.jitter}")
+    print(write_result(result, what, out=args.out))
 
 
 if __name__ == "__main__":
