@@ -7,8 +7,8 @@ gaps, following the phase advice or not) at leads spread across the period, each
 jitter fitted to what the framer trace measured from send to the inbound lane at 200 lines on 2 cores
 (``bench/framer_trace.py``: p50 2.6, p90 15, p99 36 ms): exponential with a 4 ms mean, plus, for 12 % of pieces,
 another exponential with a 12 ms mean (p50 3.2, p90 12, p99 34 ms). It prints the share of frames that went a tick
-later than their lead (the tick found nothing, or the frame ended a piece back) and the mean wait of a frame's end
-for its tick, by lead and on average.
+later than their lead (the tick found nothing, or the frame ended a piece back), the mean wait of a frame's end
+for its tick, by lead and on average, and the moves a caller made in its call after the first 12 s.
 
     .venv/bin/python bench/framing_jitter.py [--tree DIR] [--seeds 4] [--jitter independent|bursts] [--out DIR_OR_FILE]
 
@@ -59,14 +59,16 @@ def piece_delays(rng: np.random.Generator, count: int, jitter: str = "independen
     return delays
 
 
-def run_caller(framing_tests, seed: int, lead_ms: float, follow: bool, audio, jitter: str) -> tuple[float, float]:
-    """The share of frames that went a tick later, and the mean wait of a frame's end for its tick (ms) over the
-    ticks that found a frame: what the caller's audio waits in all, beside how often it waits a period more."""
+def run_caller(framing_tests, seed: int, lead_ms: float, follow: bool, audio, jitter: str) -> tuple[float, float, int]:
+    """The share of frames that went a tick later, the mean wait of a frame's end for its tick (ms) over the ticks
+    that found a frame (what the caller's audio waits in all, beside how often it waits a period more), and the moves
+    the caller made after the start (each cuts a piece shorter, padding a take, or longer, leaving audio to trim)."""
     rng = np.random.default_rng(seed)
     late = dict(enumerate(piece_delays(rng, TICKS + 10, jitter)))
     caller = framing_tests.AdvisedCaller(lead_ms / 1000.0, follow=follow, late=late, audio=audio)
     waits = np.array(caller.run(TICKS))[SETTLE_TICKS:]
-    return float(np.mean(np.isnan(waits) | (waits > 80.0))), float(np.nanmean(waits))
+    moves = sum(1 for tick in caller.move_ticks if tick > SETTLE_TICKS)
+    return float(np.mean(np.isnan(waits) | (waits > 80.0))), float(np.nanmean(waits)), moves
 
 
 def git(tree: Path, *args: str) -> str:
@@ -96,18 +98,21 @@ def main() -> None:
                 lead: [run_caller(framing_tests, s, lead, follow, audio, args.jitter) for s in range(args.seeds)]
                 for lead in LEADS_MS
             }
-            by_lead = {lead: float(np.mean([later for later, _ in r])) for lead, r in runs.items()}
-            wait_by_lead = {lead: round(float(np.mean([wait for _, wait in r])), 1) for lead, r in runs.items()}
+            by_lead = {lead: float(np.mean([later for later, _, _ in r])) for lead, r in runs.items()}
+            wait_by_lead = {lead: round(float(np.mean([wait for _, wait, _ in r])), 1) for lead, r in runs.items()}
+            moves = float(np.mean([m for r in runs.values() for _, _, m in r]))
             row = {"callers": "following the advice" if follow else "as they are", "audio": name}
             row |= {"a_tick_later_by_lead_ms": by_lead, "a_tick_later": float(np.mean(list(by_lead.values())))}
             row |= {
                 "wait_ms_by_lead_ms": wait_by_lead,
                 "wait_ms": round(float(np.mean(list(wait_by_lead.values()))), 1),
+                "moves_per_call": round(moves, 2),
             }
             result["rows"].append(row)
             leads = "  ".join(f"{lead}:{share:.3f}/{wait_by_lead[lead]:.0f}" for lead, share in by_lead.items())
             print(
-                f"{row['callers']:>21} {name:>6}  a tick later {row['a_tick_later']:.3f}, wait {row['wait_ms']:.1f} ms"
+                f"{row['callers']:>21} {name:>6}  a tick later {row['a_tick_later']:.3f}, wait {row['wait_ms']:.1f} ms,"
+                f" {moves:.1f} moves"
                 f"   by lead (ms: later/wait) {leads}",
                 flush=True,
             )
