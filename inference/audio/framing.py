@@ -61,6 +61,7 @@ import numpy as np
 from inference.audio.phase_advice import PhaseAdvice, PhaseAdviser
 from inference.audio.piece_ends import aligned_end, newest_end_before
 from inference.audio.quiet_gaps import GAP_BLOCK_MS, QUIET_RMS, cut_gaps
+from inference.audio.take_window import TakeWindow
 
 WINDOW_TICKS = 12  # about 1 s at 80 ms: long enough to see the jitter, short enough to cut a backlog quickly
 START_MARGIN_MS = 15.0
@@ -167,10 +168,8 @@ class TickAlignedFramer:
             self._position += len(samples)
             now = self._clock()
             self._pushes.append((self._position, now))
-            if len(samples) < self.frame_samples:
-                self._window_whole_pieces = False
-            if len(samples) != self._piece_samples:
-                self._window_moved, self._piece_samples = True, len(samples)
+            self._window.piece_pushed(len(samples), self.frame_samples, self._piece_samples)
+            self._piece_samples = len(samples)
             if self._empty_take_at is not None:
                 # A client of whole frames whose frame came after its tick: the take found nothing, not a short
                 # frame, so the margin grows here by how late it came (as by a short take's shortfall). Later than
@@ -205,7 +204,7 @@ class TickAlignedFramer:
                 frame = self._pop_padded(n)
                 short = False
             elif self._size == 0:
-                self._window_short = True
+                self._window.short = True
                 if self._empty_take_at is None:  # the first tick the newest piece missed
                     self._empty_take_at = self._clock()
                 return None
@@ -214,10 +213,10 @@ class TickAlignedFramer:
                 short = got < n
                 if short:
                     self.short_frames += 1
-                    self._window_short = True
+                    self._window.short = True
                     # the client's move further from the tick, not late audio: only a piece cut shorter (a trim may
                     # have taken some of it), not a piece of the usual length that came late
-                    if self._window_moved and n - got <= self._samples(self._adviser.move_short_ms):
+                    if self._window.moved and n - got <= self._samples(self._adviser.move_short_ms):
                         self._adviser.move_taken()
                     else:
                         self.margin = min(self._samples(MAX_MARGIN_MS), self.margin + (n - got))
@@ -230,8 +229,8 @@ class TickAlignedFramer:
             end_position = self._position - self._size
             now = self._clock()
             wait_s = self._wait_of(end_position, now)
-            if self._window_from is None:
-                self._window_from = end_position
+            if self._window.from_position is None:
+                self._window.from_position = end_position
             self._end_of_tick(now)
             return TakenFrame(frame, end_position, short, wait_s)
 
@@ -348,15 +347,9 @@ class TickAlignedFramer:
         return now - self._pushes[0][1] if self._pushes else 0.0
 
     def _new_window(self) -> None:
-        self._window_ticks, self._window_min, self._window_short = 0, 1 << 62, False
+        self._window = TakeWindow()
         self._waiting_trim = 0  # samples the last window found standing, dropped when they are quiet
         self._late_trim = False  # that trim is a late backlog's (``_trim_late_backlog``)
-        self._window_lead = float("inf")  # smallest lead of the newest piece over the window's takes (s)
-        self._window_lead2 = float("inf")  # the second smallest
-        self._window_wait = float("inf")  # smallest wait of a take's frame end: its lead plus the depth behind it (s)
-        self._window_moved = False  # a piece of another length than the one before: the client moved its cut
-        self._window_whole_pieces = True  # every piece of the window was a whole frame or more
-        self._window_from: int | None = None  # stream position of the window's first frame end
 
     def _trim_when_quiet(self) -> None:
         """Drop the trim the last window found as soon as the oldest audio it covers is quiet.
@@ -392,32 +385,23 @@ class TickAlignedFramer:
     def _end_of_tick(self, now: float) -> None:
         if self._waiting_trim:
             self._trim_when_quiet()
-        self._window_min = min(self._window_min, self._size)
-        if self._pushes:
-            lead = now - self._pushes[-1][1]
-            if lead < self._window_lead:
-                self._window_lead, self._window_lead2 = lead, self._window_lead
-            elif lead < self._window_lead2:
-                self._window_lead2 = lead
-            # per take: the smallest lead and the smallest depth can come from different takes (a piece kept back
-            # just before its tick, one just after it), and added up read as no wait while every frame waited a period
-            self._window_wait = min(self._window_wait, lead + self._size / self._per_ms / 1000.0)
-        self._window_ticks += 1
-        if self._window_ticks < WINDOW_TICKS:
+        window = self._window
+        window.take_ended(self._size, now - self._pushes[-1][1] if self._pushes else None, self._per_ms)
+        if window.ticks < WINDOW_TICKS:
             return
         aligned = self._aligned_drop()
-        standing = self._window_min - self.margin
+        standing = window.min_depth - self.margin
         trim = aligned if aligned is not None else standing if standing > self._samples(HYSTERESIS_MS) else 0
-        if not self._window_short:
+        if not window.short:
             floor = self._samples(MIN_MARGIN_MS)
             give_back = max(self._samples(DECAY_MS), int((self.margin - floor) * DECAY_FRACTION))
             self.margin = max(floor, self.margin - give_back)
         advice = self._adviser.window_ended(  # against the margin the next takes keep
-            lead_ms=self._window_lead * 1000.0,
-            wait_ms=self._window_wait * 1000.0 - max(0, trim) / self._per_ms,
-            standing_ms=(self._window_min - max(0, trim)) / self._per_ms,
+            lead_ms=window.lead * 1000.0,
+            wait_ms=window.wait * 1000.0 - max(0, trim) / self._per_ms,
+            standing_ms=(window.min_depth - max(0, trim)) / self._per_ms,
             margin_ms=self.margin / self._per_ms,
-            from_position=self._window_from,
+            from_position=window.from_position,
         )
         self.advice = advice or self.advice
         # A trim still being cut goes on: a window that held a late piece's empty take finds no standing depth of its
@@ -446,11 +430,12 @@ class TickAlignedFramer:
         the grown margin, such a caller under a loaded host's jitter stayed a piece back for good once a late piece
         had put it there (``bench/framing_jitter.py``).
         """
-        if not self._pushes or self._window_lead == float("inf") or self._window_short:
+        window = self._window
+        if not self._pushes or window.lead == float("inf") or window.short:
             return None
-        if self._window_whole_pieces and self._window_lead2 != float("inf"):
-            lead, margin_s = self._window_lead2, MIN_MARGIN_MS / 1000.0
+        if window.whole_pieces and window.lead2 != float("inf"):
+            lead, margin_s = window.lead2, MIN_MARGIN_MS / 1000.0
         else:
-            lead, margin_s = self._window_lead, self.margin / self._per_ms / 1000.0
+            lead, margin_s = window.lead, self.margin / self._per_ms / 1000.0
         end, newest_at = self._position - self._size, self._pushes[-1][1]
-        return aligned_end(self._pushes, end, self._window_min, newest_at, lead, margin_s)
+        return aligned_end(self._pushes, end, window.min_depth, newest_at, lead, margin_s)
