@@ -90,9 +90,10 @@ class PhaseAdviser:
         trims then free the rest: the move is the lead beyond the goal, modulo the period, the nearer way round
         unless a shorter piece would leave less than a frame for its tick (a padded take). The goal's margin is the
         highest it grew to for late audio in the last ``ADVICE_MEMORY_WINDOWS``, and no move closer to the tick is
-        asked for until ``ADVICE_CALM_WINDOWS`` have passed without a late piece. A wait already within ``ADVICE_MIN_MS`` of the goal, or under it, asks for no
-        move (a lead inside the margin with no late piece yet), except in a window where a piece came late: then
-        the move further is asked for even with nothing standing (the framer trims a late piece's backlog at once).
+        asked for until ``ADVICE_CALM_WINDOWS`` have passed without a late piece. A wait already within
+        ``ADVICE_MIN_MS`` of the goal, or under it, asks for no move (a lead inside the margin with no late piece
+        yet), except in a window where a piece came late: then the move further is asked for even with nothing
+        standing (the framer trims a late piece's backlog at once).
         """
         self._windows += 1
         if self._move_windows:
