@@ -168,7 +168,7 @@ def _measures(recording: Recording, raw) -> dict[str, dict]:
     and the recording still plays."""
     stereo, rate = stereo_tracks(raw)
     analyses = {
-        "turn_taking": lambda: measure(stereo[:, 0], stereo[:, 1], rate, events=raw.events, period_ms=raw.period_ms),
+        "turn_taking": lambda: measure(stereo[:, 0], stereo[:, 1], rate, events=raw.events, step_time=raw.step_time),
         "echo_leak": lambda: echo_of_call(raw.events, stereo[:, 0], stereo[:, 1], rate),
     }
     results = {}

@@ -32,7 +32,7 @@ the echo measurement, not this module, says when a call suffered it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,8 +103,13 @@ def measure(
     *,
     events: Iterable[dict[str, Any]] = (),
     period_ms: int = 80,
+    step_time: Callable[[int], float] | None = None,
 ) -> dict[str, Any]:
-    """The call's turn-taking metrics as a JSON-ready dict (times in seconds, rounded to the ms)."""
+    """The call's turn-taking metrics as a JSON-ready dict (times in seconds, rounded to the ms).
+
+    ``step_time`` places an engine step on the tracks' clock (a recording's, which keeps the call's wall-clock time):
+    the engine's barge-ins are read there, as the review timeline marks them; without it, a step is ``period_ms``.
+    """
     segments = sorted(
         [Segment(CALLER, s, e) for s, e in voice_activity(caller, rate)]
         + [Segment(AGENT, s, e) for s, e in voice_activity(agent, rate)],
@@ -174,7 +179,7 @@ def measure(
         "agent_backchannels": sum(1 for seg in backchannels if seg.speaker == AGENT),
         "caller_backchannels": sum(1 for seg in backchannels if seg.speaker == CALLER),
         "pauses": pauses,
-        "engine_barge_ins": _barge_ins(events, period_ms),
+        "engine_barge_ins": _barge_ins(events, step_time or (lambda step: step * period_ms / 1000.0)),
     }
 
 
@@ -188,14 +193,14 @@ def _is_backchannel(seg: Segment, segments: list[Segment]) -> bool:
     return holding and goes_on
 
 
-def _barge_ins(events: Iterable[dict[str, Any]], period_ms: int) -> list[float]:
+def _barge_ins(events: Iterable[dict[str, Any]], step_time: Callable[[int], float]) -> list[float]:
     """When the engine itself recorded a barge-in (an epoch that is not a new response), in seconds."""
     times = []
     for event in events:
         if isinstance(event, dict) and event.get("k") == "epoch" and not event.get("response"):
             step = event.get("step", 0)
             if isinstance(step, int | float):
-                times.append(_r(step * period_ms / 1000.0))
+                times.append(_r(step_time(int(step))))
     return sorted(times)
 
 
