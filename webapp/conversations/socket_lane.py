@@ -15,6 +15,15 @@ autobahn protocol, open, no message half sent, nothing queued in autobahn (its q
 no per-message compression, server frames unmasked. Otherwise a send returns False and the message takes the
 ordinary path, so the closing handshake, a dropped connection (autobahn's ``Disconnected``) and order (every
 message of a socket goes out under one lock) stay the frameworks'.
+
+A lane frame goes to the socket at once when the connection has nothing waiting to be written. Twisted's
+``write`` only buffers: it registers the socket for writability (an ``epoll_ctl``), and a later turn of the loop
+sends the bytes and unregisters it (another), every call through Twisted's log and context wrappers. For a
+message that fits the kernel's send buffer, which is every message of a call whose client keeps up, that is two
+system calls and a turn of the loop for nothing: a py-spy of one daphne at 150 echo callers on 2 cores found 9 % of
+its interpreter there. Whatever is not sent at once (a full kernel buffer, a slow client) goes to Twisted's
+buffer behind nothing, as before, and a socket error is left for Twisted's own write to meet, so a dropped connection
+closes the way it always did.
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ from __future__ import annotations
 import functools
 import struct
 from typing import Any
+
+from webapp.operations.metrics import SOCKET_WRITES
 
 SCOPE_KEY = "parley.server_send"  # the server's own ``send`` for this socket, put there by ServerSendMiddleware
 
@@ -76,8 +87,41 @@ class SocketLane:
     def _write(self, payload: bytes, first_byte: int) -> bool:
         if not self.writable():
             return False
-        self.protocol.transport.write(frame_header(len(payload), first_byte) + payload)
+        write_now(self.protocol.transport, frame_header(len(payload), first_byte) + payload)
         return True
+
+
+def write_now(transport: Any, data: bytes) -> None:
+    """Write ``data`` to a Twisted TCP transport: to its socket at once when nothing of the connection is waiting
+    (the module's note), what the kernel does not take through the transport's own buffer, after it."""
+    sock = getattr(transport, "socket", None)
+    if sock is not None and _nothing_waiting(transport):
+        try:
+            sent = sock.send(data)
+        except OSError:  # full (EAGAIN), interrupted, or the connection is gone: Twisted's write finds out which
+            sent = 0
+        if sent == len(data):
+            SOCKET_WRITES["at_once"] += 1
+            return
+        data = data[sent:]
+    SOCKET_WRITES["buffered"] += 1
+    transport.write(data)
+
+
+def _nothing_waiting(transport: Any) -> bool:
+    """Whether a plain TCP transport is connected, open for writing, and holds no unsent bytes (Twisted's
+    ``FileDescriptor``: ``dataBuffer`` from ``offset``, then ``_tempDataBuffer``), so bytes sent now keep order."""
+    try:
+        return (
+            not transport.TLS
+            and transport.connected
+            and not transport.disconnecting
+            and not transport._writeDisconnected
+            and transport.offset == len(transport.dataBuffer)
+            and not transport._tempDataBuffer
+        )
+    except AttributeError:  # not Twisted's TCP transport: its own write decides
+        return False
 
 
 def _daphne_protocol(send: Any) -> Any | None:

@@ -39,6 +39,8 @@ FRAMES_READ = {"reader": 0}
 # A live call's output events (the session's audio and text), by the way they reached the socket: taken as the
 # session made them by the outbound lane (conversations.outbound_lane), or through the handle's queue and the pump.
 OUTPUT_EVENTS = {"direct": 0, "queue": 0}
+# The socket lane's writes, by how they left: sent to the socket at once, or (partly) through Twisted's buffer.
+SOCKET_WRITES = {"at_once": 0, "buffered": 0}
 
 
 def count_error(code: str) -> None:
@@ -90,6 +92,12 @@ class _ClusterCollector(Collector):
             "A live call's audio and text events this process passed to its realtime sockets, by path: sent by the "
             "outbound lane as the session made them, or through the session's queue and the socket's pump task.",
             OUTPUT_EVENTS,
+        )
+        yield _by_path(
+            "parley_socket_writes",
+            "The socket lane's writes to realtime sockets, by path: sent to the socket at once, or (the part the "
+            "kernel did not take) through the server's write buffer.",
+            SOCKET_WRITES,
         )
         reachable = GaugeMetricFamily("parley_services_readable", "1 when this process could read the services.")
         reachable.add_metric([], 0.0 if self.registry_error else 1.0)
