@@ -20,13 +20,13 @@ from webapp.conversations.socket_lane import write_now
 class RecordingTransport:
     """The Twisted ``FileDescriptor`` state ``write_now`` reads, on a real socket; ``write`` records its bytes."""
 
-    def __init__(self, sock: socket.socket, waiting: bytes = b""):
+    def __init__(self, sock: socket.socket):
         self.socket = sock
         self.TLS = False
         self.connected = True
         self.disconnecting = False
         self._writeDisconnected = False
-        self.dataBuffer, self.offset = waiting, 0
+        self.dataBuffer, self.offset = b"", 0
         self._tempDataBuffer: list[bytes] = []
         self.buffered: list[bytes] = []
 
